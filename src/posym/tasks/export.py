@@ -1,0 +1,113 @@
+"""JSONL export and human-readable display of task samples (SPEC §1).
+
+One JSON object per line: ``{"task", "index", "tokens", "label", "hops", "answer_pos"}`` where
+``tokens`` are the input token strings (query last, label not included), ``label`` the answer token
+string, ``answer_pos`` its 0-based index in ``tokens`` and ``index`` the sample's global index in its
+split stream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from posym.errors import PosymError
+from posym.tasks._common import check_count
+from posym.tasks.dataset import SPLIT_SIZES, TaskBatch, generate, make_split, split_seed
+from posym.tasks.vocab import check_task
+
+_EXPORT_CHUNK = 50_000
+
+
+def batch_records(batch: TaskBatch) -> list[dict[str, Any]]:
+    """The JSONL records of a batch (see the module docstring)."""
+    table = batch.vocab.token_array()
+    toks = table[batch.input_ids].tolist()
+    labels = table[batch.labels].tolist()
+    return [
+        {"task": batch.task, "index": int(i), "tokens": t, "label": lab, "hops": int(h), "answer_pos": int(p)}
+        for i, t, lab, h, p in zip(batch.index, toks, labels, batch.hops, batch.answer_pos)
+    ]
+
+
+def export_jsonl(task: str, split: str, n: int | None, path: str | os.PathLike[str], *, seed: int = 0,
+                 extra_tokens: int = 0, force: bool = False, **layout: Any) -> Path:
+    """Write the first ``n`` samples (``None``: all) of ``split`` to ``path`` as JSONL; returns the path.
+
+    Refuses (PosymError) to overwrite an existing file unless ``force=True``. The file is written
+    to a temporary name and renamed, so an interrupted export leaves no partial file.
+    """
+    check_task(task)
+    path = Path(path)
+    if path.exists() and not force:
+        raise PosymError(f"{path} already exists (use force=True / --force to overwrite)")
+    if path.exists() and path.is_dir():
+        raise PosymError(f"{path} is a directory")
+    # validate task, split and layout before touching the file system
+    make_split(task, split, seed, 0, extra_tokens=extra_tokens, **layout)
+    size = SPLIT_SIZES[split] if n is None else check_count("n", n)
+    if size > SPLIT_SIZES[split]:
+        raise PosymError(f"n={size} exceeds the {split} split size {SPLIT_SIZES[split]}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            # generate in chunks (samples are per-index deterministic, so chunks match one big batch)
+            for lo in range(0, size, _EXPORT_CHUNK):
+                hi = min(size, lo + _EXPORT_CHUNK)
+                batch = generate(task, hi - lo, split_seed(seed, split), extra_tokens=extra_tokens,
+                                 start_index=lo, **layout)
+                fh.writelines(json.dumps(rec, separators=(",", ":")) + "\n" for rec in batch_records(batch))
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read a JSONL file written by :func:`export_jsonl` (one dict per line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise PosymError(f"{path} does not exist")
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise PosymError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+    return out
+
+
+def _segment(tokens: list[str], max_shown: int | None = None) -> str:
+    if max_shown is not None and len(tokens) > max_shown:
+        half = max_shown // 2
+        return " ".join(tokens[:half]) + f" … ({len(tokens) - 2 * half} more) … " + " ".join(tokens[-half:])
+    return " ".join(tokens)
+
+
+def format_example(batch: TaskBatch, i: int, *, max_extra: int = 16) -> str:
+    """One row as ``[extra |] target | pre-target | query -> label (h hops, answer at p)``."""
+    toks = batch.tokens(i)
+    E, T, P = batch.extra_tokens, batch.target_len, batch.pretarget_len
+    parts = []
+    if E:
+        parts.append(_segment(toks[:E], max_extra))
+    parts.append(_segment(toks[E:E + T]))
+    if P:
+        parts.append(_segment(toks[E + T:E + T + P]))
+    parts.append(toks[-1])
+    h = int(batch.hops[i])
+    return (f"{' | '.join(parts)} -> {batch.label_token(i)} "
+            f"({h} hop{'s' if h != 1 else ''}, answer at {int(batch.answer_pos[i])})")
+
+
+def format_examples(batch: TaskBatch, k: int = 5) -> str:
+    """The first ``k`` rows of ``batch``, one per line (for ``posym data show``)."""
+    if k < 0:
+        raise PosymError(f"k must be >= 0, got {k}")
+    return "\n".join(format_example(batch, i) for i in range(min(k, len(batch))))

@@ -1,0 +1,100 @@
+"""Atomic, resumable checkpoints (DESIGN "Checkpoints").
+
+A checkpoint is ``RUN/checkpoints/step-NNNNNN/`` holding HF ``model.safetensors`` + ``config.json``,
+our ``posym.json`` (task, preset, step) and, for the newest one, ``trainer_state.pt`` (optimizer,
+scheduler, RNG, running-loss accumulators; tensors and plain containers only, loaded with
+``weights_only=True``). Each is written to a temporary directory and moved in place with
+``os.replace``, so a killed write never damages an existing checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import GPTJForCausalLM
+
+from posym.errors import PosymError
+from posym.model.gptj import save_model
+
+_STEP_DIR = re.compile(r"^step-(\d{6,})$")
+TRAINER_STATE = "trainer_state.pt"
+
+
+def step_dir(run_dir: str | os.PathLike, step: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"step-{step:06d}"
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint of a run, sorted by step."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    out = []
+    for p in root.iterdir():
+        m = _STEP_DIR.match(p.name)
+        if m and p.is_dir() and (p / "config.json").is_file() and (p / "model.safetensors").is_file():
+            out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
+def save_checkpoint(run_dir: str | os.PathLike, step: int, model: GPTJForCausalLM, meta: dict,
+                    trainer_state: dict[str, Any] | None = None) -> Path:
+    """Atomically write checkpoint ``step``; with ``trainer_state``, older trainer states are pruned."""
+    final = step_dir(run_dir, step)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
+    save_model(model, tmp, meta={**meta, "step": step})
+    if trainer_state is not None:
+        torch.save(trainer_state, tmp / TRAINER_STATE)
+    if final.exists():  # re-saving a step after resume: swap atomically, then drop the old copy
+        trash = final.parent / f".old-{final.name}-{uuid.uuid4().hex[:8]}"
+        os.replace(final, trash)
+        os.replace(tmp, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    if trainer_state is not None:
+        for s, p in list_checkpoints(run_dir):
+            if s != step and (p / TRAINER_STATE).exists():
+                (p / TRAINER_STATE).unlink()
+    return final
+
+
+def latest_resumable(run_dir: str | os.PathLike) -> tuple[int, Path] | None:
+    """The newest checkpoint that carries a trainer state, or None."""
+    for step, path in reversed(list_checkpoints(run_dir)):
+        if (path / TRAINER_STATE).is_file():
+            return step, path
+    return None
+
+
+def load_trainer_state(path: str | os.PathLike) -> dict[str, Any]:
+    """Load ``trainer_state.pt`` with ``weights_only=True``; PosymError if missing or corrupt."""
+    f = Path(path) / TRAINER_STATE
+    try:
+        return torch.load(f, map_location="cpu", weights_only=True)
+    except FileNotFoundError as exc:
+        raise PosymError(f"checkpoint {path} has no {TRAINER_STATE}; cannot resume from it") from exc
+    except Exception as exc:
+        raise PosymError(f"corrupt trainer state {f}: {str(exc).splitlines()[0]}") from exc
+
+
+def clean_temporaries(run_dir: str | os.PathLike) -> None:
+    """Remove leftovers of interrupted checkpoint writes."""
+    root = Path(run_dir) / "checkpoints"
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.name.startswith((".tmp-", ".old-")):
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def read_checkpoint_meta(path: str | os.PathLike) -> dict:
+    f = Path(path) / "posym.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
