@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import os
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from transformers import GPTJConfig, GPTJForCausalLM
@@ -60,6 +61,20 @@ PRESETS: dict[str, dict[str, Any]] = {
 _CONFIG_KEYS = set(GPTJConfig().to_dict()) | {"n_positions", "n_embd", "n_layer", "n_head", "n_inner"}
 
 
+@contextmanager
+def quiet_hf() -> Iterator[None]:
+    """Silence transformers' per-file progress bars (saving/loading small checkpoints)."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
 def model_config(preset: str, vocab_size: int, **overrides: Any) -> GPTJConfig:
     """The ``GPTJConfig`` of a preset (SPEC §2) with any GPTJConfig field overridden.
 
@@ -98,15 +113,8 @@ def save_model(model: GPTJForCausalLM, directory: str | os.PathLike, meta: dict 
     """Write ``model.safetensors`` + ``config.json`` (HF format) and, if given, ``posym.json``."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    from transformers.utils import logging as hf_logging
-
-    enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
+    with quiet_hf():
         model.save_pretrained(directory, safe_serialization=True)
-    finally:
-        if enabled:
-            hf_logging.enable_progress_bar()
     if meta is not None:
         (directory / "posym.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
 
@@ -117,7 +125,8 @@ def load_model(directory: str | os.PathLike, device: str | torch.device = "cpu")
     if not (directory / "config.json").is_file():
         raise PosymError(f"no HF checkpoint at {directory} (config.json missing)")
     try:
-        model = GPTJForCausalLM.from_pretrained(directory, attn_implementation="eager")
+        with quiet_hf():
+            model = GPTJForCausalLM.from_pretrained(directory, attn_implementation="eager")
     except Exception as exc:  # corrupt weights, wrong architecture, ...
         raise PosymError(f"cannot load checkpoint {directory}: {str(exc).splitlines()[0]}") from exc
     return model.to(device).eval()

@@ -1,0 +1,120 @@
+"""``posym`` command line: a thin layer over the Python API (one verb, one public function).
+
+User errors (``PosymError``) print one line ``posym: error: ...`` and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+from posym.errors import PosymError
+
+
+def _parse_overrides(items: Sequence[str] | None) -> dict[str, Any]:
+    """``key=value`` pairs; values parsed as JSON when possible (``n_layer=4``, ``rotary_dim=null``)."""
+    out: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise PosymError(f"bad override {item!r}; expected KEY=VALUE (e.g. n_layer=4)")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def _cmd_data_export(args: argparse.Namespace) -> None:
+    from posym.tasks import export_jsonl
+
+    path = export_jsonl(args.task, args.split, args.n, args.out, seed=args.seed,
+                        extra_tokens=args.extra_tokens, force=args.force)
+    print(f"wrote {args.n} {args.task}/{args.split} samples to {path}")
+
+
+def _cmd_data_show(args: argparse.Namespace) -> None:
+    from posym.tasks import format_examples, make_split
+
+    batch = make_split(args.task, args.split, seed=args.seed, n=args.n, extra_tokens=args.extra_tokens)
+    print(format_examples(batch, k=args.n))
+
+
+def _cmd_train(args: argparse.Namespace) -> None:
+    from posym.train import make_config, train
+
+    overrides = _parse_overrides(args.set)
+    cfg = make_config(args.task, args.preset, seed=args.seed,
+                      data_seed=args.data_seed if args.data_seed is not None else args.seed,
+                      order_seed=args.order_seed if args.order_seed is not None else args.seed,
+                      steps=args.steps, eval_every=args.eval_every,
+                      checkpoint_every=args.checkpoint_every,
+                      checkpoint_extra_every=args.checkpoint_extra_every,
+                      model_overrides=overrides or None)
+    if args.resume and (overrides or args.steps):
+        print("posym: note: --resume continues with the run's stored configuration", file=sys.stderr)
+    result = train(cfg, args.out, resume=args.resume, force=args.force, device=args.device,
+                   threads=args.threads, progress=not args.quiet)
+    t = result.test
+    hops = " ".join(f"hop{h}={t[f'acc_hop{h}']:.3f}" for h in range(1, 5))
+    print(f"test accuracy {t['acc']:.4f} ({hops}); run in {result.run_dir}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="posym", description="Positional versus symbolic attention heads (Urrutia et al. 2026).")
+    sub = p.add_subparsers(dest="verb", required=True)
+
+    data = sub.add_parser("data", help="generate, export and inspect task data (SPEC §1)")
+    dsub = data.add_subparsers(dest="data_verb", required=True)
+    for name, fn, helptext in [("export", _cmd_data_export, "write samples as JSONL"),
+                               ("show", _cmd_data_show, "print decoded examples")]:
+        d = dsub.add_parser(name, help=helptext)
+        d.add_argument("--task", required=True, choices=["number", "letter"])
+        d.add_argument("--split", default="train", choices=["train", "val", "test"])
+        d.add_argument("--n", type=int, default=5 if name == "show" else 1000, help="number of samples")
+        d.add_argument("--extra-tokens", type=int, default=0, help="extra target-window tokens (SPEC §1.4)")
+        d.add_argument("--seed", type=int, default=0, help="data seed (splits derive from it)")
+        if name == "export":
+            d.add_argument("--out", required=True, help="output .jsonl file")
+            d.add_argument("--force", action="store_true", help="overwrite an existing file")
+        d.set_defaults(func=fn)
+
+    t = sub.add_parser("train", help="train GPT-J on a task (SPEC §2)")
+    t.add_argument("--task", required=True, help="number or letter")
+    t.add_argument("--preset", default="quick", help="quick (minutes on a CPU) or paper (SPEC §2)")
+    t.add_argument("--out", required=True, help="run directory (e.g. runs/NAME)")
+    t.add_argument("--seed", type=int, default=0, help="init seed; also data and order seed unless given")
+    t.add_argument("--data-seed", type=int, default=None)
+    t.add_argument("--order-seed", type=int, default=None)
+    t.add_argument("--device", default="cpu", help="cpu or cuda")
+    t.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the preset's)")
+    t.add_argument("--eval-every", type=int, default=None, help="evaluate every N steps (default 50)")
+    t.add_argument("--checkpoint-every", type=int, default=None, help="keep a checkpoint every N steps (default 250)")
+    t.add_argument("--checkpoint-extra-every", type=int, default=None, help="additional denser checkpoints")
+    t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a GPTJConfig field (repeatable)")
+    t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    t.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    t.add_argument("--force", action="store_true", help="overwrite an existing run directory")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.set_defaults(func=_cmd_train)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except PosymError as exc:
+        print(f"posym: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("posym: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
