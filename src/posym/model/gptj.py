@@ -37,6 +37,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         tie_word_embeddings=False,
         initializer_range=0.02,
         use_cache=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=0,
     ),
     # Our choice: a smaller GPT-J (same architecture family, 8 layers) trained with a larger learning
     # rate (see posym.train.config.PRESET_TRAINING) that reaches >= 0.95 on both tasks in minutes on a CPU.
@@ -55,6 +58,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         tie_word_embeddings=False,
         initializer_range=0.02,
         use_cache=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=0,
     ),
 }
 

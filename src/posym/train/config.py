@@ -71,4 +71,8 @@ def make_config(task: str, preset: str = "quick", **kwargs: Any) -> TrainConfig:
     cfg = replace(cfg, **{k: v for k, v in kwargs.items() if v is not None})
     if cfg.steps < 1 or cfg.batch_size < 1 or cfg.eval_every < 1:
         raise PosymError("steps, batch_size and eval_every must be positive")
+    from posym.model.gptj import model_config
+    from posym.tasks import get_vocab
+
+    model_config(preset, get_vocab(task).size, **cfg.model_overrides)  # validates the overrides early
     return cfg

@@ -57,6 +57,28 @@ def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str,
     return [{"params": decay, "weight_decay": weight_decay}, {"params": other, "weight_decay": 0.0}]
 
 
+def make_optimizer(model: torch.nn.Module, config: TrainConfig) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW (SPEC §2: betas, weight decay as HF Trainer groups it) and the warmup/decay LambdaLR."""
+    optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr,
+                                  betas=config.betas, eps=config.eps, fused=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: linear_warmup_decay(s, config.warmup, config.steps))
+    return optimizer, scheduler
+
+
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+               x: torch.Tensor, y: torch.Tensor, max_grad_norm: float | None) -> float:
+    """One optimizer step on the last-token loss. x [B, T] input ids, y [B] answer ids -> loss."""
+    loss = F.cross_entropy(last_token_logits(model, x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if max_grad_norm:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm, foreach=True)
+    optimizer.step()
+    scheduler.step()
+    return loss.item()
+
+
 def batch_indices(order_seed: int, step: int, batch_size: int, n_train: int) -> np.ndarray:
     """Indices of the training samples of optimizer step ``step`` (0-based): epoch-wise shuffles."""
     per_epoch = n_train // batch_size
@@ -147,18 +169,13 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
         stored = json.loads((out / "posym.json").read_text())
         config = TrainConfig.from_dict(stored["config"])
     vocab = get_vocab(config.task)
-    mcfg = model_config(config.preset, vocab.size, bos_token_id=None, eos_token_id=None,
-                        pad_token_id=0, **config.model_overrides)
+    mcfg = model_config(config.preset, vocab.size, **config.model_overrides)
     model = build_model(mcfg, seed=config.seed).to(device)
     meta = {"task": config.task, "preset": config.preset, "config": config.to_dict(), "versions": _versions()}
     if not resume:
         (out / "posym.json").write_text(json.dumps(meta, indent=2))
 
-    optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr,
-                                  betas=config.betas, eps=config.eps,
-                                  fused=True)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: linear_warmup_decay(s, config.warmup, config.steps))
+    optimizer, scheduler = make_optimizer(model, config)
 
     start_step, loss_sum, loss_count = 0, 0.0, 0
     metrics_path = out / "metrics.csv"
@@ -184,10 +201,10 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
         if "rng_cuda" in state and device.startswith("cuda"):
             torch.cuda.set_rng_state(state["rng_cuda"])
         loss_sum, loss_count = float(state["loss_sum"]), int(state["loss_count"])
-        rows = [r for r in _read_metrics(metrics_path) if r["split"] == "val" and int(r["step"]) <= start_step]
-        _write_metrics(metrics_path, rows)
-        if start_step >= config.steps and any(r["split"] == "test" for r in _read_metrics(metrics_path)):
+        old_rows = _read_metrics(metrics_path)
+        if start_step >= config.steps and any(r["split"] == "test" for r in old_rows):
             raise PosymError(f"run {out} is already complete ({config.steps} steps)")
+        _write_metrics(metrics_path, [r for r in old_rows if r["split"] == "val" and int(r["step"]) <= start_step])
     else:
         torch.manual_seed(config.seed + 1_000_003)  # dropout stream, separate from the init stream
 
@@ -234,14 +251,7 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
         idx = torch.from_numpy(batch_indices(config.order_seed, step, config.batch_size, n_train))
         x = x_train[idx].to(device, non_blocking=True)
         y = y_train[idx].to(device, non_blocking=True)
-        loss = F.cross_entropy(last_token_logits(model, x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if config.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm, foreach=True)
-        optimizer.step()
-        scheduler.step()
-        loss_sum += loss.item()
+        loss_sum += train_step(model, optimizer, scheduler, x, y, config.max_grad_norm)
         loss_count += 1
         bar.update(1)
         on_step(step + 1)
