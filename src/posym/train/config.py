@@ -53,7 +53,7 @@ class TrainConfig:
 PRESET_TRAINING: dict[str, dict[str, Any]] = {
     "paper": dict(steps=6750, lr=1e-4, warmup=750, batch_size=64, eval_every=50),
     # Our choice: fewer layers, no dropout, a 10x larger learning rate, fewer steps (docs/reproduction.md).
-    "quick": dict(steps=2000, lr=1e-3, warmup=200, batch_size=64, eval_every=50),
+    "quick": dict(steps=1500, lr=1e-3, warmup=150, batch_size=64, eval_every=50),
 }
 
 

@@ -1,0 +1,128 @@
+"""Learning dynamics of head scores (SPEC §3): purity rule, emergence steps, normalised entropy.
+
+Input is the tidy ``scores.csv`` table of a run (one row per step, layer, head, tau with ``s_pos``,
+``s_sym``, ``entropy``); nothing here touches a model.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from posym.errors import PosymError
+
+SCORE_COLUMNS = ["step", "layer", "head", "tau", "s_pos", "s_sym", "entropy", "n_prompts"]
+
+
+def load_scores(run_dir: str | os.PathLike) -> pd.DataFrame:
+    """``RUN/scores.csv`` (written by head tracking or ``posym scores``)."""
+    path = Path(run_dir) / "scores.csv"
+    if not path.is_file():
+        raise PosymError(f"no scores.csv in {run_dir}; train with --track-heads or run `posym scores {run_dir}`")
+    df = pd.read_csv(path)
+    missing = {"step", "layer", "head", "tau", "s_pos", "s_sym"} - set(df.columns)
+    if missing:
+        raise PosymError(f"{path} lacks columns: {', '.join(sorted(missing))}")
+    return df
+
+
+def select_tau(scores: pd.DataFrame, tau: float | None = None) -> pd.DataFrame:
+    """Rows of one τ (default: the smallest present; SPEC default 1e-4)."""
+    taus = np.sort(scores["tau"].unique())
+    if tau is None:
+        tau = float(taus[0])
+    match = taus[np.isclose(taus, tau, rtol=1e-6, atol=0)]
+    if not len(match):
+        raise PosymError(f"tau {tau:g} not in the scores table (have {', '.join(f'{t:g}' for t in taus)})")
+    return scores[np.isclose(scores["tau"], match[0], rtol=1e-6, atol=0)]
+
+
+def classify(s_pos: np.ndarray, s_sym: np.ndarray, gamma: float = 0.1) -> np.ndarray:
+    """Pure-head label per entry (SPEC §3, our rule): "positional" iff s_POS >= 1-γ and s_SYM <= γ;
+    "symbolic" iff s_SYM >= 1-γ and s_POS <= γ; else "mixed"."""
+    s_pos, s_sym = np.asarray(s_pos), np.asarray(s_sym)
+    out = np.full(s_pos.shape, "mixed", dtype=object)
+    out[(s_pos >= 1 - gamma) & (s_sym <= gamma)] = "positional"
+    out[(s_sym >= 1 - gamma) & (s_pos <= gamma)] = "symbolic"
+    return out
+
+
+def purity_table(scores: pd.DataFrame, gamma: float = 0.1, tau: float | None = None) -> pd.DataFrame:
+    """Per (layer, head): the kind at the last step and the step from which it stays pure to the end.
+
+    A head is pure from the first tracked step after which the rule holds at every later tracked step
+    (``pure_from`` is NaN for heads that are not pure at the end). Columns: layer, head, kind,
+    pure_from, s_pos_final, s_sym_final.
+    """
+    df = select_tau(scores, tau).sort_values("step")
+    rows = []
+    for (layer, head), g in df.groupby(["layer", "head"], sort=True):
+        kinds = classify(g["s_pos"].to_numpy(), g["s_sym"].to_numpy(), gamma)
+        steps = g["step"].to_numpy()
+        final = kinds[-1]
+        pure_from = np.nan
+        if final != "mixed":
+            k = len(kinds) - 1
+            while k > 0 and kinds[k - 1] == final:
+                k -= 1
+            pure_from = int(steps[k])
+        rows.append({"layer": int(layer), "head": int(head), "kind": final, "pure_from": pure_from,
+                     "s_pos_final": float(g["s_pos"].iloc[-1]), "s_sym_final": float(g["s_sym"].iloc[-1])})
+    return pd.DataFrame(rows)
+
+
+def pure_counts(purity: pd.DataFrame, steps: np.ndarray) -> pd.DataFrame:
+    """Cumulative number of pure positional / symbolic heads over ``steps`` (Fig. 2C)."""
+    steps = np.asarray(steps)
+    out = {"step": steps}
+    for kind in ("positional", "symbolic"):
+        starts = purity.loc[purity["kind"] == kind, "pure_from"].to_numpy(dtype=float)
+        out[kind] = (starts[None, :] <= steps[:, None]).sum(axis=1)
+    return pd.DataFrame(out)
+
+
+def normalized_entropy(scores: pd.DataFrame) -> pd.Series:
+    """Entropy min–max normalised per (layer, head) over training (SPEC §3)."""
+    g = scores.groupby(["layer", "head", "tau"])["entropy"]
+    lo, hi = g.transform("min"), g.transform("max")
+    return ((scores["entropy"] - lo) / (hi - lo).replace(0, np.nan)).fillna(0.0)
+
+
+def run_dynamics(run_dir: str | os.PathLike, gamma: float = 0.1, tau: float | None = None,
+                 layers: list[int] | None = None, out: str | os.PathLike | None = None) -> pd.DataFrame:
+    """``posym dynamics``: purity table (``RUN/purity_gamma{γ}.csv``) and Fig. 2 (``RUN/figures/fig2*``).
+
+    ``layers`` picks the layers drawn in panel B (default: up to six spread over the model).
+    Returns the purity table.
+    """
+    from posym.report.figures import plot_fig2, save_figure
+
+    run_dir = Path(run_dir)
+    scores = select_tau(load_scores(run_dir), tau)
+    metrics_path = run_dir / "metrics.csv"
+    metrics = pd.read_csv(metrics_path) if metrics_path.is_file() else pd.DataFrame(
+        columns=["split", "step", "acc"])
+    purity = purity_table(scores, gamma=gamma)
+    counts = pure_counts(purity, np.sort(scores["step"].unique()))
+    n_layers = int(scores["layer"].max()) + 1
+    if layers is None:
+        layers = sorted(set(np.linspace(0, n_layers - 1, min(6, n_layers)).round().astype(int).tolist()))
+    bad = [l for l in layers if not 0 <= l < n_layers]
+    if bad:
+        raise PosymError(f"layer(s) {bad} out of range 0..{n_layers - 1}")
+    scores = scores.assign(entropy_norm=normalized_entropy(scores)) if "entropy" in scores else scores
+    out_dir = Path(out) if out else run_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    purity.to_csv(out_dir / f"purity_gamma{gamma:g}.csv", index=False)
+    counts.to_csv(out_dir / f"pure_counts_gamma{gamma:g}.csv", index=False)
+    fig = plot_fig2(metrics, scores, counts, layers,
+                    entropy=scores["entropy_norm"] if "entropy_norm" in scores else None,
+                    title=f"{run_dir.name} (γ={gamma:g})")
+    save_figure(fig, out_dir / "figures" / f"fig2_gamma{gamma:g}")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return purity
