@@ -62,6 +62,47 @@ def _cmd_train(args: argparse.Namespace) -> None:
     print(f"test accuracy {t['acc']:.4f} ({hops}); run in {result.run_dir}")
 
 
+def _cmd_dynamics(args: argparse.Namespace) -> None:
+    from posym.heads.dynamics import run_dynamics
+
+    layers = [int(x) for x in args.layers.split(",")] if args.layers else None
+    for gamma in args.gamma:
+        purity = run_dynamics(args.run_dir, gamma=gamma, tau=args.tau, layers=layers, out=args.out)
+        print(f"gamma={gamma:g}:")
+        print(purity.to_string(index=False))
+
+
+def _cmd_flow(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from posym.heads.flow import flow_for_example
+    from posym.report.flow_figures import plot_flow, save_figure
+
+    edges, tokens, chain, task = flow_for_example(args.run_dir, args.example, task=args.task, split=args.split,
+                                                  seed=args.seed, top_k=args.top_k, min_weight=args.min_weight,
+                                                  step=args.step)
+    out = Path(args.out) if args.out else Path(args.run_dir) / "figures"
+    fig = plot_flow(edges, tokens, chain)
+    paths = save_figure(fig, out / f"flow-{task}-{args.split}-{args.example}")
+    edges.to_csv(out / f"flow-{task}-{args.split}-{args.example}.csv", index=False)
+    print(f"{task} example {args.example}: {' '.join(tokens)}; chain {chain}; wrote {paths[0]}")
+
+
+def _cmd_ablate(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from posym.heads.ablate import ablation_for_run
+    from posym.report.flow_figures import plot_ablation, save_figure
+
+    modes = tuple(m.strip() for m in args.modes.split(","))
+    table = ablation_for_run(args.run_dir, task=args.task, n=args.n, seed=args.seed, modes=modes, step=args.step)
+    out = Path(args.out) if args.out else Path(args.run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "ablation.csv", index=False)
+    save_figure(plot_ablation(table), out / "figures" / "ablation")
+    print(table.to_string(index=False))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="posym", description="Positional versus symbolic attention heads (Urrutia et al. 2026).")
     sub = p.add_subparsers(dest="verb", required=True)
@@ -99,12 +140,44 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--force", action="store_true", help="overwrite an existing run directory")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=_cmd_train)
+
+    d = sub.add_parser("dynamics", help="pure heads and Paper A Fig. 2 from a run's scores.csv (SPEC §3)")
+    d.add_argument("run_dir")
+    d.add_argument("--gamma", type=float, action="append", help="purity tolerance (repeatable; default 0.1)")
+    d.add_argument("--tau", type=float, default=None, help="τ of the scores to use (default: smallest)")
+    d.add_argument("--layers", default=None, help="layers drawn in panel B, e.g. 0,3,4,11")
+    d.add_argument("--out", default=None, help="output directory (default: the run directory)")
+    d.set_defaults(func=_cmd_dynamics)
+
+    f = sub.add_parser("flow", help="attention flow of one prompt with the hop chain (Paper A Fig. 3)")
+    f.add_argument("run_dir", help="run directory or HF GPT-J checkpoint directory")
+    f.add_argument("--example", type=int, default=0, help="index of the prompt in the split")
+    f.add_argument("--task", default=None, help="number or letter (needed for checkpoints posym did not write)")
+    f.add_argument("--split", default="test", choices=["train", "val", "test"])
+    f.add_argument("--seed", type=int, default=0, help="data seed")
+    f.add_argument("--top-k", type=int, default=3)
+    f.add_argument("--min-weight", type=float, default=0.05)
+    f.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
+    f.add_argument("--out", default=None, help="output directory (default: RUN/figures)")
+    f.set_defaults(func=_cmd_flow)
+
+    a = sub.add_parser("ablate", help="zero/mean-ablate each head; test accuracy per hop (Paper A Fig. 3)")
+    a.add_argument("run_dir", help="run directory or HF GPT-J checkpoint directory")
+    a.add_argument("--task", default=None)
+    a.add_argument("--n", type=int, default=2000, help="test prompts")
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--modes", default="zero,mean")
+    a.add_argument("--step", type=int, default=None)
+    a.add_argument("--out", default=None, help="output directory (default: the run directory)")
+    a.set_defaults(func=_cmd_ablate)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "verb", None) == "dynamics" and not args.gamma:
+        args.gamma = [0.1]
     try:
         args.func(args)
     except PosymError as exc:

@@ -1,0 +1,104 @@
+"""Resolve a run directory or a checkpoint directory to ``(model, task, step)`` for head analyses.
+
+- A *checkpoint directory* (holds ``config.json``) is used as it is.
+- A *run directory* (holds ``checkpoints/step-NNNNNN/``) resolves to its newest complete checkpoint
+  (the final one once training has finished), or to a given ``step``.
+- The task comes from ``posym.json`` (the checkpoint's, else the run's); a directory without one (e.g.
+  a plain HF GPT-J) needs the ``task`` argument. A ``task`` that contradicts ``posym.json``, or a
+  model whose vocabulary does not fit the task, is a PosymError.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import GPTJForCausalLM
+
+from posym.errors import PosymError
+from posym.model.gptj import load_model, read_meta
+from posym.tasks.vocab import check_task, get_vocab
+from posym.train.checkpoints import list_checkpoints
+
+_STEP_NAME = re.compile(r"^step-(\d+)$")
+
+
+@dataclass
+class ResolvedModel:
+    """A loaded model and what it was trained on. ``step`` is None when unknown."""
+
+    model: GPTJForCausalLM
+    task: str
+    step: int | None
+    path: Path
+
+    def __iter__(self):  # allows ``model, task, step = resolve_model(...)``
+        return iter((self.model, self.task, self.step))
+
+
+def resolve_checkpoint(run_or_model_dir: str | os.PathLike, step: int | None = None) -> Path:
+    """The checkpoint directory a run/checkpoint path stands for (see the module docstring)."""
+    path = Path(run_or_model_dir)
+    if not path.exists():
+        raise PosymError(f"no such run or model directory: {path}")
+    if not path.is_dir():
+        raise PosymError(f"{path} is not a directory")
+    ckpts = list_checkpoints(path)
+    if ckpts:
+        if step is None:
+            return ckpts[-1][1]
+        for s, p in ckpts:
+            if s == step:
+                return p
+        raise PosymError(f"run {path} has no checkpoint at step {step} (have: {', '.join(str(s) for s, _ in ckpts)})")
+    if (path / "config.json").is_file():
+        if step is not None:
+            meta_step = read_meta(path).get("step")
+            if meta_step is not None and int(meta_step) != step:
+                raise PosymError(f"checkpoint {path} is step {meta_step}, not {step}")
+        return path
+    if (path / "checkpoints").is_dir() or (path / "posym.json").is_file():
+        raise PosymError(f"run {path} has no complete checkpoint yet")
+    raise PosymError(f"{path} is neither a posym run directory nor a model checkpoint (no config.json)")
+
+
+def _checkpoint_step(ckpt: Path) -> int | None:
+    meta_step = read_meta(ckpt).get("step")
+    if meta_step is not None:
+        return int(meta_step)
+    m = _STEP_NAME.match(ckpt.name)
+    return int(m.group(1)) if m else None
+
+
+def resolve_task(run_or_model_dir: str | os.PathLike, ckpt: Path, task: str | None = None) -> str:
+    """Task of a checkpoint: its ``posym.json``, else the run's, else ``task`` (PosymError if none/conflict)."""
+    meta_task = read_meta(ckpt).get("task") or read_meta(run_or_model_dir).get("task")
+    if task is not None:
+        check_task(task)
+        if meta_task is not None and meta_task != task:
+            raise PosymError(f"{ckpt} was trained on the {meta_task} task, not {task}")
+        return task
+    if meta_task is None:
+        raise PosymError(f"{ckpt} has no posym.json naming its task; pass the task (number or letter)")
+    return check_task(meta_task)
+
+
+def resolve_model(run_or_model_dir: str | os.PathLike, task: str | None = None, step: int | None = None,
+                  device: str = "cpu") -> ResolvedModel:
+    """Load the model of a run (newest checkpoint, or ``step``) or of a checkpoint directory.
+
+    Returns a :class:`ResolvedModel` (unpacks as ``model, task, step``); the model is in eval mode
+    with eager attention.
+    """
+    ckpt = resolve_checkpoint(run_or_model_dir, step)
+    task = resolve_task(run_or_model_dir, ckpt, task)
+    model = load_model(ckpt, device=device)
+    need = get_vocab(task).size
+    if model.config.vocab_size < need:
+        raise PosymError(f"model at {ckpt} has vocab_size {model.config.vocab_size} < {need} of the {task} task")
+    return ResolvedModel(model=model, task=task, step=_checkpoint_step(ckpt), path=ckpt)
+
+
+__all__ = ["ResolvedModel", "resolve_checkpoint", "resolve_model", "resolve_task"]
