@@ -52,7 +52,8 @@ def _cmd_train(args: argparse.Namespace) -> None:
                       steps=args.steps, eval_every=args.eval_every,
                       checkpoint_every=args.checkpoint_every,
                       checkpoint_extra_every=args.checkpoint_extra_every,
-                      model_overrides=overrides or None)
+                      model_overrides=overrides or None, track_heads=args.track_heads,
+                      track_prompts=args.track_prompts)
     if args.resume and (overrides or args.steps):
         print("posym: note: --resume continues with the run's stored configuration", file=sys.stderr)
     result = train(cfg, args.out, resume=args.resume, force=args.force, device=args.device,
@@ -60,6 +61,31 @@ def _cmd_train(args: argparse.Namespace) -> None:
     t = result.test
     hops = " ".join(f"hop{h}={t[f'acc_hop{h}']:.3f}" for h in range(1, 5))
     print(f"test accuracy {t['acc']:.4f} ({hops}); run in {result.run_dir}")
+
+
+def _cmd_scores(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from posym.heads.tracking import score_checkpoints
+
+    target = args.model or args.run_dir
+    if not target or (args.model and args.run_dir):
+        raise PosymError("give exactly one of RUN_DIR or --model MODEL_DIR")
+    out = Path(args.out) if args.out else Path(target) / "scores.csv"
+    if out.exists() and not args.force:
+        raise PosymError(f"{out} exists; pass --out FILE or --force to overwrite")
+    taus = args.tau or [1e-4]
+    steps = [int(x) for x in args.steps.split(",")] if args.steps else None
+    df = score_checkpoints(target, task=args.task, prompts=args.prompts, n_prompts=args.n, taus=taus,
+                           per_prompt=args.per_prompt, steps=steps, seed=args.seed)
+    if args.model and "step" in df:
+        df = df.drop(columns="step")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out, index=False)
+    last = df[df["step"] == df["step"].max()] if "step" in df else df
+    cols = [c for c in ("layer", "head", "tau", "s_pos", "s_sym", "entropy") if c in last]
+    print(last[cols].groupby(["layer", "head", "tau"]).mean().round(3).to_string())
+    print(f"wrote {len(df)} rows to {out}")
 
 
 def _cmd_dynamics(args: argparse.Namespace) -> None:
@@ -135,11 +161,28 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--checkpoint-every", type=int, default=None, help="keep a checkpoint every N steps (default 250)")
     t.add_argument("--checkpoint-extra-every", type=int, default=None, help="additional denser checkpoints")
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a GPTJConfig field (repeatable)")
+    t.add_argument("--track-heads", action=argparse.BooleanOptionalAction, default=None,
+                   help="score every head at each evaluation step into scores.csv (default: on)")
+    t.add_argument("--track-prompts", type=int, default=None, help="validation prompts scored when tracking (512)")
     t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     t.add_argument("--resume", action="store_true", help="continue an interrupted run")
     t.add_argument("--force", action="store_true", help="overwrite an existing run directory")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=_cmd_train)
+
+    sc = sub.add_parser("scores", help="positional/symbolic scores of every head (SPEC §3, fast exact path)")
+    sc.add_argument("run_dir", nargs="?", help="run directory: scores every checkpoint")
+    sc.add_argument("--model", default=None, help="an HF GPT-J checkpoint directory instead of a run")
+    sc.add_argument("--task", default=None, help="number or letter (token ids of SPEC §1; needed for foreign checkpoints)")
+    sc.add_argument("--prompts", default=None, help="JSONL prompt file (posym data export); default: validation prompts")
+    sc.add_argument("--n", type=int, default=512, help="validation prompts when --prompts is not given")
+    sc.add_argument("--seed", type=int, default=0, help="data seed of the validation prompts")
+    sc.add_argument("--tau", type=float, action="append", help="softmax temperature of the swap weights (repeatable)")
+    sc.add_argument("--steps", default=None, help="only these checkpoint steps, e.g. 0,1000,6750")
+    sc.add_argument("--per-prompt", action="store_true", help="one row per prompt instead of means")
+    sc.add_argument("--out", default=None, help="CSV file (default: DIR/scores.csv)")
+    sc.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    sc.set_defaults(func=_cmd_scores)
 
     d = sub.add_parser("dynamics", help="pure heads and Paper A Fig. 2 from a run's scores.csv (SPEC §3)")
     d.add_argument("run_dir")

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from posym.errors import PosymError
@@ -63,6 +64,22 @@ def test_sigkill_then_resume_gives_identical_metrics(tmp_path):
                 continue
             x, y = float(ra[key]), float(rb[key])
             assert (x != x and y != y) or abs(x - y) <= 1e-6, (ra["step"], key, x, y)
+    # head tracking (on by default) resumes exactly too
+    sa = pd.read_csv(tmp_path / "full/scores.csv")
+    sb = pd.read_csv(tmp_path / "killed/scores.csv")
+    assert len(sa) == (TINY["steps"] // TINY["eval_every"] + 1) * 2  # 2 layers x 1 head x 1 tau per eval
+    pd.testing.assert_frame_equal(sa, sb, atol=1e-6, rtol=0)
+
+
+def test_head_tracking_does_not_change_training(tmp_path):
+    small = {**TINY, "steps": 20, "eval_every": 10}
+    with_t = train(make_config("number", "quick", **small), tmp_path / "a", progress=False)
+    without = train(make_config("number", "quick", track_heads=False, **small), tmp_path / "b", progress=False)
+    assert with_t.test == without.test
+    assert (tmp_path / "a/scores.csv").is_file() and not (tmp_path / "b/scores.csv").exists()
+    ma = pd.read_csv(tmp_path / "a/metrics.csv").drop(columns="time_s")
+    mb = pd.read_csv(tmp_path / "b/metrics.csv").drop(columns="time_s")
+    pd.testing.assert_frame_equal(ma, mb)
 
 
 def test_resume_errors(tmp_path):

@@ -34,18 +34,23 @@ class TrainConfig:
     checkpoint_every: int = 250
     checkpoint_extra_every: int | None = None  # denser checkpoints (e.g. 50) for offline analysis
     model_overrides: dict[str, Any] = field(default_factory=dict)
+    track_heads: bool = True  # scores of every head at every evaluation step (SPEC §3) -> scores.csv
+    track_prompts: int = 512  # the first P validation prompts
+    track_taus: tuple[float, ...] = (1e-4,)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["betas"] = list(self.betas)
+        d["track_taus"] = list(self.track_taus)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
-        if "betas" in kw:
-            kw["betas"] = tuple(kw["betas"])
+        for key in ("betas", "track_taus"):
+            if key in kw:
+                kw[key] = tuple(kw[key])
         return cls(**kw)
 
 

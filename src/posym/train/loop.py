@@ -216,6 +216,15 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
     if n_train < config.batch_size:
         raise PosymError(f"batch size {config.batch_size} exceeds the training set ({n_train})")
 
+    callbacks = list(callbacks)
+    if config.track_heads:
+        from posym.heads.tracking import HeadTracker, truncate_scores
+
+        if resume:
+            truncate_scores(out, start_step)
+        n_track = min(config.track_prompts, len(val_set))
+        callbacks.insert(0, HeadTracker(val_set.input_ids[:n_track], config.track_taus))
+
     evals = set(eval_steps(config.steps, config.eval_every))
     saves = set(checkpoint_steps(config.steps, config.checkpoint_every, extra_every=config.checkpoint_extra_every))
     t0 = time.perf_counter()

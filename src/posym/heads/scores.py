@@ -1,0 +1,728 @@
+"""Positional and symbolic head scores (SPEC §3: Paper B's metric as Paper A's code computes it).
+
+For a prompt of length ``n`` with the query at ``t = n-1`` (or an earlier ``query_pos``), per layer
+``ℓ`` and head ``h``:
+
+1. ``D`` = the query's post-softmax attention (softmax over all causal keys ``0..t``, the query's own
+   key included), read on keys ``0..t-1``.
+2. For every swap ``(i, j)``, ``0 <= i < j <= t-1``: swap the *hidden states* at ``i`` and ``j`` at the
+   input of layer ``ℓ`` (residual stream before ``ln_1`` / ``input_layernorm``), keep position ids,
+   re-run layer ``ℓ`` and read the query's new attention ``D'``.
+3. ``v = (D_i, D_j)``, ``v' = (D'_i, D'_j)``; ``pos = cos(v', v)``, ``sym = cos(v', (D_j, D_i))``.
+4. ``α = softmax_over_swaps(|D_i - D_j| / τ)`` (τ = 1e-4 by default; several τ at once allowed).
+5. ``s_POS = Σ α·pos``, ``s_SYM = Σ α·sym``.
+
+Two paths compute the same numbers:
+
+* **reference** (:func:`scores_reference`, :func:`scores_blocks_reference`): the literal re-run. A
+  forward pre-hook captures each block's input hidden states; every swapped version is then run
+  through the model with a pre-hook on block ``ℓ`` substituting the swapped hidden states, a hook on
+  the attention module reading its (eager) attention weights, and a hook raising a private exception
+  right after block ``ℓ`` so only layers ``<= ℓ`` run. Needs ``attn_implementation="eager"``.
+* **fast exact** (:func:`scores_fast`, :func:`scores_blocks_fast`): layer norm acts per token and the
+  query is never swapped, so a swap only exchanges the pre-rotary keys of ``i`` and ``j`` while
+  positions stay fixed. From one forward pass (pre-rotary q, k via :mod:`posym.model.adapters`),
+  ``M[a, b] = scaling · q_rot(t) · rotate(k_b, a)`` is the logit of content ``b`` placed at position
+  ``a``; the unswapped logits are ``diag(M)`` (the query's own logit ``M[t, t]`` included); swap
+  ``(i, j)`` replaces entries ``i, j`` by ``M[i, j]`` and ``M[j, i]``. All swaps are evaluated at once
+  in float64 in the log domain (the softmax denominator of every swap is assembled from prefix /
+  middle / suffix log-cum-sum-exps, so nothing cancels).
+
+Choices where SPEC is silent (documented, tested):
+
+* **Zero vectors in cos** (:func:`pair_cos`): cos is scale-invariant, so only *exact* zeros matter
+  (attention that underflowed). If both vectors are zero the swap moved no attention: cos = 1 (the
+  reading of a uniform/unaffected head); if exactly one is zero, cos = 0. Both paths use the same
+  function on their (D, D') values; the fast path (float64) first flushes probabilities the model's
+  attention dtype cannot represent (float32: < 7e-46) to 0, so both paths see the same zeros. A head
+  attending only to the query itself thus scores (1, 1): no swap moves any of its attention.
+* **Entropy**: Shannon entropy of the query's full causal distribution over keys ``0..t`` (it sums to
+  1), divided by ``log(t+1)`` — in [0, 1]; 1 = uniform. Min-max normalisation over training (SPEC §3)
+  is left to the dynamics code.
+* **Multi-query** (``query_pos``): one int for all prompts or one per prompt; ``t`` must be ``>= 2``
+  (at least one swap). Keys after ``t`` are causally invisible, so the fast path truncates the prompt.
+* **Blocks** (Paper B's LLM version): ``blocks=m`` splits keys ``0..t-1`` into ``m`` contiguous blocks
+  of lengths as equal as possible (the first ``t mod m`` blocks one token longer, like
+  ``numpy.array_split``); explicit blocks are edges ``[e0, e1, ..., ek]`` or ``(start, stop)`` pairs
+  (keys outside every block are never swapped but stay in the softmax). ``d_b`` = the query's mass on
+  block ``b``. Only blocks of *equal length* are swapped (token ``s``-th of one with the ``s``-th of
+  the other, wholesale); pairs of unequal length are skipped and ``α`` runs over the eligible pairs.
+  At least one eligible pair is required.
+
+Shapes: ``B`` prompts, ``L`` requested layers, ``H`` query heads, ``n_tau`` temperatures.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from posym.errors import PosymError
+from posym.model.adapters import RopeAdapter, _Stop, eval_mode, get_adapter
+
+DEFAULT_TAU = 1e-4
+DEFAULT_BLOCKS = 16
+
+BlockSpec = int | Sequence[int] | Sequence[tuple[int, int]]
+
+
+# ================================================================================================
+# result
+# ================================================================================================
+@dataclass
+class HeadScores:
+    """Scores of every (prompt, layer, head, τ) (SPEC §3).
+
+    ``s_pos``, ``s_sym``: float64 [B, L, H, n_tau]; ``entropy``: float64 [B, L, H] (normalised, see
+    module doc); ``taus`` (n_tau,); ``layers`` (the L model layers, in order); ``query_pos`` int [B];
+    ``kind`` ``"token"`` | ``"block"``; ``method`` ``"fast"`` | ``"reference"``; ``blocks``: for block
+    scores, the ``(start, stop)`` blocks used for each query position.
+    """
+
+    s_pos: np.ndarray
+    s_sym: np.ndarray
+    entropy: np.ndarray
+    taus: tuple[float, ...]
+    layers: tuple[int, ...]
+    query_pos: np.ndarray
+    kind: str = "token"
+    method: str = "fast"
+    blocks: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+
+    @property
+    def n_prompts(self) -> int:
+        return int(self.s_pos.shape[0])
+
+    def to_frame(self, mean_over_prompts: bool = True) -> pd.DataFrame:
+        """Tidy table, one row per (layer, head, tau) averaged over prompts (SPEC §3 step 5).
+
+        Columns ``layer, head, tau, s_pos, s_sym, entropy, n_prompts``; with
+        ``mean_over_prompts=False`` one row per (prompt, layer, head, tau) with columns
+        ``prompt, query_pos, layer, head, tau, s_pos, s_sym, entropy``.
+        """
+        B, L, H, K = self.s_pos.shape
+        layer = np.asarray(self.layers)[None, :, None, None]
+        head = np.arange(H)[None, None, :, None]
+        tau = np.asarray(self.taus, dtype=float)[None, None, None, :]
+        ent = self.entropy[..., None]
+        if mean_over_prompts:
+            shape = (L, H, K)
+            return pd.DataFrame({
+                "layer": np.broadcast_to(layer[0], shape).ravel(),
+                "head": np.broadcast_to(head[0], shape).ravel(),
+                "tau": np.broadcast_to(tau[0], shape).ravel(),
+                "s_pos": self.s_pos.mean(0).ravel(),
+                "s_sym": self.s_sym.mean(0).ravel(),
+                "entropy": np.broadcast_to(ent.mean(0), shape).ravel(),
+                "n_prompts": np.full(L * H * K, B, dtype=np.int64),
+            })
+        shape = (B, L, H, K)
+        return pd.DataFrame({
+            "prompt": np.broadcast_to(np.arange(B)[:, None, None, None], shape).ravel(),
+            "query_pos": np.broadcast_to(np.asarray(self.query_pos)[:, None, None, None], shape).ravel(),
+            "layer": np.broadcast_to(layer, shape).ravel(),
+            "head": np.broadcast_to(head, shape).ravel(),
+            "tau": np.broadcast_to(tau, shape).ravel(),
+            "s_pos": self.s_pos.ravel(),
+            "s_sym": self.s_sym.ravel(),
+            "entropy": np.broadcast_to(ent, shape).ravel(),
+        })
+
+
+@dataclass
+class SwapAttention:
+    """The raw ingredients of the scores for one query position ``t`` (SPEC §3 steps 1–2).
+
+    ``d`` [B, L, H, m]: the query's attention on each unit (key ``0..t-1``, or block) before swapping;
+    ``pairs`` int [S, 2]: the swapped unit pairs ``(i, j)``, ``i < j``; ``dp_i``, ``dp_j`` [B, L, H, S]:
+    the attention on units ``i`` and ``j`` after swapping them; ``entropy`` [B, L, H].
+    """
+
+    d: np.ndarray
+    pairs: np.ndarray
+    dp_i: np.ndarray
+    dp_j: np.ndarray
+    entropy: np.ndarray
+    layers: tuple[int, ...]
+    query_pos: int
+    blocks: tuple[tuple[int, int], ...] | None = None
+
+    def scores(self, taus: float | Sequence[float] = (DEFAULT_TAU,)) -> tuple[np.ndarray, np.ndarray]:
+        """(s_pos, s_sym), each [B, L, H, n_tau], by :func:`combine_scores`."""
+        i, j = self.pairs[:, 0], self.pairs[:, 1]
+        return combine_scores(self.d[..., i], self.d[..., j], self.dp_i, self.dp_j, taus)
+
+
+# ================================================================================================
+# the formula (SPEC §3 steps 3–5), shared by both paths
+# ================================================================================================
+def pair_cos(x1: Tensor, x2: Tensor, y1: Tensor, y2: Tensor) -> Tensor:
+    """Elementwise cosine of the 2-D vectors ``(x1, x2)`` and ``(y1, y2)`` (any equal shapes).
+
+    Zero-vector rule (our choice, SPEC silent): both zero -> 1, exactly one zero -> 0. Computed in
+    float64 after scaling each vector by its max-abs (no underflow for tiny attention values).
+    """
+    x1, x2, y1, y2 = (torch.as_tensor(a, dtype=torch.float64) for a in (x1, x2, y1, y2))
+    sx = torch.maximum(x1.abs(), x2.abs())
+    sy = torch.maximum(y1.abs(), y2.abs())
+    zx, zy = sx == 0, sy == 0
+    sx = torch.where(zx, torch.ones_like(sx), sx)
+    sy = torch.where(zy, torch.ones_like(sy), sy)
+    a1, a2, b1, b2 = x1 / sx, x2 / sx, y1 / sy, y2 / sy
+    nx = torch.hypot(a1, a2)
+    ny = torch.hypot(b1, b2)
+    c = (a1 * b1 + a2 * b2) / torch.where(zx | zy, torch.ones_like(nx), nx * ny)
+    c = c.clamp(-1.0, 1.0)
+    c = torch.where(zx & zy, torch.ones_like(c), c)
+    return torch.where(zx ^ zy, torch.zeros_like(c), c)
+
+
+def _taus(taus: float | Sequence[float]) -> tuple[float, ...]:
+    if isinstance(taus, (int, float)):
+        taus = (taus,)
+    try:
+        out = tuple(float(t) for t in taus)
+    except (TypeError, ValueError):
+        raise PosymError(f"taus must be a positive number or a list of them, got {taus!r}") from None
+    if not out:
+        raise PosymError("taus must not be empty")
+    for t in out:
+        if not (t > 0 and math.isfinite(t)):
+            raise PosymError(f"every tau must be positive and finite, got {t}")
+    return out
+
+
+def combine_scores(d_i, d_j, dp_i, dp_j, taus: float | Sequence[float] = (DEFAULT_TAU,)) -> tuple[np.ndarray, np.ndarray]:
+    """SPEC §3 steps 3–5 over the last axis (the swaps): arrays [..., S] -> (s_pos, s_sym) [..., n_tau].
+
+    ``pos = cos((D'_i, D'_j), (D_i, D_j))``, ``sym = cos((D'_i, D'_j), (D_j, D_i))`` (:func:`pair_cos`),
+    ``α = softmax_S(|D_i - D_j| / τ)``, ``s = Σ_S α·pos`` (resp. ``sym``), all in float64.
+    """
+    taus = _taus(taus)
+    d_i, d_j, dp_i, dp_j = (torch.as_tensor(np.asarray(a), dtype=torch.float64) for a in (d_i, d_j, dp_i, dp_j))
+    pos = pair_cos(dp_i, dp_j, d_i, d_j)
+    sym = pair_cos(dp_i, dp_j, d_j, d_i)
+    gap = (d_i - d_j).abs()
+    tau = torch.tensor(taus, dtype=torch.float64)
+    alpha = torch.softmax(gap[..., None, :] / tau[:, None], dim=-1)  # [..., n_tau, S]
+    s_pos = (alpha * pos[..., None, :]).sum(-1)
+    s_sym = (alpha * sym[..., None, :]).sum(-1)
+    return s_pos.numpy(), s_sym.numpy()
+
+
+def normalised_entropy(p: Tensor) -> Tensor:
+    """Entropy of distributions p [..., K] over the last axis divided by ``log K`` (0 log 0 = 0).
+
+    Returns [...] in [0, 1]; K = 1 gives 0.
+    """
+    p = torch.as_tensor(p, dtype=torch.float64)
+    k = p.shape[-1]
+    h = -torch.special.xlogy(p, p).sum(-1)
+    return h / math.log(k) if k > 1 else torch.zeros_like(h)
+
+
+# ================================================================================================
+# argument handling
+# ================================================================================================
+def _as_ids(input_ids: Any, ad: RopeAdapter) -> Tensor:
+    if hasattr(input_ids, "input_ids") and not isinstance(input_ids, (Tensor, np.ndarray)):
+        input_ids = input_ids.input_ids  # a posym.tasks.TaskBatch
+    ids = ad._check_ids(np.asarray(input_ids) if not isinstance(input_ids, Tensor) else input_ids)
+    if ids.shape[1] < 3:
+        raise PosymError(f"prompts must have at least 3 tokens (two keys to swap and a query), got {ids.shape[1]}")
+    return ids
+
+
+def _query_positions(query_pos: Any, B: int, T: int) -> np.ndarray:
+    if query_pos is None:
+        return np.full(B, T - 1, dtype=np.int64)
+    qp = np.asarray(query_pos)
+    if qp.dtype.kind not in "iu":
+        raise PosymError(f"query_pos must be an integer or one integer per prompt, got {query_pos!r}")
+    qp = np.broadcast_to(qp, (B,)).astype(np.int64) if qp.ndim == 0 else qp.astype(np.int64)
+    if qp.shape != (B,):
+        raise PosymError(f"query_pos must be one integer or {B} integers (one per prompt), got shape {qp.shape}")
+    qp = np.where(qp < 0, qp + T, qp)
+    if qp.min() < 2 or qp.max() > T - 1:
+        raise PosymError(f"query_pos must lie in [2, {T - 1}] (at least two earlier keys to swap)")
+    return qp
+
+
+def _resolve_blocks(blocks: BlockSpec, t: int) -> tuple[tuple[int, int], ...]:
+    """Blocks over keys ``0..t-1`` as sorted, disjoint ``(start, stop)`` pairs (module doc, Blocks)."""
+    if isinstance(blocks, (int, np.integer)):
+        m = int(blocks)
+        if not 2 <= m <= t:
+            raise PosymError(f"blocks={m}: need 2 <= blocks <= {t} (the number of keys before the query)")
+        base, extra = divmod(t, m)
+        sizes = [base + 1] * extra + [base] * (m - extra)
+        edges = np.concatenate(([0], np.cumsum(sizes)))
+        return tuple((int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]))
+    try:
+        items = list(blocks)
+    except TypeError:
+        raise PosymError(f"blocks must be an int, a list of edges or (start, stop) pairs, got {blocks!r}") from None
+    if items and all(isinstance(x, (int, np.integer)) for x in items):
+        edges = [int(x) for x in items]
+        if len(edges) < 3 or any(b <= a for a, b in zip(edges[:-1], edges[1:])):
+            raise PosymError("block edges must be strictly increasing with at least 3 entries (2 blocks)")
+        out = list(zip(edges[:-1], edges[1:]))
+    else:
+        try:
+            out = sorted((int(a), int(b)) for a, b in items)
+        except (TypeError, ValueError):
+            raise PosymError(f"blocks must be an int, a list of edges or (start, stop) pairs, got {blocks!r}") from None
+    if len(out) < 2:
+        raise PosymError("need at least two blocks")
+    prev = 0
+    for a, b in out:
+        if a < prev or b <= a:
+            raise PosymError(f"blocks must be non-empty and disjoint, got {out}")
+        prev = b
+    if out[0][0] < 0 or out[-1][1] > t:
+        raise PosymError(f"blocks must lie within keys [0, {t}) before the query at position {t}")
+    return tuple(out)
+
+
+def _block_pairs(blocks: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """Index pairs (a, b), a < b, of blocks with equal length; PosymError if none."""
+    lens = [b - a for a, b in blocks]
+    pairs = [(a, b) for a in range(len(blocks)) for b in range(a + 1, len(blocks)) if lens[a] == lens[b]]
+    if not pairs:
+        raise PosymError(f"no two blocks of equal length to swap in {list(blocks)}")
+    return np.asarray(pairs, dtype=np.int64)
+
+
+# ================================================================================================
+# fast exact path
+# ================================================================================================
+def _lse(*xs: Tensor) -> Tensor:
+    return torch.logsumexp(torch.stack(torch.broadcast_tensors(*xs), dim=-1), dim=-1)
+
+
+def _flusher(dtype: torch.dtype):
+    """Flush probabilities that the model's attention dtype cannot represent (below half its smallest
+    subnormal; float32: 7e-46) to exactly 0, so the fast path sees the same zeros as the reference."""
+    fi = torch.finfo(dtype if dtype.is_floating_point else torch.float32)
+    thr = fi.tiny * fi.eps / 2
+
+    def flush(x: Tensor) -> Tensor:
+        return x.masked_fill(x < thr, 0.0)
+
+    return flush
+
+
+def _capture_truncated(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> tuple[dict, dict]:
+    """Pre-rotary query at ``t`` [B, H, hd] and keys ``0..t`` [B, Hkv, t+1, hd] of each layer."""
+    stores = {l: {} for l in layers}
+    ad._run_capture(ids[:, : t + 1], stores)
+    return {l: stores[l]["q"][:, :, t] for l in layers}, {l: stores[l]["k"] for l in layers}
+
+
+def position_content_logits(ad: RopeAdapter, q: Tensor, k: Tensor, t: int, layer: int) -> Tensor:
+    """``M[a, b]`` = logit of key content ``b`` placed at position ``a`` for the query at ``t`` (SPEC §3).
+
+    q [B, H, hd] pre-rotary query of position ``t``; k [B, Hkv, t+1, hd] pre-rotary keys ``0..t``.
+    Returns float64 [B, H, t+1, t+1] (positions a, contents b); ``diag(M)`` are the model's own logits
+    (soft-capped where the model caps; positions outside a sliding window are ``-inf``).
+    """
+    n = k.shape[-2]
+    pos = torch.arange(n, device=k.device)
+    qr = ad.rotate(q.double()[:, :, None, :], [t])  # [B, H, 1, hd]
+    qa = ad.rotate_t(qr.expand(-1, -1, n, -1), pos)  # row a: R(a)^T q_rot(t)
+    kx = k.double()[:, ad.kv_index.to(k.device)]  # [B, H, n, hd]
+    m = torch.matmul(qa, kx.transpose(-1, -2)) * ad.scaling
+    if ad.softcap is not None:
+        m = torch.tanh(m / ad.softcap) * ad.softcap
+    win = ad.sliding_window(layer)
+    if win is not None:
+        m = m.masked_fill((t - pos >= win)[:, None], float("-inf"))
+    return m
+
+
+def _token_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> dict[int, tuple]:
+    """Per layer: (D [B,H,t], D'_i, D'_j [B,H,S], entropy [B,H]) for all token swaps, all float64."""
+    qs, ks = _capture_truncated(ad, ids, t, layers)
+    I, J = torch.triu_indices(t, t, 1, device=ids.device)
+    out = {}
+    for l in layers:
+        m = position_content_logits(ad, qs[l], ks[l], t, l)  # [B, H, t+1, t+1]
+        lg = torch.diagonal(m, dim1=-2, dim2=-1)  # [B, H, t+1] unswapped logits (self at t)
+        logp = torch.log_softmax(lg, dim=-1)
+        p = logp.exp()
+        ninf = torch.full_like(lg[..., :1], float("-inf"))
+        # log-sum-exp of logits strictly before i / strictly after j (self included) / strictly between
+        pre = torch.cat((ninf, torch.logcumsumexp(lg, dim=-1)[..., :-1]), dim=-1)  # pre[i] = lse(l[:i])
+        suf = torch.cat((torch.logcumsumexp(lg.flip(-1), dim=-1).flip(-1)[..., 1:], ninf), dim=-1)  # lse(l[j+1:])
+        idx = torch.arange(t + 1, device=lg.device)
+        after = idx[None, :] > idx[:, None]  # [i, k]: k > i
+        mid = torch.logcumsumexp(lg[..., None, :].masked_fill(~after, float("-inf")), dim=-1)  # mid[i,k]=lse(l[i+1..k])
+        mid_ij = mid[..., I, J - 1]  # lse(l[i+1..j-1]) ( -inf when j = i+1 )
+        rest = _lse(pre[..., I], mid_ij, suf[..., J])
+        a = m[..., I, J]  # content j at position i
+        b = m[..., J, I]  # content i at position j
+        den = _lse(rest, a, b)
+        fl = _flusher(qs[l].dtype)
+        out[l] = (fl(p[..., :t]), fl((a - den).exp()), fl((b - den).exp()), normalised_entropy(p))
+    return out
+
+
+def _block_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
+                      blocks: tuple[tuple[int, int], ...], pairs: np.ndarray) -> dict[int, tuple]:
+    """Per layer: (d [B,H,m], d'_a, d'_b [B,H,P], entropy [B,H]) for all equal-length block swaps."""
+    qs, ks = _capture_truncated(ad, ids, t, layers)
+    dev = ids.device
+    nb = len(blocks)
+    member = torch.full((t + 1,), nb, dtype=torch.long, device=dev)  # block of each key; nb = no block / self
+    for c, (a, b) in enumerate(blocks):
+        member[a:b] = c
+    onehot = torch.nn.functional.one_hot(member, nb + 1).bool()  # [t+1, nb+1]
+    lengths = np.array([b - a for a, b in blocks])
+    pa, pb = pairs[:, 0], pairs[:, 1]
+    groups = {}
+    for L in np.unique(lengths[pa]):
+        sel = np.nonzero(lengths[pa] == L)[0]
+        rows_a = torch.as_tensor(np.array([blocks[x][0] for x in pa[sel]])[:, None] + np.arange(L), device=dev)
+        rows_b = torch.as_tensor(np.array([blocks[x][0] for x in pb[sel]])[:, None] + np.arange(L), device=dev)
+        groups[int(L)] = (torch.as_tensor(sel, device=dev), rows_a, rows_b)
+    excl = torch.zeros((len(pairs), nb + 1), dtype=torch.bool, device=dev)
+    ar_p = torch.arange(len(pairs), device=dev)
+    excl[ar_p, torch.as_tensor(pa, device=dev)] = True
+    excl[ar_p, torch.as_tensor(pb, device=dev)] = True
+    out = {}
+    for l in layers:
+        m = position_content_logits(ad, qs[l], ks[l], t, l)
+        lg = torch.diagonal(m, dim1=-2, dim2=-1)  # [B, H, t+1]
+        logp = torch.log_softmax(lg, dim=-1)
+        # lse of logits per block (and of the unblocked keys incl. self, column nb)
+        lb = torch.logsumexp(lg[..., :, None].masked_fill(~onehot, float("-inf")), dim=-2)  # [B, H, nb+1]
+        total = torch.logsumexp(lg, dim=-1, keepdim=True)
+        d = (lb[..., :nb] - total).exp()
+        rest = torch.logsumexp(lb[..., None, :].masked_fill(excl, float("-inf")), dim=-1)  # [B, H, P]
+        new_a = torch.empty_like(rest)
+        new_b = torch.empty_like(rest)
+        for sel, rows_a, rows_b in groups.values():
+            new_a[..., sel] = torch.logsumexp(m[..., rows_a, rows_b], dim=-1)  # block b's contents at a's positions
+            new_b[..., sel] = torch.logsumexp(m[..., rows_b, rows_a], dim=-1)
+        den = _lse(rest, new_a, new_b)
+        fl = _flusher(qs[l].dtype)
+        out[l] = (fl(d), fl((new_a - den).exp()), fl((new_b - den).exp()), normalised_entropy(logp.exp()))
+    return out
+
+
+# ================================================================================================
+# reference path (literal re-run)
+# ================================================================================================
+def _hidden_arg(args: tuple, kwargs: dict) -> Tensor:
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _attn_weights(output: Any, T: int) -> Tensor | None:
+    """The [B, H, T, T] attention weights in an attention module's output tuple (eager), else None."""
+    items = output if isinstance(output, (tuple, list)) else (output,)
+    for x in items:
+        if isinstance(x, Tensor) and x.ndim == 4 and x.shape[-1] == T and x.shape[-2] == T:
+            return x
+    return None
+
+
+def _check_eager(ad: RopeAdapter) -> None:
+    impl = getattr(ad.model.config, "_attn_implementation", None)
+    if impl not in (None, "eager"):
+        raise PosymError(f"the reference path reads attention weights and needs eager attention; "
+                         f"load/build the model with attn_implementation='eager' (got {impl!r})")
+
+
+def _forward(ad: RopeAdapter, ids: Tensor) -> None:
+    try:
+        ad.model(input_ids=ids, use_cache=False, output_attentions=True)
+    except _Stop:
+        pass
+
+
+def _reference_base(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> tuple[dict, dict]:
+    """One unswapped forward: input hidden states [B, T, D] and the query's attention [B, H, t+1] per layer."""
+    T = ids.shape[1]
+    hidden, att = {}, {}
+    handles = []
+
+    def pre(l):
+        def hook(module, args, kwargs):
+            hidden[l] = _hidden_arg(args, kwargs).detach().clone()
+        return hook
+
+    def post(l):
+        def hook(module, args, output):
+            w = _attn_weights(output, T)
+            if w is None:
+                raise PosymError("the attention module returned no weights; use attn_implementation='eager'")
+            att[l] = w[:, :, t, : t + 1].double()
+        return hook
+
+    def stop(module, args, output):
+        raise _Stop
+
+    try:
+        for l in layers:
+            handles.append(ad.blocks[l].register_forward_pre_hook(pre(l), with_kwargs=True))
+            handles.append(ad.attention_module(l).register_forward_hook(post(l)))
+        handles.append(ad.blocks[max(layers)].register_forward_hook(stop))
+        _forward(ad, ids)
+    finally:
+        for h in handles:
+            h.remove()
+    return hidden, att
+
+
+def _rerun_layer(ad: RopeAdapter, ids: Tensor, hidden: Tensor, perms: Tensor, layer: int, t: int,
+                 chunk_size: int) -> Tensor:
+    """Re-run ``layer`` on every swapped copy of every prompt; the query's attention rows.
+
+    ids [B, T] prompts; hidden [B, T, D] their layer-``layer`` input hidden states; perms [S, T] one
+    position permutation per swap (``x'[p] = x[perms[s, p]]``). Copies are built lazily,
+    ``chunk_size`` at a time: prompt ids feed the layers below ``layer`` (whose output the pre-hook
+    replaces by the swapped hidden states); a hook on block ``layer`` stops the forward.
+    Returns float64 [B, H, S, t+1].
+    """
+    B, T = ids.shape
+    S = perms.shape[0]
+    rows = []
+    cur: dict[str, Tensor] = {}
+
+    def pre(module, args, kwargs):
+        if args:
+            return (cur["x"],) + tuple(args[1:]), kwargs
+        kwargs = dict(kwargs)
+        kwargs["hidden_states"] = cur["x"]
+        return args, kwargs
+
+    def post(module, args, output):
+        w = _attn_weights(output, T)
+        if w is None:
+            raise PosymError("the attention module returned no weights; use attn_implementation='eager'")
+        rows.append(w[:, :, t, : t + 1].double())
+
+    def stop(module, args, output):
+        raise _Stop
+
+    handles = [ad.blocks[layer].register_forward_pre_hook(pre, with_kwargs=True),
+               ad.attention_module(layer).register_forward_hook(post),
+               ad.blocks[layer].register_forward_hook(stop)]
+    try:
+        for n0 in range(0, B * S, chunk_size):
+            flat = torch.arange(n0, min(n0 + chunk_size, B * S), device=ids.device)
+            b_idx, s_idx = flat // S, flat % S
+            cur["x"] = hidden[b_idx[:, None], perms[s_idx]]  # [c, T, D] swapped copies
+            _forward(ad, ids[b_idx])
+    finally:
+        for h in handles:
+            h.remove()
+    return torch.cat(rows).reshape(B, S, ad.n_heads, t + 1).permute(0, 2, 1, 3)
+
+
+def _swap_perms(T: int, swaps: list[tuple[Sequence[int], Sequence[int]]], device) -> Tensor:
+    """[S, T] position permutations exchanging positions ``a[k] <-> b[k]`` for each swap ``(a, b)``."""
+    perms = torch.arange(T, device=device).repeat(len(swaps), 1)
+    for s, (a, b) in enumerate(swaps):
+        a = torch.as_tensor(a, device=device)
+        b = torch.as_tensor(b, device=device)
+        perms[s, a], perms[s, b] = b, a
+    return perms
+
+
+def _token_swaps_reference(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], chunk_size: int) -> dict[int, tuple]:
+    """Literal re-run of every token swap; same outputs as :func:`_token_swaps_fast`."""
+    T = ids.shape[1]
+    I, J = (x.tolist() for x in torch.triu_indices(t, t, 1))
+    ar = np.arange(len(I))
+    perms = _swap_perms(T, [([i], [j]) for i, j in zip(I, J)], ids.device)
+    hidden, att = _reference_base(ad, ids, t, layers)
+    out = {}
+    for l in layers:
+        rows = _rerun_layer(ad, ids, hidden[l], perms, l, t, chunk_size)  # [B, H, S, t+1]
+        p = att[l]
+        out[l] = (p[..., :t], rows[..., ar, I], rows[..., ar, J], normalised_entropy(p))
+    return out
+
+
+def _block_swaps_reference(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
+                           blocks: tuple[tuple[int, int], ...], pairs: np.ndarray, chunk_size: int) -> dict[int, tuple]:
+    """Literal re-run of every (equal-length) block swap; same outputs as :func:`_block_swaps_fast`."""
+    T = ids.shape[1]
+    rng = [range(a, b) for a, b in blocks]
+    perms = _swap_perms(T, [(list(rng[a]), list(rng[b])) for a, b in pairs], ids.device)
+    hidden, att = _reference_base(ad, ids, t, layers)
+    out = {}
+    for l in layers:
+        rows = _rerun_layer(ad, ids, hidden[l], perms, l, t, chunk_size)  # [B, H, P, t+1]
+        dp_a = torch.stack([rows[..., s, blocks[a][0]:blocks[a][1]].sum(-1) for s, (a, _) in enumerate(pairs)], -1)
+        dp_b = torch.stack([rows[..., s, blocks[b][0]:blocks[b][1]].sum(-1) for s, (_, b) in enumerate(pairs)], -1)
+        p = att[l]
+        d = torch.stack([p[..., a:b].sum(-1) for a, b in blocks], -1)
+        out[l] = (d, dp_a, dp_b, normalised_entropy(p))
+    return out
+
+
+# ================================================================================================
+# drivers
+# ================================================================================================
+def _swap_attention(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], method: str, blocks, batch_size: int,
+                    chunk_size: int) -> SwapAttention:
+    """Batched over prompts: the raw (D, D') arrays for one query position ``t``."""
+    if blocks is not None:
+        bl = _resolve_blocks(blocks, t)
+        pairs = _block_pairs(bl)
+    else:
+        bl = None
+        pairs = torch.triu_indices(t, t, 1).T.numpy()
+    parts = []
+    with eval_mode(ad.model), torch.no_grad():
+        for s in range(0, ids.shape[0], batch_size):
+            chunk = ids[s:s + batch_size]
+            if bl is None:
+                res = (_token_swaps_fast(ad, chunk, t, layers) if method == "fast"
+                       else _token_swaps_reference(ad, chunk, t, layers, chunk_size))
+            else:
+                res = (_block_swaps_fast(ad, chunk, t, layers, bl, pairs) if method == "fast"
+                       else _block_swaps_reference(ad, chunk, t, layers, bl, pairs, chunk_size))
+            parts.append([np.stack([res[l][c].cpu().numpy() for l in layers], axis=1) for c in range(4)])
+    d, dp_i, dp_j, ent = (np.concatenate([p[c] for p in parts]) for c in range(4))
+    return SwapAttention(d=d, pairs=pairs, dp_i=dp_i, dp_j=dp_j, entropy=ent, layers=tuple(layers), query_pos=t,
+                         blocks=bl)
+
+
+def _prepare(model, input_ids, layers, method):
+    ad = get_adapter(model)
+    ids = _as_ids(input_ids, ad)
+    layers = ad._check_layers(layers)
+    if method == "reference":
+        _check_eager(ad)
+    return ad, ids, layers
+
+
+def _check_sizes(batch_size: int, chunk_size: int) -> None:
+    if int(batch_size) < 1 or int(chunk_size) < 1:
+        raise PosymError("batch_size and chunk_size must be positive")
+
+
+def _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_size, chunk_size) -> HeadScores:
+    taus = _taus(taus)
+    _check_sizes(batch_size, chunk_size)
+    ad, ids, layers = _prepare(model, input_ids, layers, method)
+    B, T = ids.shape
+    qp = _query_positions(query_pos, B, T)
+    L, H, K = len(layers), ad.n_heads, len(taus)
+    s_pos = np.empty((B, L, H, K))
+    s_sym = np.empty((B, L, H, K))
+    ent = np.empty((B, L, H))
+    used_blocks = {}
+    for t in np.unique(qp):
+        idx = np.nonzero(qp == t)[0]
+        sw = _swap_attention(ad, ids[torch.as_tensor(idx, device=ids.device)], int(t), layers, method, blocks,
+                             int(batch_size), int(chunk_size))
+        sp, ss = sw.scores(taus)
+        s_pos[idx], s_sym[idx], ent[idx] = sp, ss, sw.entropy
+        if sw.blocks is not None:
+            used_blocks[int(t)] = sw.blocks
+    return HeadScores(s_pos=s_pos, s_sym=s_sym, entropy=ent, taus=taus, layers=tuple(layers), query_pos=qp,
+                      kind="token" if blocks is None else "block", method=method, blocks=used_blocks)
+
+
+def scores_fast(model, input_ids, taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
+                layers: Sequence[int] | None = None, batch_size: int = 64) -> HeadScores:
+    """Positional/symbolic scores of every head by the fast exact path (SPEC §3, "Fast exact path").
+
+    model: HF GPT-J / Llama-style / GPT-NeoX causal LM (or a :class:`RopeAdapter`); any attention
+    implementation. input_ids: [B, n] ints (tensor, array, or a ``TaskBatch``), unpadded.
+    taus: τ or list of τ. query_pos: None (query ``n-1``), an int (negative counts from the end) or
+    one int per prompt (multi-query variant: attention truncated to ``[0..t]``, swaps inside
+    ``[0, t)``). layers: subset of layers (default all). One forward pass per ``batch_size`` prompts.
+    Returns :class:`HeadScores` (s_pos, s_sym [B, L, H, n_tau], entropy [B, L, H]). Equals
+    :func:`scores_reference` to float tolerance. The model's training mode is restored afterwards.
+    Memory per layer is O(batch_size · H · t²) float64 (lower ``batch_size`` for long prompts).
+    """
+    return _scores(model, input_ids, taus, query_pos, layers, "fast", None, batch_size, 1)
+
+
+def scores_reference(model, input_ids, taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
+                     layers: Sequence[int] | None = None, batch_size: int = 64, chunk_size: int = 2048) -> HeadScores:
+    """Positional/symbolic scores by the literal re-run (SPEC §3 steps 1–5; the slow reference).
+
+    Same arguments and result as :func:`scores_fast`. For every layer ``ℓ`` all ``C(t, 2)`` swapped
+    copies of each prompt's layer-``ℓ`` input hidden states are re-run (``chunk_size`` sequences per
+    forward; layers ``> ℓ`` are skipped). Needs eager attention (PosymError otherwise).
+    """
+    return _scores(model, input_ids, taus, query_pos, layers, "reference", None, batch_size, chunk_size)
+
+
+def scores_blocks_fast(model, input_ids, blocks: BlockSpec = DEFAULT_BLOCKS, taus: float | Sequence[float] = (DEFAULT_TAU,),
+                       query_pos=None, *, layers: Sequence[int] | None = None, batch_size: int = 64) -> HeadScores:
+    """Block scores (Paper B's LLM version, SPEC §3 last paragraph) by the fast exact path.
+
+    ``blocks``: number of contiguous blocks over keys ``0..t-1`` (default 16; sizes as equal as
+    possible) or explicit edges ``[e0, ..., ek]`` / ``(start, stop)`` pairs. ``d_b`` = the query's
+    attention mass on block ``b``; swapping two equal-length blocks exchanges their hidden states
+    wholesale; unequal-length pairs are not swapped (module doc). Same formulas on ``(d_a, d_b)``.
+    Other arguments and the result as :func:`scores_fast` (``kind="block"``, ``blocks`` recorded).
+    """
+    return _scores(model, input_ids, taus, query_pos, layers, "fast", blocks, batch_size, 1)
+
+
+def scores_blocks_reference(model, input_ids, blocks: BlockSpec = DEFAULT_BLOCKS,
+                            taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
+                            layers: Sequence[int] | None = None, batch_size: int = 64,
+                            chunk_size: int = 2048) -> HeadScores:
+    """Block scores by the literal re-run (reference for :func:`scores_blocks_fast`); eager attention only."""
+    return _scores(model, input_ids, taus, query_pos, layers, "reference", blocks, batch_size, chunk_size)
+
+
+def swap_attention(model, input_ids, query_pos: int | None = None, *, blocks: BlockSpec | None = None,
+                   layers: Sequence[int] | None = None, method: str = "fast", batch_size: int = 64,
+                   chunk_size: int = 2048) -> SwapAttention:
+    """The raw attention before/after every swap for one common query position (SPEC §3 steps 1–2).
+
+    Returns :class:`SwapAttention` (``d`` [B, L, H, m], ``dp_i``/``dp_j`` [B, L, H, S], ``pairs``
+    [S, 2], ``entropy``); ``blocks=None`` gives token swaps. ``method``: ``"fast"`` | ``"reference"``.
+    """
+    if method not in ("fast", "reference"):
+        raise PosymError(f"method must be 'fast' or 'reference', got {method!r}")
+    _check_sizes(batch_size, chunk_size)
+    ad, ids, layers = _prepare(model, input_ids, layers, method)
+    qp = _query_positions(query_pos, ids.shape[0], ids.shape[1])
+    if len(np.unique(qp)) != 1:
+        raise PosymError("swap_attention needs one query position for all prompts (use scores_fast for several)")
+    return _swap_attention(ad, ids, int(qp[0]), layers, method, blocks, int(batch_size), int(chunk_size))
+
+
+def head_scores(model, input_ids, taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
+                blocks: BlockSpec | None = None, method: str = "fast", layers: Sequence[int] | None = None,
+                batch_size: int = 64, chunk_size: int = 2048) -> HeadScores:
+    """Dispatch to the four score functions: token (``blocks=None``) or block scores, ``method``
+    ``"fast"`` (default) or ``"reference"`` (SPEC §3)."""
+    if method not in ("fast", "reference"):
+        raise PosymError(f"method must be 'fast' or 'reference', got {method!r}")
+    return _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_size, chunk_size)
+
+
+__all__ = [
+    "DEFAULT_TAU",
+    "DEFAULT_BLOCKS",
+    "HeadScores",
+    "SwapAttention",
+    "combine_scores",
+    "pair_cos",
+    "normalised_entropy",
+    "position_content_logits",
+    "scores_fast",
+    "scores_reference",
+    "scores_blocks_fast",
+    "scores_blocks_reference",
+    "swap_attention",
+    "head_scores",
+]
