@@ -129,6 +129,25 @@ def _cmd_ablate(args: argparse.Namespace) -> None:
     print(table.to_string(index=False))
 
 
+def _cmd_lengthgen(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from posym.lengthgen.trained import largest_length_above, run_lengthgen, summarize_lengthgen
+    from posym.report.figures import plot_lengthgen, save_figure
+    from posym.report.paper import LENGTHGEN
+
+    table = run_lengthgen(args.run_dir, task=args.task, grid=args.grid, n=args.n, seeds=args.seeds,
+                          out=args.out, force=args.force, device=args.device)
+    task = table["task"].iloc[0]
+    summary = summarize_lengthgen(table)
+    out = Path(args.out) if args.out else Path(args.run_dir) / "lengthgen.csv"
+    save_figure(plot_lengthgen({task: summary}, paper=LENGTHGEN), out.with_name(out.stem + "_fig5b"))
+    cols = ["extra_tokens", "acc_mean", "acc_sd"] + [f"acc_hop{h}_mean" for h in range(1, 5)]
+    print(summary[cols].round(3).to_string(index=False))
+    print(f"largest added length with accuracy >= 0.9: {largest_length_above(summary)}; "
+          f"time {table['seconds'].sum():.0f} s, peak RSS {table['peak_rss_mb'].max():.0f} MB; wrote {out}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="posym", description="Positional versus symbolic attention heads (Urrutia et al. 2026).")
     sub = p.add_subparsers(dest="verb", required=True)
@@ -213,6 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--step", type=int, default=None)
     a.add_argument("--out", default=None, help="output directory (default: the run directory)")
     a.set_defaults(func=_cmd_ablate)
+
+    lg = sub.add_parser("lengthgen", help="accuracy vs added target-window tokens (SPEC §1.4, Fig. 5B)")
+    lg.add_argument("run_dir", help="run directory or HF GPT-J checkpoint directory")
+    lg.add_argument("--task", default=None, help="number or letter (needed for checkpoints posym did not write)")
+    lg.add_argument("--grid", default="paper", help="'paper' (0,10..100,200..1000,1500..5000) or e.g. 0,200,1000")
+    lg.add_argument("--n", type=int, default=200, help="samples per added length and seed")
+    lg.add_argument("--seeds", type=int, default=1, help="data seeds (spread reported as sd)")
+    lg.add_argument("--device", default="cpu")
+    lg.add_argument("--out", default=None, help="CSV file (default: DIR/lengthgen.csv)")
+    lg.add_argument("--force", action="store_true")
+    lg.set_defaults(func=_cmd_lengthgen)
     return p
 
 

@@ -101,4 +101,28 @@ def _fig_ax(ax: plt.Axes | None) -> tuple[plt.Figure, plt.Axes]:
     return ax.figure, ax
 
 
-__all__ = ["save_figure", "plot_accuracy", "plot_score_curves", "plot_pure_counts", "plot_fig2"]
+__all__ = ["save_figure", "plot_accuracy", "plot_score_curves", "plot_pure_counts", "plot_fig2", "plot_lengthgen"]
+
+
+def plot_lengthgen(summaries: dict[str, pd.DataFrame], ax: plt.Axes | None = None,
+                   paper: dict[str, dict[int, float]] | None = None) -> plt.Figure:
+    """Fig. 5B: accuracy vs added target-window tokens per task (mean ± sd band over seeds); Paper A's
+    digitised points as markers when ``paper`` is given."""
+    fig, ax = _fig_ax(ax)
+    colors = {"number": "#d95f02", "letter": "#1b9e77"}
+    for task, s in summaries.items():
+        s = s.sort_values("extra_tokens")
+        c = colors.get(task, None)
+        ax.plot(s["extra_tokens"], s["acc_mean"], color=c, label=f"{task} (posym)")
+        if "acc_sd" in s and (s["acc_sd"] > 0).any():
+            ax.fill_between(s["extra_tokens"], s["acc_mean"] - s["acc_sd"], s["acc_mean"] + s["acc_sd"],
+                            color=c, alpha=0.2, lw=0)
+        if paper and task in paper:
+            xs, ys = zip(*sorted(paper[task].items()))
+            ax.plot(xs, ys, ls="none", marker="o", mfc="none", color=c, label=f"{task} (Paper A)")
+    ax.set_xscale("symlog", linthresh=100)
+    ax.axhline(0.9, color="grey", lw=0.5, ls=":")
+    ax.set(xlabel="added target-window tokens", ylabel="accuracy", ylim=(-0.02, 1.02),
+           title="length generalization")
+    ax.legend(fontsize=7, loc="lower left")
+    return fig

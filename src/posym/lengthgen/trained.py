@@ -1,0 +1,150 @@
+"""Length generalization of trained models (SPEC §1.4, §5 Fig. 5B).
+
+Inputs are lengthened by extra target-window tokens inserted before the effective target window
+(offsets and chain unchanged); accuracy is exact match of the answer-position argmax, globally and
+per hop, for each added length and data seed. Positions beyond the training ``n_positions`` are
+handled by rebuilding the rotary tables (no weight changes; ``extend_positions``).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from posym.errors import PosymError
+from posym.tasks import generate
+from posym.train.evaluate import accuracy_table, predict
+
+#: Paper A's grid of added tokens: 0, 10, ..., 100, 200, ..., 1000, 1500, ..., 5000.
+PAPER_GRID: tuple[int, ...] = tuple(range(0, 101, 10)) + tuple(range(200, 1001, 100)) + tuple(range(1500, 5001, 500))
+
+
+def parse_grid(spec: str | Sequence[int] | None) -> list[int]:
+    """``"paper"``/None -> PAPER_GRID; ``"0,200,1000"`` -> [0, 200, 1000]; a sequence passes through."""
+    if spec is None or spec == "paper":
+        return list(PAPER_GRID)
+    if isinstance(spec, str):
+        try:
+            values = [int(x) for x in spec.split(",") if x.strip()]
+        except ValueError as exc:
+            raise PosymError(f"bad grid {spec!r}: expected 'paper' or comma-separated integers") from exc
+    else:
+        values = [int(x) for x in spec]
+    if not values or min(values) < 0:
+        raise PosymError(f"bad grid {spec!r}: added lengths must be non-negative integers")
+    return sorted(set(values))
+
+
+def extend_positions(model: torch.nn.Module, n_positions: int) -> torch.nn.Module:
+    """Rebuild GPT-J's sinusoidal rotary tables to cover ``n_positions`` (in place; no weights change).
+
+    Uses transformers' own ``create_sinusoidal_positions``, so rows of existing positions are
+    bit-identical and logits at the original length are unchanged.
+    """
+    from transformers.models.gptj.modeling_gptj import create_sinusoidal_positions
+
+    found = False
+    for module in model.modules():
+        table = getattr(module, "embed_positions", None)
+        if isinstance(table, torch.Tensor) and table.dim() == 2:
+            found = True
+            if table.shape[0] >= n_positions:
+                continue
+            new = create_sinusoidal_positions(n_positions, table.shape[1]).to(table.device, table.dtype)
+            module.embed_positions = new  # replaces the (non-persistent) buffer
+            if hasattr(module, "max_positions"):
+                module.max_positions = n_positions
+    if not found:
+        raise PosymError("model has no GPT-J rotary table (embed_positions); only GPT-J checkpoints are supported")
+    if model.config.n_positions < n_positions:
+        model.config.n_positions = n_positions
+    return model
+
+
+def evaluate_length(model: torch.nn.Module, task: str, extra_tokens: int, n: int, seed: int,
+                    token_budget: int = 32768, device: str | torch.device = "cpu") -> dict[str, float]:
+    """Accuracy (global, per hop) on ``n`` test-layout samples with ``extra_tokens`` added tokens."""
+    batch = generate(task, n, seed, extra_tokens=extra_tokens)
+    seq_len = batch.input_ids.shape[1]
+    extend_positions(model, seq_len)
+    bs = max(1, token_budget // seq_len)
+    pred, _ = predict(model, batch.input_ids, batch_size=bs, device=device)
+    return accuracy_table(pred, batch.labels, batch.hops)
+
+
+def lengthgen(model: torch.nn.Module, task: str, grid: Sequence[int] = PAPER_GRID, n: int = 200,
+              seeds: int | Sequence[int] = 1, token_budget: int = 32768, device: str | torch.device = "cpu",
+              progress: bool = True) -> pd.DataFrame:
+    """Accuracy vs added target-window tokens (Fig. 5B). One row per (extra_tokens, seed) with columns
+    extra_tokens, seed, n, acc, acc_hop1..4, seconds, peak_rss_mb. Data seeds are disjoint from the
+    training/val/test split seeds (``1_000_000 + s``)."""
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    if n < 1 or not seed_list:
+        raise PosymError("need n >= 1 and at least one seed")
+    model = model.to(device).eval()
+    rows = []
+    bar = tqdm(total=len(grid) * len(seed_list), desc=f"lengthgen {task}", disable=not progress, unit="pt")
+    for extra in grid:
+        for s in seed_list:
+            t0 = time.perf_counter()
+            acc = evaluate_length(model, task, int(extra), n, 1_000_000 + s, token_budget, device)
+            rows.append({"extra_tokens": int(extra), "seed": s, "n": n, **acc,
+                         "seconds": round(time.perf_counter() - t0, 3),
+                         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)})
+            bar.set_postfix(extra=extra, acc=f"{acc['acc']:.3f}")
+            bar.update(1)
+    bar.close()
+    return pd.DataFrame(rows)
+
+
+def summarize_lengthgen(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean and sd over seeds per added length: extra_tokens, acc_mean, acc_sd, acc_hop{h}_mean, n_seeds."""
+    cols = ["acc"] + [c for c in table.columns if c.startswith("acc_hop")]
+    g = table.groupby("extra_tokens")
+    out = pd.DataFrame({"extra_tokens": sorted(table["extra_tokens"].unique())})
+    for c in cols:
+        out[f"{c}_mean"] = g[c].mean().to_numpy()
+        out[f"{c}_sd"] = g[c].std(ddof=1).fillna(0.0).to_numpy()
+    out["n_seeds"] = g["seed"].nunique().to_numpy()
+    return out
+
+
+def largest_length_above(summary: pd.DataFrame, threshold: float = 0.9) -> int | None:
+    """Largest added length such that mean accuracy stays >= threshold at it and every shorter one."""
+    best = None
+    for _, r in summary.sort_values("extra_tokens").iterrows():
+        if r["acc_mean"] < threshold:
+            break
+        best = int(r["extra_tokens"])
+    return best
+
+
+def run_lengthgen(path: str | os.PathLike, task: str | None = None, grid: str | Sequence[int] | None = None,
+                  n: int = 200, seeds: int = 1, out: str | os.PathLike | None = None, force: bool = False,
+                  device: str = "cpu", progress: bool = True) -> pd.DataFrame:
+    """``posym lengthgen``: evaluate a run's final checkpoint (or any HF GPT-J dir with ``task``) on the
+    grid and write ``lengthgen.csv`` (per seed) and ``lengthgen_summary.csv`` (mean, sd)."""
+    from posym.heads.runs import resolve_model
+
+    grid_values = parse_grid(grid)
+    model, task, step = resolve_model(path, task=task)
+    out = Path(out) if out else Path(path) / "lengthgen.csv"
+    if out.suffix != ".csv":
+        raise PosymError(f"--out must be a .csv file, got {out}")
+    if out.exists() and not force:
+        raise PosymError(f"{out} exists; pass --force to overwrite")
+    table = lengthgen(model, task, grid_values, n=n, seeds=seeds, device=device, progress=progress)
+    table.insert(0, "task", task)
+    table.insert(1, "step", step)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out, index=False)
+    summarize_lengthgen(table).to_csv(out.with_name(out.stem + "_summary.csv"), index=False)
+    return table
