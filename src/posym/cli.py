@@ -148,6 +148,16 @@ def _cmd_lengthgen(args: argparse.Namespace) -> None:
           f"time {table['seconds'].sum():.0f} s, peak RSS {table['peak_rss_mb'].max():.0f} MB; wrote {out}")
 
 
+def _cmd_freqs(args: argparse.Namespace) -> None:
+    from posym.heads.frequencies import run_freqs
+
+    table = run_freqs(args.path, task=args.task, n=args.n, out=args.out, layer_geometry=args.layer, step=args.step,
+                      scores=not args.no_scores, weighting=args.weighting)
+    print(table.round(3).to_string(index=False))
+    for f in table.attrs.get("files", []):
+        print(f"wrote {f}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="posym", description="Positional versus symbolic attention heads (Urrutia et al. 2026).")
     sub = p.add_subparsers(dest="verb", required=True)
@@ -232,6 +242,17 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--step", type=int, default=None)
     a.add_argument("--out", default=None, help="output directory (default: the run directory)")
     a.set_defaults(func=_cmd_ablate)
+
+    fq = sub.add_parser("freqs", help="RoPE frequency use per layer/head, Table 1, Fig. 8 and Fig. 4B (SPEC §4)")
+    fq.add_argument("path", help="run directory, checkpoint directory or HF GPT-J directory")
+    fq.add_argument("--task", default=None)
+    fq.add_argument("--n", type=int, default=512, help="test prompts")
+    fq.add_argument("--layer", type=int, default=None, help="layer of the q/k geometry figure (default: lowest ID)")
+    fq.add_argument("--step", type=int, default=None, help="checkpoint step of a run (default: newest)")
+    fq.add_argument("--weighting", default="max_abs", choices=["max_abs", "centered"])
+    fq.add_argument("--no-scores", action="store_true", help="skip per-frequency positional/symbolic scores")
+    fq.add_argument("--out", default=None, help="output directory (default: the given path)")
+    fq.set_defaults(func=_cmd_freqs)
 
     lg = sub.add_parser("lengthgen", help="accuracy vs added target-window tokens (SPEC §1.4, Fig. 5B)")
     lg.add_argument("run_dir", help="run directory or HF GPT-J checkpoint directory")

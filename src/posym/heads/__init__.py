@@ -17,7 +17,22 @@ from posym.heads.scores import (
     swap_attention,
 )
 
+from posym.heads.frequencies import (
+    frequency_logits,
+    frequency_scores,
+    frequency_use,
+    qk_geometry,
+    run_freqs,
+    weighted_frequency_id,
+)
+
 __all__ = [
+    "frequency_logits",
+    "frequency_scores",
+    "frequency_use",
+    "qk_geometry",
+    "run_freqs",
+    "weighted_frequency_id",
     "DEFAULT_BLOCKS",
     "DEFAULT_TAU",
     "HeadScores",
