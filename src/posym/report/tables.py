@@ -22,7 +22,7 @@ def training_comparison(task: str, summary: dict) -> pd.DataFrame:
                      "paper": paper.HOP_09_STEP[task][col]})
     for step, acc in paper.ACC_AT_STEP[task].items():
         rows.append({"quantity": f"val acc @ step {step}", "posym": summary["val_at"].get(step), "paper": acc})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, dtype=object)  # keep steps as ints, accuracies as floats
 
 
 def markdown(df: pd.DataFrame, floatfmt: str = "{:.3f}") -> str:
@@ -30,10 +30,8 @@ def markdown(df: pd.DataFrame, floatfmt: str = "{:.3f}") -> str:
     def fmt(v):
         if v is None or (isinstance(v, float) and v != v):
             return "—"
-        if isinstance(v, float) and not float(v).is_integer():
-            return floatfmt.format(v)
         if isinstance(v, float):
-            return str(int(v))
+            return floatfmt.format(v)
         return str(v)
 
     cols = list(df.columns)

@@ -151,6 +151,38 @@ def _versions() -> dict[str, str]:
             "python": platform.python_version()}
 
 
+def _restore(out: Path, config: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+             scheduler: Any, device: str) -> tuple[int, float, int]:
+    """Load the newest resumable checkpoint into model/optimizer/scheduler/RNG and drop metric rows
+    written after it. Returns (step, running loss sum, running loss count)."""
+    from safetensors.torch import load_file
+
+    ckpt.clean_temporaries(out)
+    found = ckpt.latest_resumable(out)
+    if found is None:
+        raise PosymError(f"cannot resume: no checkpoint with a trainer state under {out}/checkpoints")
+    start_step, path = found
+    state = ckpt.load_trainer_state(path)
+    try:
+        weights = load_file(str(path / "model.safetensors"), device=str(device))
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+    except Exception as exc:
+        raise PosymError(f"corrupt checkpoint {path}: {str(exc).splitlines()[0]}") from exc
+    if [m for m in missing if "lm_head" not in m and "embed_positions" not in m] or unexpected:
+        raise PosymError(f"checkpoint {path} does not match the run's model config")
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng_cpu"])
+    if "rng_cuda" in state and device.startswith("cuda"):
+        torch.cuda.set_rng_state(state["rng_cuda"])
+    metrics_path = out / "metrics.csv"
+    old_rows = _read_metrics(metrics_path)
+    if start_step >= config.steps and any(r["split"] == "test" for r in old_rows):
+        raise PosymError(f"run {out} is already complete ({config.steps} steps)")
+    _write_metrics(metrics_path, [r for r in old_rows if r["split"] == "val" and int(r["step"]) <= start_step])
+    return start_step, float(state["loss_sum"]), int(state["loss_count"])
+
+
 def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, force: bool = False,
           device: str = "cpu", threads: int | None = None, progress: bool = True,
           callbacks: Sequence[EvalCallback] = ()) -> RunResult:
@@ -180,31 +212,7 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
     start_step, loss_sum, loss_count = 0, 0.0, 0
     metrics_path = out / "metrics.csv"
     if resume:
-        ckpt.clean_temporaries(out)
-        found = ckpt.latest_resumable(out)
-        if found is None:
-            raise PosymError(f"cannot resume: no checkpoint with a trainer state under {out}/checkpoints")
-        start_step, path = found
-        state = ckpt.load_trainer_state(path)
-        from safetensors.torch import load_file
-
-        try:
-            weights = load_file(str(path / "model.safetensors"), device=str(device))
-            missing, unexpected = model.load_state_dict(weights, strict=False)
-        except Exception as exc:
-            raise PosymError(f"corrupt checkpoint {path}: {str(exc).splitlines()[0]}") from exc
-        if [m for m in missing if "lm_head" not in m and "embed_positions" not in m] or unexpected:
-            raise PosymError(f"checkpoint {path} does not match the run's model config")
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["rng_cpu"])
-        if "rng_cuda" in state and device.startswith("cuda"):
-            torch.cuda.set_rng_state(state["rng_cuda"])
-        loss_sum, loss_count = float(state["loss_sum"]), int(state["loss_count"])
-        old_rows = _read_metrics(metrics_path)
-        if start_step >= config.steps and any(r["split"] == "test" for r in old_rows):
-            raise PosymError(f"run {out} is already complete ({config.steps} steps)")
-        _write_metrics(metrics_path, [r for r in old_rows if r["split"] == "val" and int(r["step"]) <= start_step])
+        start_step, loss_sum, loss_count = _restore(out, config, model, optimizer, scheduler, device)
     else:
         torch.manual_seed(config.seed + 1_000_003)  # dropout stream, separate from the init stream
 
