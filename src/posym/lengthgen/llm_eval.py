@@ -1,0 +1,393 @@
+"""The 1-hop length-generalisation protocol for pretrained LLMs (SPEC §1.5, Paper A Table 3).
+
+:func:`llm_eval` asks a local Hugging Face model (:mod:`posym.lengthgen.hf_llm`) or an
+OpenAI-compatible endpoint (:mod:`posym.lengthgen.api`) every sample of
+``tasks × lengths × runs × n`` (:mod:`posym.lengthgen.prompts`) and writes to ``out``:
+
+* ``answers.jsonl`` — one line per answered sample (model, task, length, run, index, prompt digest,
+  target, raw output, parsed prediction, correct, wall seconds per prompt of its call). It is the cache: a rerun (or a resumed,
+  interrupted run) asks only for the samples whose ``(model, task, length, run, index, prompt
+  digest)`` is not there yet; lines are flushed as answers arrive, and a torn last line is ignored.
+* ``llm_runs.csv`` — accuracy per (task, length, run);
+* ``llm_table.csv`` / ``llm_table.md`` — Table 3 style: mean (sd) over runs per (task, length);
+  sd is the sample standard deviation (ddof = 1) of the per-run accuracies;
+* ``llm_eval.json`` — the settings, versions, counts and timings.
+
+The figure (accuracy vs length) is drawn by :func:`posym.report.llm_figures.plot_llm_lengthgen`
+from ``llm_table.csv`` (the report layer reads tables; this module draws nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import pandas as pd
+
+from posym.errors import PosymError
+from posym.lengthgen.prompts import (
+    DEFAULT_LENGTHS,
+    PROMPT_VERSION,
+    TASKS,
+    build_messages,
+    is_correct,
+    make_sample,
+    parse_answer,
+    prompt_digest,
+)
+
+DEFAULT_N = 40  # samples per (task, length, run)
+DEFAULT_RUNS = 5
+CACHE_NAME = "answers.jsonl"
+
+AnswerFn = Callable[[list[list[dict[str, str]]]], list[str]]
+
+
+@dataclass
+class LLMEvalResult:
+    """What :func:`llm_eval` / :func:`run_protocol` produced."""
+
+    out_dir: Path
+    model: str
+    table: pd.DataFrame  # task, length, mean, sd, runs, n
+    runs: pd.DataFrame  # task, length, run, n, correct, accuracy
+    n_new: int  # samples answered by the model in this call
+    n_cached: int  # samples taken from the cache
+    seconds: float
+    paths: dict[str, Path] = field(default_factory=dict)
+
+
+# --- cache -----------------------------------------------------------------------------------------
+def _key(model: str, task: str, length: int, run: int, index: int, digest: str) -> tuple:
+    return (model, task, int(length), int(run), int(index), digest)
+
+
+def load_cache(path: str | os.PathLike) -> dict[tuple, dict]:
+    """Records of an ``answers.jsonl`` keyed by ``(model, task, length, run, index, digest)``.
+
+    Lines that do not parse (a line torn by an interrupted write) are skipped.
+    """
+    out: dict[tuple, dict] = {}
+    p = Path(path)
+    if not p.is_file():
+        return out
+    with p.open(encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                r = json.loads(line)
+                out[_key(r["model"], r["task"], r["length"], r["run"], r["index"], r["digest"])] = r
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+    return out
+
+
+class _CacheWriter:
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # a torn last line (no trailing newline) must not glue onto the next record
+        if path.is_file() and path.stat().st_size > 0:
+            with path.open("rb") as f:
+                f.seek(-1, os.SEEK_END)
+                torn = f.read(1) != b"\n"
+        else:
+            torn = False
+        self.f = path.open("a", encoding="utf-8")
+        if torn:
+            self.f.write("\n")
+
+    def write(self, records: Iterable[dict]) -> None:
+        for r in records:
+            self.f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+# --- protocol --------------------------------------------------------------------------------------
+def _check_grid(tasks: Sequence[str], lengths: Sequence[int], runs: int, n: int) -> None:
+    bad = [t for t in tasks if t not in TASKS]
+    if bad or not tasks:
+        raise PosymError(f"unknown task(s) {bad or tasks}; choose from {', '.join(TASKS)}")
+    if not lengths or any(int(x) != x or x < 1 for x in lengths):
+        raise PosymError(f"lengths must be positive integers, got {list(lengths)}")
+    if int(runs) != runs or runs < 1:
+        raise PosymError(f"runs must be >= 1, got {runs}")
+    if int(n) != n or n < 1:
+        raise PosymError(f"n must be >= 1, got {n}")
+
+
+def run_protocol(answer_fn: AnswerFn, model: str, out: str | os.PathLike, *,
+                 tasks: Sequence[str] = TASKS, lengths: Sequence[int] = DEFAULT_LENGTHS,
+                 runs: int = DEFAULT_RUNS, n: int = DEFAULT_N, n_examples: int = 3,
+                 batch_size: int = 8, concurrency: int = 1, progress: bool = True,
+                 meta: dict[str, Any] | None = None) -> LLMEvalResult:
+    """Ask ``answer_fn`` (prompts → raw replies) every missing sample, cache, and tabulate.
+
+    ``model`` is the cache identity of ``answer_fn``. Consecutive samples of one (task, length, run)
+    are sent ``batch_size`` at a time; with ``concurrency > 1`` up to that many calls run in
+    threads (API endpoints). Each answer is appended to the cache as soon as its call returns, so
+    an interrupted run (Ctrl-C, an API failure) resumes where it stopped.
+    """
+    tasks, lengths = tuple(tasks), tuple(int(x) for x in lengths)
+    _check_grid(tasks, lengths, runs, n)
+    out_dir = Path(out)
+    cache_path = out_dir / CACHE_NAME
+    cache = load_cache(cache_path)
+    t0, c0 = time.perf_counter(), time.process_time()
+
+    # every sample of the grid, grouped into calls of <= batch_size within a (task, length, run)
+    keys: list[tuple] = []
+    todo: list[list[tuple]] = []
+    for task in tasks:
+        for length in lengths:
+            for run in range(int(runs)):
+                group: list[tuple] = []
+                for i in range(int(n)):
+                    sample = make_sample(task, length, run, i)
+                    msgs = build_messages(sample, n_examples)
+                    key = _key(model, task, length, run, i, prompt_digest(msgs))
+                    keys.append(key)
+                    if key not in cache:
+                        group.append((key, sample, msgs))
+                for s in range(0, len(group), max(1, int(batch_size))):
+                    todo.append(group[s:s + max(1, int(batch_size))])
+    n_cached = len(keys) - sum(len(b) for b in todo)
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(keys), initial=n_cached, desc=f"llm eval ({_short(model)})", unit="q",
+                   dynamic_ncols=True)
+
+    def ask(batch: list[tuple]) -> list[dict]:
+        t = time.perf_counter()
+        replies = answer_fn([m for _, _, m in batch])
+        secs = round((time.perf_counter() - t) / max(1, len(batch)), 4)
+        if len(replies) != len(batch):
+            raise PosymError(f"model returned {len(replies)} answers for {len(batch)} prompts")
+        recs = []
+        for (key, sample, _), raw in zip(batch, replies):
+            pred = parse_answer(raw)
+            recs.append({"model": model, "task": sample.task, "length": sample.length,
+                         "run": sample.run, "index": sample.index, "digest": key[-1],
+                         "answer": sample.answer, "answer_pos": sample.answer_pos,
+                         "output": raw, "prediction": pred, "correct": is_correct(pred, sample.answer),
+                         "seconds": secs})
+        return recs
+
+    writer = _CacheWriter(cache_path) if todo else None
+    n_new = 0
+
+    def done(recs: list[dict]) -> None:
+        nonlocal n_new
+        writer.write(recs)  # type: ignore[union-attr]
+        for r in recs:
+            cache[_key(r["model"], r["task"], r["length"], r["run"], r["index"], r["digest"])] = r
+        n_new += len(recs)
+        if bar is not None:
+            bar.update(len(recs))
+
+    try:
+        if int(concurrency) <= 1:
+            for batch in todo:
+                done(ask(batch))
+        elif todo:
+            pool = ThreadPoolExecutor(max_workers=int(concurrency))
+
+            def drain(finished) -> None:  # record every success first, then raise the first error
+                err = None
+                for f in finished:
+                    try:
+                        done(f.result())
+                    except BaseException as e:  # noqa: BLE001
+                        err = err or e
+                if err is not None:
+                    raise err
+
+            pending: set = set()
+            try:
+                for batch in todo:  # keep at most 2*concurrency calls queued
+                    pending.add(pool.submit(ask, batch))
+                    if len(pending) >= 2 * int(concurrency):
+                        finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                        drain(finished)
+                while pending:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    drain(finished)
+            except BaseException:
+                # drop queued calls, let running ones finish, and keep every answer that arrived
+                pool.shutdown(wait=True, cancel_futures=True)
+                for f in pending:
+                    if f.done() and not f.cancelled() and f.exception() is None:
+                        done(f.result())
+                raise
+            pool.shutdown(wait=True)
+    finally:
+        if writer is not None:
+            writer.close()
+        if bar is not None:
+            bar.close()
+
+    records = [cache[k] for k in keys]
+    runs_df, table = summarize(records)
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    paths = write_tables(out_dir, runs_df, table, model)
+    info = {"model": model, "tasks": list(tasks), "lengths": list(lengths), "runs": int(runs),
+            "n": int(n), "n_examples": int(n_examples), "prompt_version": PROMPT_VERSION,
+            "n_new": n_new, "n_cached": n_cached, "seconds": round(seconds, 2),
+            "seconds_per_new_answer": round(seconds / n_new, 4) if n_new else None,
+            "cpu_seconds": round(cpu, 2),  # process CPU time (all threads): robust to a busy machine
+            **(meta or {})}
+    paths["meta"] = out_dir / "llm_eval.json"
+    paths["meta"].write_text(json.dumps(info, indent=2, default=str) + "\n")
+    paths["cache"] = cache_path
+    return LLMEvalResult(out_dir, model, table, runs_df, n_new, n_cached, seconds, paths)
+
+
+def summarize(records: Sequence[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-run accuracies and the mean (sd over runs) table from answer records."""
+    df = pd.DataFrame.from_records(records, columns=["task", "length", "run", "index", "correct"])
+    if df.empty:
+        raise PosymError("no answers to summarise")
+    df["correct"] = df["correct"].astype(bool)
+    runs_df = (df.groupby(["task", "length", "run"], sort=False)["correct"]
+               .agg(n="size", correct="sum").reset_index())
+    runs_df["accuracy"] = runs_df["correct"] / runs_df["n"]
+    table = (runs_df.groupby(["task", "length"], sort=False)
+             .agg(mean=("accuracy", "mean"), sd=("accuracy", "std"), runs=("run", "size"),
+                  n=("n", "min")).reset_index())
+    return runs_df, table
+
+
+def table_markdown(table: pd.DataFrame, title: str | None = None, digits: int = 2) -> str:
+    """Table 3 layout: one row per task, one column per target-window length, ``mean (sd)``."""
+    lengths = sorted(table["length"].unique())
+    lines = []
+    if title:
+        lines += [f"**{title}**", ""]
+    lines.append("| task | " + " | ".join(str(x) for x in lengths) + " |")
+    lines.append("|---|" + "---|" * len(lengths))
+    for task in dict.fromkeys(table["task"]):
+        g = table[table["task"] == task].set_index("length")
+        cells = []
+        for x in lengths:
+            if x not in g.index:
+                cells.append("")
+                continue
+            m, s = g.loc[x, "mean"], g.loc[x, "sd"]
+            cells.append(f"{m:.{digits}f}" + ("" if pd.isna(s) else f" ({s:.{digits}f})"))
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    runs, n = int(table["runs"].min()), int(table["n"].min())
+    lines += ["", f"mean (sd) accuracy over {runs} run{'s' if runs != 1 else ''} of {n} prompts each"]
+    return "\n".join(lines) + "\n"
+
+
+def write_tables(out_dir: str | os.PathLike, runs_df: pd.DataFrame, table: pd.DataFrame,
+                 model: str) -> dict[str, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"runs": out / "llm_runs.csv", "table": out / "llm_table.csv", "markdown": out / "llm_table.md"}
+    runs_df.assign(model=model).to_csv(paths["runs"], index=False)
+    table.assign(model=model).to_csv(paths["table"], index=False)
+    paths["markdown"].write_text(table_markdown(table, title=model))
+    return paths
+
+
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """``llm_table.csv`` of an output directory (or the file itself)."""
+    p = Path(path)
+    p = p / "llm_table.csv" if p.is_dir() else p
+    if not p.is_file():
+        raise PosymError(f"no LLM table at {str(p)!r}; run `posym llm eval` first")
+    return pd.read_csv(p)
+
+
+def _short(label: str) -> str:
+    """Readable model name of a cache label (last path part, without a parenthesised note)."""
+    s = str(label).split("::")[-1].split(" (")[0].rstrip("/")
+    return s.rsplit("/", 1)[-1][:40] or "model"
+
+
+def _slug(label: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", _short(label)).strip("-._")
+    return s.lower() or "model"
+
+
+# --- entry point -----------------------------------------------------------------------------------
+def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | None = None, *,
+             api_base: str | None = None, api_model: str | None = None,
+             api_key_env: str = "OPENAI_API_KEY",
+             lengths: Sequence[int] = DEFAULT_LENGTHS, runs: int = DEFAULT_RUNS, n: int = DEFAULT_N,
+             tasks: Sequence[str] = TASKS, out: str | os.PathLike | None = None,
+             n_examples: int = 3, batch_size: int | None = None, max_new_tokens: int = 8,
+             device_map: str | dict | None = None, dtype: Any = None, device: str | None = None,
+             max_memory: dict | None = None, offload_folder: str | os.PathLike | None = None,
+             max_per_second: float | None = None, max_per_minute: float | None = None,
+             max_retries: int = 6, backoff: float = 1.0, timeout: float = 60.0, concurrency: int = 1,
+             threads: int | None = None, progress: bool = True) -> LLMEvalResult:
+    """Paper A Table 3 protocol (SPEC §1.5) on a local HF model or an OpenAI-compatible API.
+
+    Local: ``model`` (directory / cached hub name / ``.gguf`` file) and/or ``gguf``; with neither
+    (and no ``api_base``) the default SmolLM2-135M-Instruct GGUF is used. API: ``api_base`` +
+    ``api_model``, key from ``$api_key_env``. ``out`` defaults to ``runs/llm/<model>``; answers are
+    cached there, so a rerun or a resumed run only asks for the missing samples.
+    ``batch_size`` defaults to 8 prompts per forward (local) and 1 (API, where ``concurrency``
+    requests run in parallel under the ``max_per_second`` / ``max_per_minute`` limits).
+    """
+    if (api_base is None) != (api_model is None):
+        raise PosymError("an API run needs both --api-base URL and --api-model NAME")
+    if api_base is not None and (model is not None or gguf is not None):
+        raise PosymError("give either a local model (--model/--gguf) or an API (--api-base/--api-model), not both")
+    _check_grid(tuple(tasks), tuple(lengths), runs, n)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    meta: dict[str, Any] = {"max_new_tokens": max_new_tokens}
+    t_load = time.perf_counter()
+    if api_base is not None:
+        from posym.lengthgen.api import ChatClient
+
+        client = ChatClient(api_base, str(api_model), api_key_env=api_key_env,
+                            max_tokens=max_new_tokens, timeout=timeout, max_retries=max_retries, backoff=backoff,
+                            max_per_second=max_per_second, max_per_minute=max_per_minute)
+        answer_fn: AnswerFn = client
+        label = client.label
+        bs = batch_size or 1
+        meta.update(api_base=api_base, api_model=api_model, api_key_env=api_key_env)
+    else:
+        from posym.lengthgen.hf_llm import HFChat, load_llm, model_label
+
+        label = model_label(model, gguf)
+        lm, tok = load_llm(model, gguf, device_map=device_map, dtype=dtype, device=device,
+                           max_memory=max_memory, offload_folder=offload_folder)
+        answer_fn = HFChat(lm, tok, max_new_tokens=max_new_tokens, batch_size=batch_size or 8)
+        bs = batch_size or 8
+        concurrency = 1
+        meta.update(dtype=str(next(lm.parameters()).dtype), chat_template=answer_fn.chat_template,
+                    device_map=getattr(lm, "hf_device_map", None), load_seconds=None)
+        meta["load_seconds"] = round(time.perf_counter() - t_load, 2)
+        try:
+            import transformers
+            import torch
+
+            meta.update(transformers=transformers.__version__, torch=torch.__version__,
+                        torch_threads=torch.get_num_threads())
+        except Exception:  # noqa: BLE001
+            pass
+    out_dir = Path(out) if out is not None else Path("runs") / "llm" / _slug(label)
+    return run_protocol(answer_fn, label, out_dir, tasks=tasks, lengths=lengths, runs=runs, n=n,
+                        n_examples=n_examples, batch_size=bs, concurrency=concurrency,
+                        progress=progress, meta=meta)
+

@@ -1,0 +1,81 @@
+"""Figure of the real-LLM 1-hop protocol (Paper A Table 3 as a plot), drawn from ``llm_table.csv``.
+
+* :func:`plot_llm_lengthgen` — accuracy vs target-window length, one line per task (number vs
+  letter), a band of ± one sd over runs; several models (a ``model`` column with more than one value)
+  get one line style each.
+* :func:`write_llm_figure` — reads ``<out>/llm_table.csv`` and saves ``<out>/figures/llm_lengthgen``
+  (PNG + PDF).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from posym.errors import PosymError  # noqa: E402
+from posym.report.figures import save_figure  # noqa: E402
+
+TASK_COLORS = {"number": "#d95f02", "letter": "#1b9e77"}
+_STYLES = ["-", "--", ":", "-."]
+
+
+def plot_llm_lengthgen(table: pd.DataFrame, ax: plt.Axes | None = None, title: str | None = None,
+                       logx: bool = True) -> plt.Figure:
+    """Accuracy (mean over runs, ± sd band) vs target-window length for each task (and model)."""
+    missing = {"task", "length", "mean"} - set(table.columns)
+    if missing:
+        raise PosymError(f"LLM table lacks column(s) {sorted(missing)}")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(4.8, 3.2))
+    else:
+        fig = ax.figure
+    models = list(dict.fromkeys(table["model"])) if "model" in table else [None]
+    for mi, model in enumerate(models):
+        sub = table if model is None else table[table["model"] == model]
+        for task in dict.fromkeys(sub["task"]):
+            g = sub[sub["task"] == task].sort_values("length")
+            x, m = g["length"].to_numpy(float), g["mean"].to_numpy(float)
+            sd = g["sd"].fillna(0).to_numpy(float) if "sd" in g else np.zeros_like(m)
+            color = TASK_COLORS.get(task)
+            label = task if len(models) == 1 else f"{task} · {_short(model)}"
+            line, = ax.plot(x, m, marker="o", ms=3, ls=_STYLES[mi % len(_STYLES)], color=color, label=label)
+            ax.fill_between(x, np.clip(m - sd, 0, 1), np.clip(m + sd, 0, 1), color=line.get_color(),
+                            alpha=0.2, lw=0)
+    if logx:
+        ax.set_xscale("log")
+        ticks = sorted(table["length"].unique())
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(t) for t in ticks], fontsize=7)
+        ax.minorticks_off()
+    if title is None and len(models) == 1 and models[0] is not None:
+        title = _short(models[0])
+    ax.set(xlabel="target-window length", ylabel="accuracy", ylim=(-0.02, 1.02),
+           title=title or "1-hop prompts: accuracy vs length")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7, loc="best")
+    return fig
+
+
+def write_llm_figure(out_dir: str | os.PathLike, name: str = "llm_lengthgen") -> list[Path]:
+    """Draw ``<out_dir>/llm_table.csv`` and save ``<out_dir>/figures/<name>.png|pdf``."""
+    from posym.lengthgen.llm_eval import read_table
+
+    out = Path(out_dir)
+    fig = plot_llm_lengthgen(read_table(out))
+    try:
+        return save_figure(fig, out / "figures" / name)
+    finally:
+        plt.close(fig)
+
+
+def _short(model: str) -> str:
+    from posym.lengthgen.llm_eval import _short as short
+
+    return short(model)

