@@ -73,3 +73,15 @@ def test_console_script_exit_status():
     r = subprocess.run([sys.executable, "-m", "posym.cli", "train", "--task", "nope", "--out", "x"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_theory_discrepancy_and_llm_errors(tmp_path, capsys):
+    import pandas as pd
+
+    assert main(["theory", "discrepancy", "--out", str(tmp_path), "--n-max", "30"]) == 0
+    t = pd.read_csv(tmp_path / "discrepancy.csv")
+    assert {"mechanism", "n", "delta", "bound"} <= set(t.columns) and set(t["mechanism"]) == {"index", "retrieval"}
+    assert (t["delta"] >= 0).all() and t["n"].max() == 30
+    capsys.readouterr()
+    assert main(["llm", "eval", "--api-base", "http://127.0.0.1:9", "--n", "2"]) == 2
+    assert "--api-model" in _err_lines(capsys)[0]

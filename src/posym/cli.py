@@ -158,6 +158,39 @@ def _cmd_freqs(args: argparse.Namespace) -> None:
         print(f"wrote {f}")
 
 
+def _cmd_theory(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    out = Path(args.out)
+    if args.theory_verb == "discrepancy":
+        from posym.theory.discrepancy import run_discrepancy
+
+        table = run_discrepancy(out, theta_index=args.theta_index, theta_retrieval=args.theta_retrieval,
+                                alphabet=args.alphabet, n_max=args.n_max)
+        at = table[table["n"].isin([8, 20, 40, 80, 100])]
+        print(at.pivot(index="n", columns="mechanism", values="delta").round(4).to_string())
+        print(f"wrote {out / 'discrepancy.csv'} and {out / 'discrepancy.png'}")
+    else:
+        from posym.theory.restricted import run_restricted
+
+        table = run_restricted(out, steps=args.steps, seed=args.seed)
+        print(table.groupby(["task", "band", "mode"])["acc"].mean().round(3).to_string())
+        print(f"wrote {out / 'restricted.csv'} and {out / 'restricted.png'}")
+
+
+def _cmd_llm_eval(args: argparse.Namespace) -> None:
+    from posym.lengthgen import llm_eval
+    from posym.lengthgen.llm_eval import table_markdown
+
+    lengths = [int(x) for x in args.lengths.split(",")] if args.lengths else None
+    kw = {k: v for k, v in (("lengths", lengths), ("n", args.n)) if v}
+    res = llm_eval(args.model, args.gguf, api_base=args.api_base, api_model=args.api_model,
+                   api_key_env=args.api_key_env, runs=args.runs, out=args.out,
+                   max_per_second=args.max_per_second, threads=args.threads, **kw)
+    print(table_markdown(res.table, title=res.model))
+    print(f"{res.n_new} answered, {res.n_cached} from cache, {res.seconds:.0f} s; output in {res.out_dir}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="posym", description="Positional versus symbolic attention heads (Urrutia et al. 2026).")
     sub = p.add_subparsers(dest="verb", required=True)
@@ -253,6 +286,37 @@ def build_parser() -> argparse.ArgumentParser:
     fq.add_argument("--no-scores", action="store_true", help="skip per-frequency positional/symbolic scores")
     fq.add_argument("--out", default=None, help="output directory (default: the given path)")
     fq.set_defaults(func=_cmd_freqs)
+
+    th = sub.add_parser("theory", help="RoPE constructions, discrepancy (Fig. 5A), frequency-restricted heads")
+    tsub = th.add_subparsers(dest="theory_verb", required=True)
+    td = tsub.add_parser("discrepancy", help="Δ(n) of the Index and Retrieval constructions with Theorem 3.2 bounds")
+    td.add_argument("--out", default="runs/theory", help="output directory")
+    td.add_argument("--theta-index", type=float, default=0.8)
+    td.add_argument("--theta-retrieval", type=float, default=0.0027)
+    td.add_argument("--alphabet", type=int, default=8)
+    td.add_argument("--n-max", type=int, default=100)
+    td.set_defaults(func=_cmd_theory)
+    tr = tsub.add_parser("restricted", help="train 1-layer toys on Index/Retrieval with each RoPE frequency band")
+    tr.add_argument("--out", default="runs/theory", help="output directory")
+    tr.add_argument("--steps", type=int, default=1500)
+    tr.add_argument("--seed", type=int, default=0)
+    tr.set_defaults(func=_cmd_theory)
+
+    llm = sub.add_parser("llm", help="real pretrained LLMs (SPEC §1.5)")
+    lsub = llm.add_subparsers(dest="llm_verb", required=True)
+    le = lsub.add_parser("eval", help="1-hop number/letter prompts vs target-window length (Table 3)")
+    le.add_argument("--model", default=None, help="HF directory / .gguf file (default: SmolLM2-135M-Instruct GGUF)")
+    le.add_argument("--gguf", default=None, help="GGUF file inside --model")
+    le.add_argument("--api-base", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    le.add_argument("--api-model", default=None)
+    le.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    le.add_argument("--lengths", default=None, help="target-window sizes, e.g. 12,32,100 (default: SPEC §1.5)")
+    le.add_argument("--runs", type=int, default=5)
+    le.add_argument("--n", type=int, default=None, help="prompts per (task, length, run)")
+    le.add_argument("--max-per-second", type=float, default=None, help="API rate limit")
+    le.add_argument("--threads", type=int, default=None)
+    le.add_argument("--out", default=None, help="output directory (answers are cached there; reruns resume)")
+    le.set_defaults(func=_cmd_llm_eval)
 
     lg = sub.add_parser("lengthgen", help="accuracy vs added target-window tokens (SPEC §1.4, Fig. 5B)")
     lg.add_argument("run_dir", help="run directory or HF GPT-J checkpoint directory")
