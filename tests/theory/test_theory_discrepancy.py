@@ -11,7 +11,6 @@ from posym.errors import PosymError
 from posym.theory.constructions import IndexConstruction, RetrievalConstruction, all_sequences, retrieval_function
 from posym.theory.discrepancy import (
     discrepancy_of_logits,
-    discrepancy_table,
     index_bound,
     index_delta,
     retrieval_bound,
