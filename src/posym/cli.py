@@ -187,6 +187,9 @@ def _cmd_llm_eval(args: argparse.Namespace) -> None:
     res = llm_eval(args.model, args.gguf, api_base=args.api_base, api_model=args.api_model,
                    api_key_env=args.api_key_env, runs=args.runs, out=args.out,
                    max_per_second=args.max_per_second, threads=args.threads, **kw)
+    from posym.report.llm_figures import write_llm_figure
+
+    write_llm_figure(res.out_dir)
     print(table_markdown(res.table, title=res.model))
     print(f"{res.n_new} answered, {res.n_cached} from cache, {res.seconds:.0f} s; output in {res.out_dir}")
 
