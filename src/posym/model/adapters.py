@@ -325,9 +325,6 @@ class GPTJAdapter(RopeAdapter):
 class _HFRotaryMixin:
     """cos/sin from the model's own HF rotary module (``forward(x, position_ids) -> (cos, sin)``)."""
 
-    def _rotary_module(self) -> nn.Module:
-        raise NotImplementedError
-
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         emb = self._rotary_module()
         dummy = torch.zeros(1, dtype=torch.float32, device=positions.device)
@@ -340,6 +337,23 @@ class _HFRotaryMixin:
         if inv is None:
             raise PosymError("the model's rotary module has no inv_freq")
         return inv.detach().double().cpu(), 2 * inv.numel()
+
+    _attn_attr = "self_attn"  # name of the attention module inside a decoder layer
+
+    def _rotary_module(self) -> nn.Module:
+        emb = getattr(self.base_model, "rotary_emb", None)
+        if emb is None:
+            emb = getattr(getattr(self.base_model.layers[0], self._attn_attr), "rotary_emb", None)
+        if emb is None:
+            raise PosymError("cannot find the model's rotary embedding module")
+        return emb
+
+    @property
+    def blocks(self):
+        return self.base_model.layers
+
+    def attention_module(self, layer: int) -> nn.Module:
+        return getattr(self.base_model.layers[layer], self._attn_attr)
 
 
 class LlamaAdapter(_HFRotaryMixin, RopeAdapter):
@@ -366,20 +380,6 @@ class LlamaAdapter(_HFRotaryMixin, RopeAdapter):
         if self.n_heads % self.n_kv_heads:
             raise PosymError("num_attention_heads must be a multiple of num_key_value_heads")
 
-    def _rotary_module(self) -> nn.Module:
-        emb = getattr(self.base_model, "rotary_emb", None)
-        if emb is None:
-            emb = getattr(self.base_model.layers[0].self_attn, "rotary_emb", None)
-        if emb is None:
-            raise PosymError("cannot find the model's rotary embedding module")
-        return emb
-
-    @property
-    def blocks(self):
-        return self.base_model.layers
-
-    def attention_module(self, layer: int) -> nn.Module:
-        return self.base_model.layers[layer].self_attn
 
     def sliding_window(self, layer: int) -> int | None:
         attn = self.attention_module(layer)
@@ -407,6 +407,8 @@ class LlamaAdapter(_HFRotaryMixin, RopeAdapter):
 class GPTNeoXAdapter(_HFRotaryMixin, RopeAdapter):
     """HF ``GPTNeoXForCausalLM``: half-split pairs on the first ``rotary_pct`` dims, fused qkv."""
 
+    _attn_attr = "attention"
+
     family = "gpt_neox"
     pair_convention = "half"
 
@@ -425,20 +427,6 @@ class GPTNeoXAdapter(_HFRotaryMixin, RopeAdapter):
         self.scaling = float(scaling)
         self.inv_freq, self.rotary_dim = self._inv_freq_and_dim()
 
-    def _rotary_module(self) -> nn.Module:
-        emb = getattr(self.base_model, "rotary_emb", None)
-        if emb is None:
-            emb = getattr(self.base_model.layers[0].attention, "rotary_emb", None)
-        if emb is None:
-            raise PosymError("cannot find the model's rotary embedding module")
-        return emb
-
-    @property
-    def blocks(self):
-        return self.base_model.layers
-
-    def attention_module(self, layer: int) -> nn.Module:
-        return self.base_model.layers[layer].attention
 
     def _qk_hooks(self, layer: int, store: dict) -> list:
         attn = self.attention_module(layer)
