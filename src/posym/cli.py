@@ -53,11 +53,15 @@ def _cmd_train(args: argparse.Namespace) -> None:
                       checkpoint_every=args.checkpoint_every,
                       checkpoint_extra_every=args.checkpoint_extra_every,
                       model_overrides=overrides or None, track_heads=args.track_heads,
-                      track_prompts=args.track_prompts)
-    if args.resume and (overrides or args.steps):
+                      track_prompts=args.track_prompts, precision=args.precision, compile=args.compile)
+    if args.resume and (overrides or args.steps or args.precision or args.compile is not None):
         print("posym: note: --resume continues with the run's stored configuration", file=sys.stderr)
     result = train(cfg, args.out, resume=args.resume, force=args.force, device=args.device,
                    threads=args.threads, progress=not args.quiet)
+    from posym.train.distributed import is_main
+
+    if not is_main():  # under torchrun only rank 0 reports
+        return
     t = result.test
     hops = " ".join(f"hop{h}={t[f'acc_hop{h}']:.3f}" for h in range(1, 5))
     print(f"test accuracy {t['acc']:.4f} ({hops}); run in {result.run_dir}")
@@ -170,6 +174,16 @@ def _cmd_theory(args: argparse.Namespace) -> None:
         at = table[table["n"].isin([8, 20, 40, 80, 100])]
         print(at.pivot(index="n", columns="mechanism", values="delta").round(4).to_string())
         print(f"wrote {out / 'discrepancy.csv'} and {out / 'discrepancy.png'}")
+        if args.run:
+            from posym.lengthgen.trained import parse_grid
+            from posym.theory.trained import DEFAULT_GRID, run_trained_discrepancy
+
+            grid = parse_grid(args.grid) if args.grid else list(DEFAULT_GRID)
+            trained = run_trained_discrepancy(args.run, out, grid=grid, n=args.n, seed=args.seed, task=args.task)
+            per_layer = trained.groupby(["task", "layer", "extra_tokens"])["delta_median"].median()
+            print("trained heads: median Δ of the last query per layer (rows) and added tokens (columns)")
+            print(per_layer.unstack("extra_tokens").round(4).to_string())
+            print(f"wrote {out / 'trained_discrepancy.csv'} and {out / 'trained_discrepancy.png'}")
     else:
         from posym.theory.restricted import run_restricted
 
@@ -183,15 +197,34 @@ def _cmd_llm_eval(args: argparse.Namespace) -> None:
     from posym.lengthgen.llm_eval import table_markdown
 
     lengths = [int(x) for x in args.lengths.split(",")] if args.lengths else None
-    kw = {k: v for k, v in (("lengths", lengths), ("n", args.n)) if v}
+    tasks = [t.strip() for t in args.tasks.split(",")] if args.tasks else None
+    kw = {k: v for k, v in (("lengths", lengths), ("n", args.n), ("tasks", tasks)) if v}
     res = llm_eval(args.model, args.gguf, api_base=args.api_base, api_model=args.api_model,
                    api_key_env=args.api_key_env, runs=args.runs, out=args.out,
-                   max_per_second=args.max_per_second, threads=args.threads, **kw)
+                   max_per_second=args.max_per_second, max_per_minute=args.max_per_minute,
+                   concurrency=args.concurrency, max_retries=args.max_retries, timeout=args.timeout,
+                   device_map=args.device_map, dtype=args.dtype, device=args.device, batch_size=args.batch_size,
+                   max_new_tokens=args.max_new_tokens, n_examples=args.n_examples,
+                   offload_folder=args.offload_folder, threads=args.threads, progress=not args.quiet, **kw)
     from posym.report.llm_figures import write_llm_figure
 
     write_llm_figure(res.out_dir)
     print(table_markdown(res.table, title=res.model))
     print(f"{res.n_new} answered, {res.n_cached} from cache, {res.seconds:.0f} s; output in {res.out_dir}")
+
+
+def _cmd_llm_heads(args: argparse.Namespace) -> None:
+    from posym.heads.llm_heads import layer_medians, llm_heads, summarize_llm_heads
+
+    table = llm_heads(args.model, args.gguf, prompts=args.prompts, n=args.n, seed=args.seed, length=args.length,
+                      n_entities=args.entities, n_examples=args.n_examples, tau=args.tau, out=args.out,
+                      device=args.device, dtype=args.dtype, batch_size=args.batch_size, progress=not args.quiet)
+    med = layer_medians(table).pivot(index="layer", columns="prompt_set", values=["s_pos", "s_sym"])
+    print(f"median over heads per layer ({table.attrs['model']}):")
+    print(med.round(3).to_string())
+    print(summarize_llm_heads(table).round(3).to_string(index=False))
+    for f in table.attrs.get("files", []):
+        print(f"wrote {f}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -229,6 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--track-heads", action=argparse.BooleanOptionalAction, default=None,
                    help="score every head at each evaluation step into scores.csv (default: on)")
     t.add_argument("--track-prompts", type=int, default=None, help="validation prompts scored when tracking (512)")
+    t.add_argument("--precision", default=None, choices=["fp32", "bf16"],
+                   help="fp32 (default) or bf16 autocast of the training forward (weights, scores stay fp32)")
+    t.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the training forward (default: off)")
     t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     t.add_argument("--resume", action="store_true", help="continue an interrupted run")
     t.add_argument("--force", action="store_true", help="overwrite an existing run directory")
@@ -298,6 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--theta-retrieval", type=float, default=0.0027)
     td.add_argument("--alphabet", type=int, default=8)
     td.add_argument("--n-max", type=int, default=100)
+    td.add_argument("--run", action="append", default=None,
+                    help="also measure Δ of every head of this run/checkpoint vs added tokens (repeatable)")
+    td.add_argument("--task", default=None, help="task of a --run checkpoint posym did not write")
+    td.add_argument("--grid", default=None, help="added tokens for --run, e.g. 0,100,1000 (default 0,20,50,100,300,1000)")
+    td.add_argument("--n", type=int, default=64, help="prompts per added length for --run")
+    td.add_argument("--seed", type=int, default=0, help="data seed for --run")
     td.set_defaults(func=_cmd_theory)
     tr = tsub.add_parser("restricted", help="train 1-layer toys on Index/Retrieval with each RoPE frequency band")
     tr.add_argument("--out", default="runs/theory", help="output directory")
@@ -316,10 +359,39 @@ def build_parser() -> argparse.ArgumentParser:
     le.add_argument("--lengths", default=None, help="target-window sizes, e.g. 12,32,100 (default: SPEC §1.5)")
     le.add_argument("--runs", type=int, default=5)
     le.add_argument("--n", type=int, default=None, help="prompts per (task, length, run)")
-    le.add_argument("--max-per-second", type=float, default=None, help="API rate limit")
+    le.add_argument("--tasks", default=None, help="number,letter (default: both)")
+    le.add_argument("--max-per-second", type=float, default=None, help="API rate limit (requests per second)")
+    le.add_argument("--max-per-minute", type=float, default=None, help="API rate limit (requests per minute)")
+    le.add_argument("--concurrency", type=int, default=1, help="parallel API requests")
+    le.add_argument("--max-retries", type=int, default=6, help="API retries on 429/5xx/timeouts")
+    le.add_argument("--timeout", type=float, default=60.0, help="API request timeout in seconds")
+    le.add_argument("--device-map", default=None, help="'auto' shards a large local model over GPUs/CPU (accelerate)")
+    le.add_argument("--offload-folder", default=None, help="disk offload folder for --device-map auto")
+    le.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default: fp32 on CPU)")
+    le.add_argument("--device", default=None, help="cpu or cuda (without --device-map)")
+    le.add_argument("--batch-size", type=int, default=None, help="prompts per forward (local) ")
+    le.add_argument("--max-new-tokens", type=int, default=8)
+    le.add_argument("--n-examples", type=int, default=3, help="worked examples in each prompt")
+    le.add_argument("--quiet", action="store_true", help="no progress bar")
     le.add_argument("--threads", type=int, default=None)
     le.add_argument("--out", default=None, help="output directory (answers are cached there; reruns resume)")
     le.set_defaults(func=_cmd_llm_eval)
+    lh = lsub.add_parser("heads", help="s_POS/s_SYM (block swaps), entropy, frequency use of every head (SPEC §3, §6)")
+    lh.add_argument("--model", default=None, help="HF directory / .gguf file (default: SmolLM2-135M-Instruct GGUF)")
+    lh.add_argument("--gguf", default=None, help="GGUF file inside --model")
+    lh.add_argument("--prompts", default="all", help="all, binding, number, letter or a comma list")
+    lh.add_argument("--n", type=int, default=32, help="prompts per set")
+    lh.add_argument("--seed", type=int, default=0, help="data seed (1-hop: the run number)")
+    lh.add_argument("--length", type=int, default=12, help="target-window length of the 1-hop prompts")
+    lh.add_argument("--entities", type=int, default=6, help="entity-attribute facts per binding prompt")
+    lh.add_argument("--n-examples", type=int, default=3, help="worked examples in each 1-hop prompt")
+    lh.add_argument("--tau", type=float, default=1e-4, help="softmax temperature of the swap weights")
+    lh.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    lh.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default: fp32 on CPU)")
+    lh.add_argument("--batch-size", type=int, default=8, help="prompts per forward")
+    lh.add_argument("--out", default="runs/llm/heads", help="output directory")
+    lh.add_argument("--quiet", action="store_true", help="no progress bar")
+    lh.set_defaults(func=_cmd_llm_heads)
 
     lg = sub.add_parser("lengthgen", help="accuracy vs added target-window tokens (SPEC §1.4, Fig. 5B)")
     lg.add_argument("run_dir", help="run directory or HF GPT-J checkpoint directory")

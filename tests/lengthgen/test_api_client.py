@@ -195,3 +195,19 @@ def test_llm_eval_api_argument_errors(tmp_path):
         llm_eval(api_base="http://127.0.0.1:9/v1", out=tmp_path, **GRID)
     with pytest.raises(PosymError, match="not both"):
         llm_eval("some/model", api_base="http://127.0.0.1:9/v1", api_model="m", out=tmp_path, **GRID)
+
+
+def test_cli_llm_eval_api_flags(stub, tmp_path, capsys):
+    from posym.cli import main
+
+    rc = main(["llm", "eval", "--api-base", stub.base, "--api-model", "stub", "--tasks", "letter",
+               "--lengths", "5,12", "--runs", "2", "--n", "3", "--concurrency", "2", "--max-per-minute", "6000",
+               "--max-retries", "2", "--timeout", "5", "--quiet", "--out", str(tmp_path)])
+    assert rc in (0, None)
+    assert len(stub.answered) == 2 * 2 * 3  # letter only
+    assert all(r["model"] == "stub" for r in stub.requests)
+    import pandas as pd
+
+    assert "letter" in capsys.readouterr().out
+    assert set(pd.read_csv(tmp_path / "llm_table.csv")["task"]) == {"letter"}
+    assert (tmp_path / "figures" / "llm_lengthgen.png").exists()

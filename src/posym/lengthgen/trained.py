@@ -20,6 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from posym.errors import PosymError
+from posym.model.gptj import extend_positions
 from posym.tasks import generate
 from posym.train.evaluate import accuracy_table, predict
 
@@ -41,32 +42,6 @@ def parse_grid(spec: str | Sequence[int] | None) -> list[int]:
     if not values or min(values) < 0:
         raise PosymError(f"bad grid {spec!r}: added lengths must be non-negative integers")
     return sorted(set(values))
-
-
-def extend_positions(model: torch.nn.Module, n_positions: int) -> torch.nn.Module:
-    """Rebuild GPT-J's sinusoidal rotary tables to cover ``n_positions`` (in place; no weights change).
-
-    Uses transformers' own ``create_sinusoidal_positions``, so rows of existing positions are
-    bit-identical and logits at the original length are unchanged.
-    """
-    from transformers.models.gptj.modeling_gptj import create_sinusoidal_positions
-
-    found = False
-    for module in model.modules():
-        table = getattr(module, "embed_positions", None)
-        if isinstance(table, torch.Tensor) and table.dim() == 2:
-            found = True
-            if table.shape[0] >= n_positions:
-                continue
-            new = create_sinusoidal_positions(n_positions, table.shape[1]).to(table.device, table.dtype)
-            module.embed_positions = new  # replaces the (non-persistent) buffer
-            if hasattr(module, "max_positions"):
-                module.max_positions = n_positions
-    if not found:
-        raise PosymError("model has no GPT-J rotary table (embed_positions); only GPT-J checkpoints are supported")
-    if model.config.n_positions < n_positions:
-        model.config.n_positions = n_positions
-    return model
 
 
 def evaluate_length(model: torch.nn.Module, task: str, extra_tokens: int, n: int, seed: int,

@@ -131,4 +131,30 @@ def read_meta(directory: str | os.PathLike) -> dict:
         raise PosymError(f"corrupt {path}: {exc}") from exc
 
 
-__all__ = ["PRESETS", "model_config", "build_model", "save_model", "load_model", "read_meta"]
+def extend_positions(model: torch.nn.Module, n_positions: int) -> torch.nn.Module:
+    """Rebuild GPT-J's sinusoidal rotary tables to cover ``n_positions`` (in place; no weights change).
+
+    Uses transformers' own ``create_sinusoidal_positions``, so rows of existing positions are
+    bit-identical and logits at the original length are unchanged.
+    """
+    from transformers.models.gptj.modeling_gptj import create_sinusoidal_positions
+
+    found = False
+    for module in model.modules():
+        table = getattr(module, "embed_positions", None)
+        if isinstance(table, torch.Tensor) and table.dim() == 2:
+            found = True
+            if table.shape[0] >= n_positions:
+                continue
+            new = create_sinusoidal_positions(n_positions, table.shape[1]).to(table.device, table.dtype)
+            module.embed_positions = new  # replaces the (non-persistent) buffer
+            if hasattr(module, "max_positions"):
+                module.max_positions = n_positions
+    if not found:
+        raise PosymError("model has no GPT-J rotary table (embed_positions); only GPT-J checkpoints are supported")
+    if model.config.n_positions < n_positions:
+        model.config.n_positions = n_positions
+    return model
+
+
+__all__ = ["PRESETS", "model_config", "build_model", "save_model", "load_model", "read_meta", "extend_positions"]

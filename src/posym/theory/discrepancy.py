@@ -43,7 +43,6 @@ the construction then fails (see ``IndexConstruction``).
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -169,18 +168,10 @@ def discrepancy_table(theta_index: float = 0.8, theta_retrieval: float = 0.0027,
 def run_discrepancy(out_dir, theta_index: float = 0.8, theta_retrieval: float = 0.0027, alphabet: int = 8,
                     n_max: int = 100) -> pd.DataFrame:
     """Fig. 5A: write ``out_dir/discrepancy.csv`` and ``out_dir/discrepancy.png|pdf``; return the table."""
-    from posym.theory.figures import plot_discrepancy, save_figure
+    from posym.theory.figures import plot_discrepancy, write_table_and_figure
 
     table = discrepancy_table(theta_index, theta_retrieval, alphabet, n_max)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "discrepancy.csv", index=False)
-    fig = plot_discrepancy(table)
-    save_figure(fig, out / "discrepancy")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return table
+    return write_table_and_figure(table, plot_discrepancy, out_dir, "discrepancy")
 
 
 __all__ = [

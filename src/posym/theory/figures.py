@@ -32,6 +32,19 @@ def save_figure(fig: plt.Figure, path: str | os.PathLike):
     return _save(fig, path)
 
 
+def write_table_and_figure(table: pd.DataFrame, plot, out_dir: str | os.PathLike, name: str) -> pd.DataFrame:
+    """Write ``out_dir/NAME.csv`` and ``plot(table)`` as ``out_dir/NAME.png|pdf``; return ``table``."""
+    from pathlib import Path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / f"{name}.csv", index=False)
+    fig = plot(table)
+    save_figure(fig, out / name)
+    plt.close(fig)
+    return table
+
+
 def _need(table: pd.DataFrame, cols: set[str], what: str) -> None:
     missing = cols - set(table.columns)
     if missing:
@@ -96,4 +109,34 @@ def plot_restricted(table: pd.DataFrame, axes=None) -> plt.Figure:
     return fig
 
 
-__all__ = ["plot_discrepancy", "plot_restricted", "save_figure"]
+def plot_trained_discrepancy(table: pd.DataFrame, axes=None) -> plt.Figure:
+    """Median ``Δ`` of trained heads vs added tokens: one panel per task, one line per layer (the median
+    over the layer's heads of each head's median ``Δ`` over prompts; table of
+    :func:`posym.theory.trained.trained_discrepancy`)."""
+    import numpy as np
+
+    _need(table, {"task", "extra_tokens", "layer", "head", "delta_median"}, "trained discrepancy")
+    tasks = list(dict.fromkeys(table["task"]))
+    if axes is None:
+        fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 3.4), squeeze=False)
+        axes = axes[0]
+    else:
+        axes = np.atleast_1d(axes)
+        fig = axes[0].figure
+    n_layers = int(table["layer"].max()) + 1
+    cmap = plt.get_cmap("viridis")
+    for ax, task in zip(axes, tasks):
+        df = table[table["task"] == task]
+        per_layer = df.groupby(["layer", "extra_tokens"])["delta_median"].median().reset_index()
+        for layer, g in per_layer.groupby("layer"):
+            ax.plot(g["extra_tokens"], g["delta_median"], marker="o", ms=3, lw=1.2,
+                    color=cmap(layer / max(n_layers - 1, 1)), label=f"L{layer}")
+        ax.set_xscale("symlog", linthresh=10)
+        ax.set_yscale("log")
+        ax.set(xlabel="added tokens", ylabel="median Δ of the last query", title=f"{task} task: trained heads")
+    axes[-1].legend(fontsize=6, ncol=2, title="layer", title_fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+__all__ = ["plot_discrepancy", "plot_restricted", "plot_trained_discrepancy", "save_figure", "write_table_and_figure"]

@@ -41,7 +41,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -267,7 +266,7 @@ def run_restricted(out_dir, steps: int = 1500, seed: int = 0, tasks: Sequence[st
     (the kept frequency IDs). ``config``: any other :class:`ToyConfig` field (sizes, lr, ...).
     Defaults: 2 tasks x 2 modes x 3 bands = 12 runs of 1,500 Adam steps (~10-20 s each on one thread).
     """
-    from posym.theory.figures import plot_restricted, save_figure
+    from posym.theory.figures import plot_restricted, write_table_and_figure
 
     bad = sorted(set(config) - set(ToyConfig.__dataclass_fields__) | ({"task", "band", "mode"} & set(config)))
     if bad:
@@ -287,15 +286,7 @@ def run_restricted(out_dir, steps: int = 1500, seed: int = 0, tasks: Sequence[st
                 df["keep"] = " ".join(map(str, keep))
                 frames.append(df)
     table = pd.concat(frames, ignore_index=True)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "restricted.csv", index=False)
-    fig = plot_restricted(table)
-    save_figure(fig, out / "restricted")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return table
+    return write_table_and_figure(table, plot_restricted, out_dir, "restricted")
 
 
 # ---- HF GPT-J -------------------------------------------------------------------------------------

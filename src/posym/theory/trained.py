@@ -1,0 +1,118 @@
+"""Discrepancy of trained heads (SPEC §4; Paper A Thm 3.2 applied to real heads).
+
+For each head, ``Δ(σ)`` of the pre-softmax logits of the **last query** (the answer position) over
+keys ``0..T-1`` of an input ``σ`` (:func:`posym.theory.discrepancy.discrepancy_of_logits`; scaling
+and soft-capping included, exactly the logits the model's softmax sees). Measured on task inputs
+lengthened by extra target-window tokens (SPEC §1.4), it shows how each head's margin — and with it
+the inverse temperature it needs to stay hard — shrinks with length: Theorem 3.2 predicts a fast
+decay for positional (Index-like) heads and a slow one for symbolic (Retrieval-like) heads.
+
+Summaries over prompts: mean, median and minimum ``Δ`` (the theory's ``Δ(n)`` is the worst case over
+inputs, so ``delta_min`` is its empirical counterpart on the sampled inputs).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from posym.errors import PosymError
+from posym.model.adapters import get_adapter
+from posym.model.gptj import extend_positions
+from posym.theory.discrepancy import discrepancy_of_logits
+
+#: Default added lengths of ``posym theory discrepancy --run`` (a subset of Paper A's grid).
+DEFAULT_GRID: tuple[int, ...] = (0, 20, 50, 100, 300, 1000)
+
+
+def last_query_logits(model, input_ids, layers: Sequence[int] | None = None) -> Tensor:
+    """Pre-softmax logits of the last query of every head: input_ids [B, T] -> [L, B, H, T] float32.
+
+    Computed from the pre-rotary q/k of one (truncated) forward through the model's adapter, rotated
+    to their positions; causal and sliding-window masks give ``-inf``.
+    """
+    ad = get_adapter(model)
+    layers = ad._check_layers(layers)
+    q, k = ad.capture_qk(input_ids, layers)  # [L, B, H, T, hd], [L, B, Hkv, T, hd]
+    T = q.shape[-2]
+    pos = torch.arange(T, device=q.device)
+    out = []
+    for i, layer in enumerate(layers):
+        qr = ad.rotate(q[i][:, :, -1:], [T - 1]).float()  # [B, H, 1, hd]
+        kr = ad.rotate(k[i], pos).float()[:, ad.kv_index.to(q.device)]  # [B, H, T, hd]
+        logit = torch.matmul(qr, kr.transpose(-1, -2))[:, :, 0] * ad.scaling  # [B, H, T]
+        if ad.softcap is not None:
+            logit = torch.tanh(logit / ad.softcap) * ad.softcap
+        win = ad.sliding_window(layer)
+        if win is not None:
+            logit = logit.masked_fill(T - 1 - pos >= win, float("-inf"))
+        out.append(logit)
+    return torch.stack(out)
+
+
+def head_discrepancy(model, input_ids, layers: Sequence[int] | None = None, batch_size: int = 64) -> np.ndarray:
+    """``Δ`` of the last query of every head: input_ids [B, T] -> float64 [B, L, H] (batched forwards)."""
+    ids = torch.as_tensor(input_ids)
+    if ids.ndim != 2:
+        raise PosymError(f"input_ids must be [batch, length], got shape {tuple(ids.shape)}")
+    if batch_size < 1:
+        raise PosymError(f"batch_size must be >= 1, got {batch_size}")
+    parts = []
+    for i in range(0, ids.shape[0], batch_size):
+        logits = last_query_logits(model, ids[i:i + batch_size], layers)  # [L, b, H, T]
+        parts.append(np.moveaxis(discrepancy_of_logits(logits.cpu().numpy()), 0, 1))
+    return np.concatenate(parts, axis=0)
+
+
+def trained_discrepancy(model, task: str, grid: Sequence[int] = DEFAULT_GRID, n: int = 64, seed: int = 0,
+                        token_budget: int = 32768, progress: bool = True) -> pd.DataFrame:
+    """``Δ`` of every head of a trained GPT-J vs added target-window tokens (SPEC §1.4, §4).
+
+    ``n`` test-layout samples per added length (data seed ``1_000_000 + seed``, as in ``posym
+    lengthgen``); rotary tables are rebuilt for long inputs (no weight changes). One row per
+    (extra_tokens, layer, head): ``task, extra_tokens, seq_len, layer, head, n, delta_mean,
+    delta_median, delta_min``.
+    """
+    from posym.tasks import generate
+
+    if n < 1:
+        raise PosymError(f"need n >= 1 prompts, got {n}")
+    rows = []
+    for extra in tqdm(list(grid), desc=f"discrepancy {task}", disable=not progress, unit="len"):
+        batch = generate(task, n, 1_000_000 + seed, extra_tokens=int(extra))
+        T = batch.input_ids.shape[1]
+        extend_positions(model, T)
+        d = head_discrepancy(model, batch.input_ids, batch_size=max(1, token_budget // T))  # [n, L, H]
+        L, H = d.shape[1:]
+        for layer in range(L):
+            for head in range(H):
+                x = d[:, layer, head]
+                rows.append({"task": task, "extra_tokens": int(extra), "seq_len": T, "layer": layer, "head": head,
+                             "n": n, "delta_mean": float(np.mean(x)), "delta_median": float(np.median(x)),
+                             "delta_min": float(np.min(x))})
+    return pd.DataFrame(rows)
+
+
+def run_trained_discrepancy(paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike,
+                            grid: Sequence[int] = DEFAULT_GRID, n: int = 64, seed: int = 0,
+                            task: str | None = None, progress: bool = True) -> pd.DataFrame:
+    """``posym theory discrepancy --run``: measure every given run/checkpoint and write
+    ``out_dir/trained_discrepancy.csv`` and ``out_dir/trained_discrepancy.png|pdf``."""
+    from posym.heads.runs import resolve_model
+    from posym.theory.figures import plot_trained_discrepancy, write_table_and_figure
+
+    frames = []
+    for p in paths:
+        model, t, _ = resolve_model(p, task=task)
+        frames.append(trained_discrepancy(model, t, grid=grid, n=n, seed=seed, progress=progress).assign(run=str(p)))
+    table = pd.concat(frames, ignore_index=True)
+    return write_table_and_figure(table, plot_trained_discrepancy, out_dir, "trained_discrepancy")
+
+
+__all__ = ["DEFAULT_GRID", "last_query_logits", "head_discrepancy", "trained_discrepancy", "run_trained_discrepancy"]
