@@ -107,3 +107,14 @@ def content_prompts(n: int, length: int = 17, shift: int = 7, query_pos: int | N
         where[r] = pos
         assert ids[r, t] == v and (ids[r, :t] == tgt).sum() == 1 and ids[r, pos] == tgt
     return ids, where
+
+
+def sharpen_qk(model, std: float = 0.3, seed: int = 1):
+    """Re-draw the q/k projections with a larger std: attention far from uniform, so head scores are
+    not trivially (1, 1) (GPT-J / Llama q_proj, k_proj; GPT-NeoX query_key_value)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if any(s in name for s in ("q_proj.weight", "k_proj.weight", "query_key_value.weight")):
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+    return model

@@ -17,6 +17,7 @@ from posym.heads import (
 )
 from posym.model import build_model, model_config
 from posym.tasks import make_split
+from head_builders import sharpen_qk
 
 torch.set_num_threads(1)
 TOL = 1e-5
@@ -125,12 +126,7 @@ def _gemma2_softcap_window():
 
 
 def _sharpen(model, std=0.3):
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if any(s in name for s in ("q_proj.weight", "k_proj.weight", "query_key_value.weight")):
-                p.copy_(torch.randn(p.shape, generator=g) * std)
-    return model
+    return sharpen_qk(model, std)
 
 
 @pytest.mark.parametrize("build", [_llama_gqa, _neox_partial, _gemma2_softcap_window],

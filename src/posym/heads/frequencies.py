@@ -416,8 +416,14 @@ def frequency_use(model, input_ids, query_pos: int | None = None, *, layers: Seq
     ad = get_adapter(model)
     layers = ad._check_layers(layers)
     per = frequency_use_array(ad, input_ids, query_pos, layers=layers, batch_size=batch_size, weighting=weighting)
-    B, L, H, F = per.shape
-    use = per.mean(0)  # [L, H, F]
+    return use_frame(ad, per.mean(0), per.shape[0], layers)
+
+
+def use_frame(ad: RopeAdapter, use: np.ndarray, n_prompts: int, layers: Sequence[int] | None = None) -> pd.DataFrame:
+    """Mean frequency use ``use [L, H, F]`` -> the :func:`frequency_use` table (``use_frac`` = share
+    among rotary terms, NaN on the non-rotary row); ``layers`` labels the L axis (default 0..L-1)."""
+    L, H, F = use.shape
+    layers = np.arange(L) if layers is None else np.asarray(layers)
     info = frequency_ids(ad)
     rot = info["rotary"].to_numpy()
     tot = use[..., rot].sum(-1, keepdims=True)
@@ -425,14 +431,14 @@ def frequency_use(model, input_ids, query_pos: int | None = None, *, layers: Seq
         frac = np.where(rot, use / np.where(tot > 0, tot, np.nan), np.nan)
     shape = (L, H, F)
     return pd.DataFrame({
-        "layer": np.broadcast_to(np.asarray(layers)[:, None, None], shape).ravel(),
+        "layer": np.broadcast_to(layers[:, None, None], shape).ravel(),
         "head": np.broadcast_to(np.arange(H)[None, :, None], shape).ravel(),
         "freq_id": np.broadcast_to(info["freq_id"].to_numpy()[None, None], shape).ravel(),
         "angle": np.broadcast_to(info["angle"].to_numpy()[None, None], shape).ravel(),
         "rotary": np.broadcast_to(rot[None, None], shape).ravel(),
         "use": use.ravel(),
         "use_frac": frac.ravel(),
-        "n_prompts": B,
+        "n_prompts": n_prompts,
     })
 
 
@@ -642,5 +648,6 @@ __all__ = [
     "qk_geometry",
     "query_values",
     "run_freqs",
+    "use_frame",
     "weighted_frequency_id",
 ]

@@ -1,0 +1,317 @@
+"""``posym llm heads`` (issue 5, item 5): LLM prompt sets with exact token blocks, block scores of
+every head of tiny random GPT-J / Llama (GQA) / GPT-NeoX (partial rotary) models, fast == reference,
+frequency use, summaries, the plane figure and the CLI verb."""
+
+from __future__ import annotations
+
+import re
+import string
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from transformers import (
+    GPTJConfig,
+    GPTJForCausalLM,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
+
+from posym.cli import main
+from posym.errors import PosymError
+from posym.heads.frequencies import frequency_use_array
+from posym.heads.llm_heads import (
+    TABLE_COLUMNS,
+    _full_pass,
+    layer_medians,
+    llm_heads,
+    parse_prompt_sets,
+    summarize_llm_heads,
+)
+from posym.heads.llm_prompts import (
+    ATTRIBUTES,
+    ENTITIES,
+    binding_prompts,
+    build_prompts,
+    group_prompts,
+    make_binding_sample,
+    onehop_prompts,
+    single_token_words,
+    tokenize_with_spans,
+)
+from posym.heads.scores import (
+    scores_blocks_fast,
+    scores_blocks_reference,
+    swap_attention,
+)
+from posym.lengthgen.prompts import make_sample, solve_sequence
+from posym.model.adapters import get_adapter
+from posym.report.llm_heads_figures import plot_llm_heads_plane
+from head_builders import sharpen_qk
+
+# The tiny tokenizer knows only some of the word lists' words: the single-token filter must drop the rest.
+KNOWN_ENTITIES = ENTITIES[:10]
+KNOWN_ATTRIBUTES = ATTRIBUTES[:8]
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = (["<unk>", "<pad>", "<s>", "</s>", "Each", "object", "has", "one", "colour", ".", "The", "is",
+              "Input", "Output", ":"] + list(KNOWN_ENTITIES) + list(KNOWN_ATTRIBUTES)
+             + list(string.ascii_lowercase) + [str(i) for i in range(1, 65)]
+             + [a + d for a in string.ascii_lowercase for d in "123456789"]
+             + [a + b for a in string.ascii_lowercase for b in string.ascii_lowercase])
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", pad_token="<pad>", bos_token="<s>",
+                                   eos_token="</s>")
+
+
+TOK = _tokenizer()
+V = len(TOK)
+
+
+def _boost(model, std=0.5):
+    return sharpen_qk(model, std)
+
+
+def _gptj():
+    torch.manual_seed(0)
+    cfg = GPTJConfig(vocab_size=V, n_positions=256, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_inner=64,
+                     bos_token_id=2, eos_token_id=3, attn_implementation="eager")
+    return _boost(GPTJForCausalLM(cfg).eval())
+
+
+def _llama():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=256, attn_implementation="eager")
+    return _boost(LlamaForCausalLM(cfg).eval())
+
+
+def _neox():
+    torch.manual_seed(0)
+    cfg = GPTNeoXConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        max_position_embeddings=256, rotary_pct=0.5, attn_implementation="eager")
+    return _boost(GPTNeoXForCausalLM(cfg).eval())
+
+
+FAMILIES = {"gptj": _gptj, "llama-gqa": _llama, "neox-partial": _neox}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+# ------------------------------------------------------------------------------------------------
+# prompts
+# ------------------------------------------------------------------------------------------------
+def test_single_token_filter_keeps_exactly_the_known_words():
+    assert single_token_words(TOK, ENTITIES) == KNOWN_ENTITIES
+    assert single_token_words(TOK, ATTRIBUTES) == KNOWN_ATTRIBUTES
+
+
+def test_binding_prompts_deterministic_correct_and_exact_blocks():
+    a = binding_prompts(TOK, 12, seed=3)
+    b = binding_prompts(TOK, 12, seed=3)
+    assert a == b
+    assert binding_prompts(TOK, 12, seed=4) != a
+    assert make_binding_sample(5, 3, 6, KNOWN_ENTITIES, KNOWN_ATTRIBUTES) == \
+        make_binding_sample(5, 3, 6, KNOWN_ENTITIES, KNOWN_ATTRIBUTES)
+    queried = []
+    for p in a:
+        # independent parse of the text: the answer is the attribute bound to the queried entity
+        facts = re.findall(r"The (\w+) is (\w+)\.", p.text)
+        query = re.search(r"The (\w+) is$", p.text).group(1)
+        bound = dict(facts)
+        assert len(facts) == 6 and len(bound) == 6 and len(set(bound.values())) == 6
+        assert set(bound) <= set(KNOWN_ENTITIES) and set(bound.values()) <= set(KNOWN_ATTRIBUTES)
+        assert p.answer == bound[query]
+        queried.append([e for e, _ in facts].index(query))
+        # one block per fact, all of equal token length, decoding to the fact, before the query
+        assert len(p.blocks) == 6 and len({e - s for s, e in p.blocks}) == 1
+        for (s, e), (ent, att) in zip(p.blocks, facts):
+            assert TOK.convert_ids_to_tokens(list(p.input_ids[s:e])) == ["The", ent, "is", att, "."]
+        assert p.blocks[-1][1] < len(p.input_ids) - 1
+        assert p.answer_id == TOK.convert_tokens_to_ids(p.answer)
+    assert queried == [i % 6 for i in range(12)]  # every fact position queried equally often
+    assert len(group_prompts(a)) == 1  # one length / block layout: one batch
+
+
+@pytest.mark.parametrize("task", ["number", "letter"])
+def test_onehop_prompts_blocks_are_the_window(task):
+    ps = onehop_prompts(TOK, task, 5, length=7, seed=2, n_examples=2)
+    assert ps == onehop_prompts(TOK, task, 5, length=7, seed=2, n_examples=2)
+    for i, p in enumerate(ps):
+        sample = make_sample(task, 7, 2, i)
+        assert p.answer == sample.answer == solve_sequence(sample.tokens)
+        assert p.text.endswith(f"Input: {sample.sequence}\nOutput:")
+        assert len(p.blocks) == 7
+        window = [TOK.convert_ids_to_tokens(list(p.input_ids[s:e])) for s, e in p.blocks]
+        assert window == [[w] for w in sample.tokens[:-1]]
+        assert TOK.convert_ids_to_tokens(p.input_ids[p.blocks[-1][1]]) == sample.tokens[-1]  # the query item
+        assert p.answer_id == TOK.convert_tokens_to_ids(p.answer)
+
+
+def test_prompt_errors():
+    with pytest.raises(PosymError, match="straddles"):
+        tokenize_with_spans(TOK, "The apple is red", [(0, 2), (4, 9)])
+    with pytest.raises(PosymError, match="unknown prompt set"):
+        build_prompts(TOK, "bogus", 2)
+    with pytest.raises(PosymError, match="single-token"):
+        binding_prompts(TOK, 2, n_entities=9)  # only 8 known attributes
+    with pytest.raises(PosymError, match="n must be"):
+        binding_prompts(TOK, 0)
+    with pytest.raises(PosymError, match="unknown prompt set"):
+        parse_prompt_sets("binding,bogus")
+    assert parse_prompt_sets("letter,binding") == ("binding", "letter")
+    assert parse_prompt_sets("all") == ("binding", "number", "letter")
+
+
+# ------------------------------------------------------------------------------------------------
+# scores
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_fast_block_scores_equal_reference_on_llm_prompts(family):
+    # q/k std 0.3 as in test_scores_exact.py: sharp heads (max block mass > 0.9) whose scores stay well
+    # conditioned; with tau = 1e-4 the swap weights exp(|d_a - d_b| / tau) multiply the float32 rounding
+    # of the reference's attention (~1e-7) by 1e4, so much sharper random heads can differ by ~1e-4
+    # in s_POS although the raw attention before/after every swap agrees to ~1e-6.
+    model = _boost(FAMILIES[family](), std=0.3)
+    prompts = (binding_prompts(TOK, 3) + onehop_prompts(TOK, "number", 2, length=6, n_examples=1)
+               + onehop_prompts(TOK, "letter", 2, length=6, n_examples=1))
+    n_groups, d_max = 0, 0.0
+    for (_, blocks), idx in group_prompts(prompts).items():
+        ids = torch.tensor([prompts[i].input_ids for i in idx])
+        raw_f = swap_attention(model, ids, blocks=list(blocks))
+        raw_r = swap_attention(model, ids, blocks=list(blocks), method="reference")
+        for name in ("d", "dp_i", "dp_j", "entropy"):
+            assert np.abs(getattr(raw_f, name) - getattr(raw_r, name)).max() <= 1e-5, name
+        fast = scores_blocks_fast(model, ids, blocks=list(blocks))
+        ref = scores_blocks_reference(model, ids, blocks=list(blocks))
+        for name in ("s_pos", "s_sym", "entropy"):
+            assert np.abs(getattr(fast, name) - getattr(ref, name)).max() <= 1e-5, name
+        d_max = max(d_max, raw_f.d.max())
+        n_groups += 1
+    assert n_groups >= 3 and d_max > 0.5  # all three sets, attention far from uniform
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_llm_heads_table_every_head(family):
+    model = FAMILIES[family]()
+    ad = get_adapter(model)
+    table = llm_heads(model, tokenizer=TOK, n=4, length=6, n_examples=1, batch_size=3, progress=False)
+    assert list(table.columns) == TABLE_COLUMNS
+    L, H = ad.n_layers, ad.n_heads
+    assert len(table) == 3 * L * H
+    for s, g in table.groupby("prompt_set"):
+        assert sorted(zip(g["layer"], g["head"])) == [(l, h) for l in range(L) for h in range(H)]
+        assert (g["n_prompts"] == 4).all()
+    for col in ("s_pos", "s_sym", "entropy", "block_mass"):
+        v = table[col].to_numpy()
+        assert np.isfinite(v).all() and v.min() >= 0 and v.max() <= 1 + 1e-9, col
+    K = ad.rotary_dim // 2
+    assert table["weighted_id"].between(1, K).all() and table["dominant_id"].between(1, K).all()
+    partial = ad.rotary_dim < ad.head_dim
+    assert ((table["nonrotary_share"] > 0) if partial else (table["nonrotary_share"] == 0)).all()
+    assert (table["kv_head"] == table["head"] // (ad.n_heads // ad.n_kv_heads)).all()
+    # the binding rows are the prompt means of the block scores (one batch of 4 equal-length prompts)
+    bp = binding_prompts(TOK, 4)
+    ref = scores_blocks_fast(model, torch.tensor([p.input_ids for p in bp]), blocks=list(bp[0].blocks))
+    b = table[table["prompt_set"] == "binding"].sort_values(["layer", "head"])
+    np.testing.assert_allclose(b["s_pos"], ref.s_pos[..., 0].mean(0).ravel(), atol=1e-12)
+    np.testing.assert_allclose(b["s_sym"], ref.s_sym[..., 0].mean(0).ravel(), atol=1e-12)
+    np.testing.assert_allclose(b["entropy"], ref.entropy.mean(0).ravel(), atol=1e-12)
+    sw = swap_attention(model, torch.tensor([p.input_ids for p in bp]), blocks=list(bp[0].blocks))
+    np.testing.assert_allclose(b["block_mass"], sw.d.sum(-1).mean(0).ravel(), atol=1e-12)
+    assert (b["block_mass"] < 1).all()  # the prefix, the query's statement and the query itself get the rest
+    acc = table.attrs["accuracy"]
+    assert set(acc) == {"binding", "number", "letter"} and all(0 <= a <= 1 for a in acc.values())
+
+
+def test_full_pass_matches_frequency_use_and_greedy_token():
+    model = _llama()
+    ad = get_adapter(model)
+    ps = binding_prompts(TOK, 3)
+    ids = torch.tensor([p.input_ids for p in ps])
+    use, pred = _full_pass(ad, ids)
+    np.testing.assert_allclose(use, frequency_use_array(model, ids), rtol=1e-10, atol=1e-12)
+    with torch.no_grad():
+        assert (pred == model(ids).logits[:, -1].argmax(-1).numpy()).all()
+
+
+def test_summary_halves_and_pearson():
+    rows = []
+    for layer in range(4):
+        for head in range(3):
+            sp = 0.9 - 0.2 * layer + 0.01 * head
+            rows.append({"prompt_set": "binding", "layer": layer, "head": head, "s_pos": sp, "s_sym": 1 - sp,
+                         "n_prompts": 5})
+    t = pd.DataFrame(rows)
+    t2 = t.assign(prompt_set="number", s_sym=t["s_pos"])
+    both = pd.concat([t, t2], ignore_index=True)
+    s = summarize_llm_heads(both, accuracy={"binding": 0.5, "number": 1.0}).set_index("prompt_set")
+    assert list(s.index) == ["binding", "number", "mean_of_sets"]
+    assert s.loc["binding", "first_half"] == "0-1" and s.loc["binding", "second_half"] == "2-3"
+    assert s.loc["binding", "median_s_pos_first"] == pytest.approx(np.median([0.9, 0.91, 0.92, 0.7, 0.71, 0.72]))
+    assert s.loc["binding", "median_s_sym_second"] == pytest.approx(1 - np.median([0.5, 0.51, 0.52, 0.3, 0.31, 0.32]))
+    assert s.loc["binding", "pearson_r"] == pytest.approx(-1.0)
+    assert s.loc["number", "pearson_r"] == pytest.approx(1.0)
+    assert s.loc["mean_of_sets", "accuracy"] == pytest.approx(0.75)
+    assert np.isnan(s.loc["mean_of_sets", "pearson_r"])  # s_sym is the constant 0.5 after averaging
+    med = layer_medians(both)
+    assert len(med) == 8 and med.loc[0, "s_pos"] == pytest.approx(0.91)
+
+
+def test_plane_figure_axes():
+    import matplotlib.pyplot as plt
+
+    t = pd.DataFrame({"prompt_set": ["binding"] * 4 + ["number"] * 4, "layer": [0, 0, 1, 1] * 2,
+                          "s_pos": np.linspace(0, 1, 8), "s_sym": np.linspace(1, 0, 8)})
+    fig = plot_llm_heads_plane(t)
+    assert len([a for a in fig.axes if a.get_label() != "<colorbar>"]) == 2
+    assert "r = -1.00" in fig.axes[0].get_title()
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    plot_llm_heads_plane(t[t["prompt_set"] == "number"], ax=ax)
+    with pytest.raises(PosymError, match="single prompt_set"):
+        plot_llm_heads_plane(t, ax=ax)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------
+# CLI
+# ------------------------------------------------------------------------------------------------
+def test_cli_llm_heads_end_to_end(tmp_path, capsys):
+    d = tmp_path / "tiny-llama"
+    _llama().save_pretrained(d)
+    TOK.save_pretrained(d)
+    out = tmp_path / "heads"
+    rc = main(["llm", "heads", "--model", str(d), "--n", "3", "--length", "5", "--n-examples", "1",
+               "--batch-size", "2", "--out", str(out), "--quiet"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "pearson_r" in printed and "llm_heads_plane.png" in printed
+    table = pd.read_csv(out / "llm_heads.csv")
+    assert len(table) == 3 * 2 * 4 and set(table["prompt_set"]) == {"binding", "number", "letter"}
+    summary = pd.read_csv(out / "llm_heads_summary.csv")
+    assert list(summary["prompt_set"]) == ["binding", "number", "letter", "mean_of_sets"]
+    use = pd.read_csv(out / "llm_heads_freq_use.csv")
+    assert len(use) == 3 * 2 * 4 * 4  # (set, layer, head, frequency): head_dim 8, full rotary -> 4 pairs
+    for f in ("llm_heads_layers.csv", "llm_heads.json", "figures/llm_heads_plane.png", "figures/llm_heads_plane.pdf"):
+        assert (out / f).stat().st_size > 0, f
+
+
+def test_cli_llm_heads_bad_prompts_one_line_error(tmp_path, capsys):
+    rc = main(["llm", "heads", "--model", str(tmp_path / "nope"), "--prompts", "bogus", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and err.startswith("posym: error: unknown prompt set")
+    assert not (tmp_path / "llm_heads.csv").exists()
