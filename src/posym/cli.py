@@ -227,6 +227,25 @@ def _cmd_llm_heads(args: argparse.Namespace) -> None:
         print(f"wrote {f}")
 
 
+def _cmd_reproduce(args: argparse.Namespace) -> None:
+    from posym.reproduce import reproduce
+
+    tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
+    path = reproduce(args.preset, out=args.out, seeds=args.seeds, device=args.device, tasks=tasks, stages=stages,
+                     llm=not args.no_llm, progress=not args.quiet, jobs=args.jobs)
+    print(f"report: {path}")
+
+
+def _cmd_report(args: argparse.Namespace) -> None:
+    from posym.report.html import screenshot, write_report
+
+    path = write_report(args.dir)
+    print(f"wrote {path}")
+    if args.screenshot:
+        print(f"wrote {screenshot(path, args.screenshot)}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="posym", description="Positional versus symbolic attention heads (Urrutia et al. 2026).")
     sub = p.add_subparsers(dest="verb", required=True)
@@ -403,6 +422,23 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--out", default=None, help="CSV file (default: DIR/lengthgen.csv)")
     lg.add_argument("--force", action="store_true")
     lg.set_defaults(func=_cmd_lengthgen)
+
+    rp = sub.add_parser("reproduce", help="one command: train, analyse and report Paper A (resumable stages)")
+    rp.add_argument("--preset", default="quick", help="quick (≈ 20 min on a 2-core CPU) or paper (SPEC §2, full analyses)")
+    rp.add_argument("--out", required=True, help="output directory (a re-run skips finished stages)")
+    rp.add_argument("--seeds", type=int, default=1, help="seeds 0..K-1 per task; results as mean ± sd")
+    rp.add_argument("--device", default="cpu", help="cpu or cuda")
+    rp.add_argument("--tasks", default="number,letter", help="comma-separated subset of number,letter")
+    rp.add_argument("--jobs", type=int, default=None, help="worker processes (default: min(#cpus, #runs); 1 = serial)")
+    rp.add_argument("--no-llm", action="store_true", help="leave out the offline SmolLM2 evaluation (Table 3)")
+    rp.add_argument("--stages", default=None, help="only these stages, e.g. train,dynamics or freqs-number-s0")
+    rp.add_argument("--quiet", action="store_true", help="no progress bars (stage lines are still printed)")
+    rp.set_defaults(func=_cmd_reproduce)
+
+    rr = sub.add_parser("report", help="(re)write DIR/report.html of a reproduction directory from its saved tables")
+    rr.add_argument("dir", help="directory written by posym reproduce")
+    rr.add_argument("--screenshot", default=None, help="also save a PNG screenshot (needs Chromium)")
+    rr.set_defaults(func=_cmd_report)
     return p
 
 

