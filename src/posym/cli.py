@@ -81,7 +81,7 @@ def _cmd_scores(args: argparse.Namespace) -> None:
     taus = args.tau or [1e-4]
     steps = [int(x) for x in args.steps.split(",")] if args.steps else None
     df = score_checkpoints(target, task=args.task, prompts=args.prompts, n_prompts=args.n, taus=taus,
-                           per_prompt=args.per_prompt, steps=steps, seed=args.seed)
+                           per_prompt=args.per_prompt, steps=steps, seed=args.seed, device=args.device)
     if args.model and "step" in df:
         df = df.drop(columns="step")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -301,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--tau", type=float, action="append", help="softmax temperature of the swap weights (repeatable)")
     sc.add_argument("--steps", default=None, help="only these checkpoint steps, e.g. 0,1000,6750")
     sc.add_argument("--per-prompt", action="store_true", help="one row per prompt instead of means")
+    sc.add_argument("--device", default="cpu", help="cpu or cuda")
     sc.add_argument("--out", default=None, help="CSV file (default: DIR/scores.csv)")
     sc.add_argument("--force", action="store_true", help="overwrite an existing output file")
     sc.set_defaults(func=_cmd_scores)

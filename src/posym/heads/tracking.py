@@ -84,15 +84,19 @@ def load_prompts(path: str | os.PathLike, task: str) -> np.ndarray:
 
 def score_checkpoints(path: str | os.PathLike, task: str | None = None, prompts: str | os.PathLike | None = None,
                       n_prompts: int = 512, taus: Sequence[float] = (DEFAULT_TAU,), per_prompt: bool = False,
-                      steps: Sequence[int] | None = None, seed: int = 0, progress: bool = True) -> pd.DataFrame:
+                      steps: Sequence[int] | None = None, seed: int = 0, progress: bool = True,
+                      device: str = "cpu") -> pd.DataFrame:
     """``posym scores``: scores of every checkpoint of a run directory (one block of rows per step), or
     of one HF GPT-J checkpoint directory (``step`` column omitted). Prompts: a JSONL file, else the
-    first ``n_prompts`` validation prompts of the task (the set head tracking uses)."""
+    first ``n_prompts`` validation prompts of the task (the set head tracking uses). ``device``: where
+    the models run (e.g. "cuda"); scores are float32/float64 on every device."""
     from posym.heads.runs import resolve_model
     from posym.model.gptj import read_meta
     from posym.tasks import make_split
     from posym.train.checkpoints import list_checkpoints
 
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise PosymError("--device cuda requested but CUDA is not available")
     path = Path(path)
     ckpts = list_checkpoints(path)
     if ckpts and steps is not None:
@@ -107,6 +111,6 @@ def score_checkpoints(path: str | os.PathLike, task: str | None = None, prompts:
     ids = load_prompts(prompts, task) if prompts else make_split(task, "val", seed=seed, n=n_prompts).input_ids
     frames = []
     for step, p in tqdm(targets, desc="scoring checkpoints", disable=not progress or len(targets) == 1):
-        model, _, _ = resolve_model(p, task=task)
+        model, _, _ = resolve_model(p, task=task, device=device)
         frames.append(score_table(model, ids, taus, step=step, per_prompt=per_prompt))
     return pd.concat(frames, ignore_index=True)

@@ -8,6 +8,7 @@ from typing import Any
 from posym.errors import PosymError
 
 TASKS = ("number", "letter")
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,10 @@ class TrainConfig:
     track_heads: bool = True  # scores of every head at every evaluation step (SPEC §3) -> scores.csv
     track_prompts: int = 512  # the first P validation prompts
     track_taus: tuple[float, ...] = (1e-4,)
+    # "bf16": torch.autocast(bfloat16) around the training forward + loss; weights, optimizer state,
+    # evaluation and head scores stay float32. "fp32": no autocast.
+    precision: str = "fp32"
+    compile: bool = False  # torch.compile the training forward + loss (checkpoints hold the plain module)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -76,6 +81,8 @@ def make_config(task: str, preset: str = "quick", **kwargs: Any) -> TrainConfig:
     cfg = replace(cfg, **{k: v for k, v in kwargs.items() if v is not None})
     if cfg.steps < 1 or cfg.batch_size < 1 or cfg.eval_every < 1:
         raise PosymError("steps, batch_size and eval_every must be positive")
+    if cfg.precision not in PRECISIONS:
+        raise PosymError(f"unknown precision {cfg.precision!r}; choose one of {list(PRECISIONS)}")
     from posym.model.gptj import model_config
     from posym.tasks import get_vocab
 

@@ -7,7 +7,9 @@ accumulators are checkpointed, and the data order is a pure function of (order s
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import inspect
 import json
 import os
 import platform
@@ -29,6 +31,7 @@ from posym.model.fast import last_token_logits
 from posym.model.gptj import build_model, model_config
 from posym.tasks import get_vocab, make_split
 from posym.train import checkpoints as ckpt
+from posym.train import distributed as dist
 from posym.train.config import TrainConfig
 from posym.train.evaluate import MAX_HOPS, evaluate
 from posym.train.schedule import checkpoint_steps, eval_steps, linear_warmup_decay
@@ -66,25 +69,67 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig) -> tuple[torch.o
     return optimizer, scheduler
 
 
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-               x: torch.Tensor, y: torch.Tensor, max_grad_norm: float | None) -> float:
-    """One optimizer step on the last-token loss. x [B, T] input ids, y [B] answer ids -> loss."""
-    loss = F.cross_entropy(last_token_logits(model, x), y)
+class LastTokenLoss(torch.nn.Module):
+    """The training objective as a module (what DDP and ``torch.compile`` wrap): cross-entropy of the
+    last-position logits (``posym.model.fast.last_token_logits``) against the answers.
+
+    ``reduction`` "mean" (single process) or "sum" (DDP: the loop rescales it to the global mean).
+    Logits are cast to float32 before the loss, so under bf16 autocast the loss is float32.
+    """
+
+    def __init__(self, model: torch.nn.Module, reduction: str = "mean"):
+        super().__init__()
+        self.model = model
+        self.reduction = reduction
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(last_token_logits(self.model, x).float(), y, reduction=self.reduction)
+
+
+def autocast_context(precision: str, device: str | torch.device) -> contextlib.AbstractContextManager:
+    """``torch.autocast(bfloat16)`` on the device's type for precision "bf16"; a no-op for "fp32"."""
+    if precision == "bf16":
+        return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+    if precision != "fp32":
+        raise PosymError(f"unknown precision {precision!r}; choose one of ['fp32', 'bf16']")
+    return contextlib.nullcontext()
+
+
+def _optimizer_step(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                    params: Sequence[torch.nn.Parameter], optimizer: torch.optim.Optimizer, scheduler: Any,
+                    x: torch.Tensor, y: torch.Tensor, max_grad_norm: float | None, precision: str = "fp32",
+                    loss_scale: float = 1.0) -> torch.Tensor:
+    """Forward (under autocast for bf16) + backward of ``loss_scale * objective(x, y)``, gradient
+    clipping, optimizer and scheduler step. Returns the unscaled loss, detached, on the device (no sync)."""
+    with autocast_context(precision, x.device):
+        loss = objective(x, y)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    (loss * loss_scale if loss_scale != 1.0 else loss).backward()
     if max_grad_norm:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm, foreach=True)
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
     optimizer.step()
     scheduler.step()
-    return loss.item()
+    return loss.detach()
+
+
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+               x: torch.Tensor, y: torch.Tensor, max_grad_norm: float | None, precision: str = "fp32") -> float:
+    """One optimizer step on the last-token loss. x [B, T] input ids, y [B] answer ids -> loss."""
+    objective = LastTokenLoss(model)
+    return _optimizer_step(objective, list(model.parameters()), optimizer, scheduler, x, y, max_grad_norm,
+                           precision).item()
 
 
 def batch_indices(order_seed: int, step: int, batch_size: int, n_train: int) -> np.ndarray:
     """Indices of the training samples of optimizer step ``step`` (0-based): epoch-wise shuffles."""
-    per_epoch = n_train // batch_size
-    epoch, k = divmod(step, per_epoch)
-    perm = _epoch_perm(order_seed, epoch, n_train)
-    return perm[k * batch_size:(k + 1) * batch_size]
+    epoch, start = _batch_position(step, batch_size, n_train)
+    return _epoch_perm(order_seed, epoch, n_train)[start:start + batch_size]
+
+
+def _batch_position(step: int, batch_size: int, n_train: int) -> tuple[int, int]:
+    """(epoch, offset into that epoch's permutation) of step ``step``'s batch."""
+    epoch, k = divmod(step, n_train // batch_size)
+    return epoch, k * batch_size
 
 
 _PERM_CACHE: dict[tuple[int, int, int], np.ndarray] = {}
@@ -151,17 +196,21 @@ def _versions() -> dict[str, str]:
             "python": platform.python_version()}
 
 
-def _restore(out: Path, config: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             scheduler: Any, device: str) -> tuple[int, float, int]:
-    """Load the newest resumable checkpoint into model/optimizer/scheduler/RNG and drop metric rows
-    written after it. Returns (step, running loss sum, running loss count)."""
-    from safetensors.torch import load_file
-
+def _find_resumable(out: Path) -> tuple[int, str]:
+    """(step, path) of the newest checkpoint with a trainer state, after removing leftovers of
+    interrupted writes. Raises PosymError when there is none."""
     ckpt.clean_temporaries(out)
     found = ckpt.latest_resumable(out)
     if found is None:
         raise PosymError(f"cannot resume: no checkpoint with a trainer state under {out}/checkpoints")
-    start_step, path = found
+    return found[0], str(found[1])
+
+
+def _load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+                     device: str) -> dict[str, Any]:
+    """Load weights, optimizer and scheduler state of checkpoint ``path``; returns its trainer state."""
+    from safetensors.torch import load_file
+
     state = ckpt.load_trainer_state(path)
     try:
         weights = load_file(str(path / "model.safetensors"), device=str(device))
@@ -172,15 +221,50 @@ def _restore(out: Path, config: TrainConfig, model: torch.nn.Module, optimizer: 
         raise PosymError(f"checkpoint {path} does not match the run's model config")
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["rng_cpu"])
-    if "rng_cuda" in state and device.startswith("cuda"):
-        torch.cuda.set_rng_state(state["rng_cuda"])
+    return state
+
+
+def _restore_rng(state: dict[str, Any], rank: int, world_size: int, device: str, fallback_seed: int) -> None:
+    """Set this rank's CPU (and CUDA) RNG from a trainer state. States of every rank are stored
+    (``rng_cpu_ranks``); a run resumed with another process count reseeds ranks > 0 from
+    ``fallback_seed`` (rank 0 always continues its stream, which is all a single process uses)."""
+    cpu_ranks = state.get("rng_cpu_ranks")
+    cuda_ranks = state.get("rng_cuda_ranks")
+    same_world = cpu_ranks is not None and len(cpu_ranks) == world_size
+    if rank == 0 or same_world:
+        torch.set_rng_state(cpu_ranks[rank] if same_world else state["rng_cpu"])
+        if device.startswith("cuda"):
+            if cuda_ranks is not None and len(cuda_ranks) == world_size:
+                torch.cuda.set_rng_state(cuda_ranks[rank], device)
+            elif "rng_cuda" in state and rank == 0:
+                torch.cuda.set_rng_state(state["rng_cuda"], device)
+    else:
+        torch.manual_seed(fallback_seed)
+
+
+def _restore_metrics(out: Path, config: TrainConfig, start_step: int) -> None:
+    """Drop metric rows written after the resumed checkpoint (and refuse to resume a finished run)."""
     metrics_path = out / "metrics.csv"
     old_rows = _read_metrics(metrics_path)
     if start_step >= config.steps and any(r["split"] == "test" for r in old_rows):
         raise PosymError(f"run {out} is already complete ({config.steps} steps)")
     _write_metrics(metrics_path, [r for r in old_rows if r["split"] == "val" and int(r["step"]) <= start_step])
-    return start_step, float(state["loss_sum"]), int(state["loss_count"])
+
+
+def _rng_states(device: str) -> dict[str, Any]:
+    """Trainer-state RNG entries: this process's CPU/CUDA state (rank 0's under DDP, for single-process
+    resume) and, under DDP, every rank's (``*_ranks``, stacked). A collective under DDP."""
+    st: dict[str, Any] = {"rng_cpu": torch.get_rng_state()}
+    cuda = device.startswith("cuda")
+    if cuda:
+        st["rng_cuda"] = torch.cuda.get_rng_state(device)
+    if dist.get_world_size() > 1:
+        st["rng_cpu_ranks"] = torch.stack(dist.gather_tensors(st["rng_cpu"]))
+        st["rng_cpu"] = st["rng_cpu_ranks"][0].clone()
+        if cuda:
+            st["rng_cuda_ranks"] = torch.stack(dist.gather_tensors(st["rng_cuda"]))
+            st["rng_cuda"] = st["rng_cuda_ranks"][0].clone()
+    return st
 
 
 def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, force: bool = False,
@@ -190,42 +274,82 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
 
     ``resume`` continues from the newest checkpoint carrying a trainer state (using the run's stored
     config); ``force`` replaces an existing run directory. Raises PosymError for user errors.
+
+    ``config.precision`` "bf16" autocasts the training forward + loss to bfloat16 (weights, optimizer,
+    evaluation and head scores stay float32); ``config.compile`` runs the training forward + loss
+    through ``torch.compile`` (checkpoints hold the plain module's weights).
+
+    Under ``torchrun`` (``WORLD_SIZE`` > 1) the run is data-parallel (``posym.train.distributed``):
+    every rank trains on its contiguous shard of the same global batches with DDP; rank 0 alone
+    evaluates, runs ``callbacks`` (head tracking), writes every file and draws the progress bar. All
+    ranks return the same RunResult. Without dropout the result equals a single-process run to float
+    tolerance; with dropout the ranks draw from different random streams (statistically equal).
     """
     out = Path(out)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise PosymError("--device cuda requested but CUDA is not available")
-    _prepare_run_dir(out, resume, force)
+    ctx = dist.setup(device)
+    try:
+        result = _train(ctx, config, out, resume=resume, force=force, threads=threads, progress=progress,
+                        callbacks=callbacks)
+    except BaseException:
+        if ctx.owns_group and dist.is_initialized():
+            torch.distributed.destroy_process_group()
+        raise
+    dist.teardown(ctx)
+    return result
+
+
+def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: bool, force: bool,
+           threads: int | None, progress: bool, callbacks: Sequence[EvalCallback]) -> RunResult:
+    device, rank, world = ctx.device, ctx.rank, ctx.world_size
+    main = ctx.is_main
+
+    def prepare() -> dict[str, Any] | None:
+        _prepare_run_dir(out, resume, force)
+        return json.loads((out / "posym.json").read_text())["config"] if resume else None
+
+    stored = dist.run_on_main(prepare)
     if threads:
         torch.set_num_threads(threads)
     if resume:
-        stored = json.loads((out / "posym.json").read_text())
-        config = TrainConfig.from_dict(stored["config"])
+        config = TrainConfig.from_dict(stored)
+    if config.batch_size < world:
+        raise PosymError(f"batch size {config.batch_size} cannot be split over {world} processes")
     vocab = get_vocab(config.task)
     mcfg = model_config(config.preset, vocab.size, **config.model_overrides)
     model = build_model(mcfg, seed=config.seed).to(device)
     meta = {"task": config.task, "preset": config.preset, "config": config.to_dict(), "versions": _versions()}
-    if not resume:
+    if world > 1:
+        meta["world_size"] = world
+    if not resume and main:
         (out / "posym.json").write_text(json.dumps(meta, indent=2))
 
     optimizer, scheduler = make_optimizer(model, config)
 
     start_step, loss_sum, loss_count = 0, 0.0, 0
     metrics_path = out / "metrics.csv"
+    dropout_seed = config.seed + 1_000_003 + 7_919 * rank  # dropout stream, separate from the init stream
     if resume:
-        start_step, loss_sum, loss_count = _restore(out, config, model, optimizer, scheduler, device)
+        start_step, path = dist.run_on_main(lambda: _find_resumable(out))
+        state = _load_checkpoint(Path(path), model, optimizer, scheduler, device)
+        _restore_rng(state, rank, world, device, fallback_seed=dropout_seed + start_step)
+        loss_sum, loss_count = float(state["loss_sum"]), int(state["loss_count"])
+        dist.run_on_main(lambda: _restore_metrics(out, config, start_step))  # also a barrier: all have loaded
     else:
-        torch.manual_seed(config.seed + 1_000_003)  # dropout stream, separate from the init stream
+        torch.manual_seed(dropout_seed)
 
     train_set = make_split(config.task, "train", seed=config.data_seed)
-    val_set = make_split(config.task, "val", seed=config.data_seed, n=config.n_val)
-    x_train = torch.from_numpy(np.ascontiguousarray(train_set.input_ids))
-    y_train = torch.from_numpy(np.ascontiguousarray(train_set.labels))
+    val_set = make_split(config.task, "val", seed=config.data_seed, n=config.n_val) if main else None
+    x_train = torch.from_numpy(np.ascontiguousarray(train_set.input_ids)).to(device)
+    y_train = torch.from_numpy(np.ascontiguousarray(train_set.labels)).to(device)
     n_train = len(train_set)
     if n_train < config.batch_size:
         raise PosymError(f"batch size {config.batch_size} exceeds the training set ({n_train})")
+    lo, hi = dist.shard_bounds(config.batch_size, rank, world)
 
-    callbacks = list(callbacks)
-    if config.track_heads:
+    callbacks = list(callbacks) if main else []
+    if config.track_heads and main:
         from posym.heads.tracking import HeadTracker, truncate_scores
 
         if resume:
@@ -233,52 +357,104 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
         n_track = min(config.track_prompts, len(val_set))
         callbacks.insert(0, HeadTracker(val_set.input_ids[:n_track], config.track_taus))
 
+    # The objective DDP/compile wrap; `model` stays the plain HF module (evaluated, scored, saved).
+    objective: Any = LastTokenLoss(model, reduction="sum" if world > 1 else "mean")
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        cuda_index = torch.device(device).index if device.startswith("cuda") else None
+        # the only buffer (the rotary table) is constant: no per-step buffer sync
+        no_sync = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+                   else "broadcast_buffers")
+        objective = DistributedDataParallel(objective, device_ids=None if cuda_index is None else [cuda_index],
+                                            gradient_as_bucket_view=True, **{no_sync: False})
+    if config.compile:
+        objective = torch.compile(objective)
+    # DDP averages gradients over ranks; scaling each rank's summed loss by world / B makes the
+    # average the gradient of the global-batch mean, whatever the shard sizes.
+    loss_scale = world / config.batch_size if world > 1 else 1.0
+    params = list(model.parameters())
+
+    # evaluation and callbacks run in float32 even if the caller wrapped train() in an autocast region
+    def fp32() -> torch.autocast:
+        return torch.autocast(device_type=torch.device(device).type, enabled=False)
+
     evals = set(eval_steps(config.steps, config.eval_every))
     saves = set(checkpoint_steps(config.steps, config.checkpoint_every, extra_every=config.checkpoint_extra_every))
     t0 = time.perf_counter()
+    timing = {"eval_s": 0.0, "callbacks_s": 0.0, "checkpoint_s": 0.0}
+    # running training-loss sum on the device (float64, like the Python float it replaces): no sync per step
+    loss_acc = torch.tensor(loss_sum, dtype=torch.float64, device=device)
 
     def trainer_state(step: int) -> dict[str, Any]:
-        st = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-              "rng_cpu": torch.get_rng_state(), "step": step,
-              "loss_sum": torch.tensor(loss_sum, dtype=torch.float64), "loss_count": loss_count}
-        if device.startswith("cuda"):
-            st["rng_cuda"] = torch.cuda.get_rng_state()
+        st = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
+              "loss_sum": loss_acc.detach().cpu(), "loss_count": loss_count}
+        st.update(_rng_states(device))
         return st
 
     def on_step(step: int) -> None:
-        nonlocal loss_sum, loss_count
-        if step in evals and not (resume and step == start_step):
-            res = evaluate(model, val_set, batch_size=config.eval_batch_size, device=device)
+        nonlocal loss_count
+        if step in evals and not (resume and step == start_step) and main:
+            t = time.perf_counter()
+            with fp32():
+                res = evaluate(model, val_set, batch_size=config.eval_batch_size, device=device)
+            timing["eval_s"] += time.perf_counter() - t
             row = {"split": "val", "step": step,
-                   "train_loss": loss_sum / loss_count if loss_count else float("nan"),
+                   "train_loss": loss_acc.item() / loss_count if loss_count else float("nan"),
                    "lr": scheduler.get_last_lr()[0], **res, "time_s": round(time.perf_counter() - t0, 3)}
             _append_metrics(metrics_path, row)
-            loss_sum, loss_count = 0.0, 0
-            for cb in callbacks:
-                cb(step, model, out)
+            t = time.perf_counter()
+            with fp32():  # head scores in float32 whatever the training precision
+                for cb in callbacks:
+                    cb(step, model, out)
+            timing["callbacks_s"] += time.perf_counter() - t
             bar.set_postfix(acc=f"{res['acc']:.3f}", loss=f"{res['loss']:.3f}")
+        if step in evals and not (resume and step == start_step):
+            loss_acc.zero_()
+            loss_count = 0
         if step in saves and not (resume and step == start_step):
-            ckpt.save_checkpoint(out, step, model, meta, trainer_state(step))
+            t = time.perf_counter()
+            state = trainer_state(step)  # a collective under DDP (every rank's RNG state)
+            if main:
+                ckpt.save_checkpoint(out, step, model, meta, state)
+            timing["checkpoint_s"] += time.perf_counter() - t
 
     model.train()
     bar = tqdm(total=config.steps, initial=start_step, desc=f"train {config.task}/{config.preset}",
-               disable=not progress, unit="step", dynamic_ncols=True)
+               disable=not (progress and main), unit="step", dynamic_ncols=True)
     on_step(start_step)
+    perm_epoch, perm = -1, torch.empty(0, dtype=torch.long)
     for step in range(start_step, config.steps):
-        idx = torch.from_numpy(batch_indices(config.order_seed, step, config.batch_size, n_train))
-        x = x_train[idx].to(device, non_blocking=True)
-        y = y_train[idx].to(device, non_blocking=True)
-        loss_sum += train_step(model, optimizer, scheduler, x, y, config.max_grad_norm)
+        epoch, offset = _batch_position(step, config.batch_size, n_train)
+        if epoch != perm_epoch:  # the same indices as batch_indices(), kept on the device
+            perm = torch.from_numpy(_epoch_perm(config.order_seed, epoch, n_train)).to(device)
+            perm_epoch = epoch
+        idx = perm[offset + lo:offset + hi]
+        loss = _optimizer_step(objective, params, optimizer, scheduler, x_train[idx], y_train[idx],
+                               config.max_grad_norm, config.precision, loss_scale)
+        if world > 1:  # this rank's summed loss -> the global-batch mean
+            torch.distributed.all_reduce(loss)
+            loss = loss / config.batch_size
+        loss_acc += loss.double()
         loss_count += 1
         bar.update(1)
         on_step(step + 1)
     bar.close()
+    train_s = time.perf_counter() - t0
 
-    test_set = make_split(config.task, "test", seed=config.data_seed, n=config.n_test)
-    test = evaluate(model, test_set, batch_size=config.eval_batch_size, device=device)
-    _append_metrics(metrics_path, {"split": "test", "step": config.steps, "train_loss": float("nan"),
-                                   "lr": scheduler.get_last_lr()[0], **test,
-                                   "time_s": round(time.perf_counter() - t0, 3)})
-    (out / "results.json").write_text(json.dumps({"test": test, "steps": config.steps}, indent=2))
+    def finish() -> dict[str, Any]:
+        t = time.perf_counter()
+        test_set = make_split(config.task, "test", seed=config.data_seed, n=config.n_test)
+        with fp32():
+            test = evaluate(model, test_set, batch_size=config.eval_batch_size, device=device)
+        _append_metrics(metrics_path, {"split": "test", "step": config.steps, "train_loss": float("nan"),
+                                       "lr": scheduler.get_last_lr()[0], **test,
+                                       "time_s": round(time.perf_counter() - t0, 3)})
+        timing.update(loop_s=train_s, test_s=time.perf_counter() - t, world_size=world)
+        timing.update({k: round(v, 3) for k, v in timing.items() if isinstance(v, float)})
+        (out / "results.json").write_text(json.dumps({"test": test, "steps": config.steps, "timing": timing},
+                                                     indent=2))
+        return test
+
+    test = dist.run_on_main(finish)
     return RunResult(out, config, test)
-

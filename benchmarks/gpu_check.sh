@@ -1,0 +1,308 @@
+#!/usr/bin/env bash
+# GPU check and paper-preset reproduction timing, in one call on a CUDA machine (issue 6, item 4).
+#
+#   OUT=runs/gpu_check bash benchmarks/gpu_check.sh
+#
+# Stages, each timed with `date +%s.%N` (logs in $OUT/logs/, the table in $OUT/summary.txt):
+#   env     nvidia-smi, python/torch/transformers versions, missing dependencies
+#   a-*     correctness: CPU tests of the training options (pytest, if installed) and a tiny CUDA check
+#           (CUDA fp32 training equals CPU training; bf16 close; tracked scores = offline CUDA scores =
+#           CPU scores of the same checkpoints)
+#   probe-* with PRECISION=auto / COMPILE=auto (the defaults): 400 paper-preset steps with bf16 and
+#           fp32 autocast, eager, then the faster one with torch.compile; the paper runs use the
+#           fastest setting (compile only if it projects >= 5 % faster than eager)
+#   b, c    paper preset (SPEC §2: 6,750 steps, head tracking of 512 prompts every 50 steps) of the
+#           number and the letter task on CUDA, concurrently on the one GPU unless CONCURRENT=0
+#   d       length generalisation of both runs up to +5,000 tokens (`posym lengthgen RUN --device cuda`)
+#
+# Needs no network and installs nothing: the package runs from src/ through PYTHONPATH.
+# Knobs (environment): OUT, PYTHON (python), PRECISION (auto|bf16|fp32, default auto), COMPILE (auto|0|1,
+# default auto), CONCURRENT (1), STEPS (override the 6,750 steps, e.g. for a dry run), RUN_PYTEST (1),
+# RUN_CHECK (1: the tiny CUDA check),
+# KEEP_CHECKPOINTS (final|all, default final: intermediate checkpoints are deleted at the end),
+# LG_GRID (lengthgen grid, default paper = up to +5,000), TRAIN_ARGS (extra `posym train` options),
+# DEVICE (cuda). A dry run of the script itself on a CPU machine (bf16 is emulated and slow there):
+#   DEVICE=cpu STEPS=60 LG_GRID=0,100 COMPILE=0 RUN_PYTEST=0 RUN_CHECK=0 \
+#   TRAIN_ARGS="--set n_layer=1 --set n_embd=32 --set n_inner=64 --set rotary_dim=32 --track-prompts 64" \
+#   bash benchmarks/gpu_check.sh
+# A failing stage is recorded (rc != 0) and the script goes on, so one call reports as much as it can.
+set -euo pipefail
+
+OUT="${OUT:-runs/gpu_check}"
+mkdir -p "$OUT/logs"
+OUT="$(cd "$OUT" && pwd)"
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO="$PWD"
+export PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+PY="${PYTHON:-python}"
+POSYM=("$PY" -m posym.cli)
+PRECISION="${PRECISION:-auto}"
+COMPILE="${COMPILE:-auto}"
+CONCURRENT="${CONCURRENT:-1}"
+STEPS="${STEPS:-}"
+RUN_PYTEST="${RUN_PYTEST:-1}"
+RUN_CHECK="${RUN_CHECK:-1}"
+KEEP_CHECKPOINTS="${KEEP_CHECKPOINTS:-final}"
+LG_GRID="${LG_GRID:-paper}"
+DEVICE="${DEVICE:-cuda}"
+export DEVICE
+RUNS="$OUT/runs"
+SUMMARY="$OUT/summary.txt"
+mkdir -p "$RUNS"
+: >"$SUMMARY"
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+record() { printf '%-26s %9s s   rc=%s\n' "$1" "$2" "$3" | tee -a "$SUMMARY"; }
+
+# Every command runs as `timeout LIMIT CMD &` + wait, its pid listed in $PIDS: if this script is
+# stopped (TERM/INT) or exits, cleanup() stops them (timeout passes the signal on to the command).
+PIDS="$OUT/logs/.pids"
+: >"$PIDS"
+SMI_PID=""
+cleanup() {
+  local p
+  while read -r p; do kill "$p" 2>/dev/null || true; done <"$PIDS"
+  if [[ -n "$SMI_PID" ]]; then kill "$SMI_PID" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+
+# timed NAME LIMIT_S CMD...: run CMD under a time limit, output to $OUT/logs/NAME.log; leaves
+# "seconds rc" in $OUT/logs/NAME.time (usable in the background).
+timed() {
+  local name=$1 limit=$2 t0 rc=0 pid
+  shift 2
+  t0=$(now)
+  timeout "$limit" "$@" >"$OUT/logs/$name.log" 2>&1 &
+  pid=$!
+  echo "$pid" >>"$PIDS"
+  wait "$pid" || rc=$?
+  echo "$(elapsed "$t0" "$(now)") $rc" >"$OUT/logs/$name.time"
+}
+
+collect() {  # collect NAME: record a finished command's time and show the end of its log
+  local t=NA rc=NA
+  if [[ -f "$OUT/logs/$1.time" ]]; then read -r t rc <"$OUT/logs/$1.time"; fi
+  record "$1" "$t" "$rc"
+  tail -n 4 "$OUT/logs/$1.log" 2>/dev/null | sed 's/^/    /' || true
+}
+
+# stage NAME LIMIT_S CMD...: timed in the foreground, then recorded.
+stage() {
+  echo "=== $1: ${*:3}"
+  timed "$@"
+  collect "$1"
+}
+
+T_START=$(now)
+
+# ---------------------------------------------------------------------------------------------- env
+{
+  echo "date: $(date -Is)   host: $(hostname)   cpus: $(nproc)"
+  nvidia-smi || echo "nvidia-smi failed"
+  "$PY" - <<'EOF'
+import importlib, platform, sys
+print("python", platform.python_version(), sys.executable)
+for name in ["torch", "transformers", "numpy", "pandas", "safetensors", "tqdm", "matplotlib", "pytest"]:
+    try:
+        mod = importlib.import_module(name)
+        print(f"{name:13s}", getattr(mod, "__version__", "?"))
+    except Exception as exc:  # noqa: BLE001
+        print(f"{name:13s} MISSING ({exc})")
+import torch
+print("cuda", torch.version.cuda, "available", torch.cuda.is_available())
+if torch.cuda.is_available():
+    print("device", torch.cuda.get_device_name(0), "bf16", torch.cuda.is_bf16_supported(),
+          "count", torch.cuda.device_count())
+import posym
+print("posym", posym.__version__, posym.__file__)
+EOF
+} 2>&1 | tee "$OUT/logs/env.log"
+
+# ------------------------------------------------------------------------------ a: correctness
+if [[ "$RUN_PYTEST" == 1 ]] && "$PY" -c "import pytest" 2>/dev/null; then
+  stage a-pytest-cpu 300 "$PY" -m pytest -q -x -p no:cacheprovider tests/train/test_precision.py \
+    tests/train/test_ddp.py tests/train/test_schedule_and_ckpt.py
+fi
+
+cat >"$OUT/cuda_check.py" <<'EOF'
+"""Tiny CUDA check: fp32 CUDA training = CPU training; bf16 close; scores device- and autocast-proof."""
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from posym.heads.tracking import score_checkpoints
+from posym.train import make_config, train
+
+out = Path(sys.argv[1])
+dev = os.environ.get("DEVICE", "cuda")
+tiny = dict(steps=30, eval_every=10, checkpoint_every=10, n_val=256, n_test=1024, warmup=1, track_prompts=64,
+            model_overrides=dict(n_layer=3, n_embd=64, n_inner=128, rotary_dim=64))
+ok = True
+
+
+def check(name, cond, detail=""):
+    global ok
+    ok &= bool(cond)
+    print(f"{'PASS' if cond else 'FAIL'} {name} {detail}", flush=True)
+
+
+runs = {}
+for tag, device, prec in [("cpu", "cpu", "fp32"), ("cuda", dev, "fp32"), ("cuda-bf16", dev, "bf16")]:
+    train(make_config("number", "quick", precision=prec, **tiny), out / tag, device=device, force=True, progress=False)
+    runs[tag] = pd.read_csv(out / tag / "metrics.csv")
+a, b, c = runs["cpu"], runs["cuda"], runs["cuda-bf16"]
+d = np.nanmax(np.abs(a.train_loss - b.train_loss) / a.train_loss)
+check("cuda fp32 training = cpu training", d < 1e-3, f"max rel diff of train_loss {d:.2e}")
+d = np.nanmax(np.abs(a.train_loss - c.train_loss) / a.train_loss)
+check("cuda bf16 training close to fp32", d < 5e-2, f"max rel diff {d:.2e}")
+cols = ["s_pos", "s_sym", "entropy"]
+tracked = pd.read_csv(out / "cuda-bf16" / "scores.csv")
+on_cuda = score_checkpoints(out / "cuda-bf16", n_prompts=64, steps=sorted(tracked.step.unique()), device=dev,
+                            progress=False)
+on_cpu = score_checkpoints(out / "cuda-bf16", n_prompts=64, steps=sorted(tracked.step.unique()), device="cpu",
+                           progress=False)
+d = np.abs(tracked[cols].to_numpy() - on_cuda[cols].to_numpy()).max()
+check("scores tracked under bf16 = offline fp32 scores (cuda)", d < 1e-6, f"max abs diff {d:.2e}")
+d = np.abs(on_cpu[cols].to_numpy() - on_cuda[cols].to_numpy()).max()
+check("cuda scores = cpu scores", d < 1e-4, f"max abs diff {d:.2e}")
+sys.exit(0 if ok else 1)
+EOF
+if [[ "$RUN_CHECK" == 1 ]]; then stage a-cuda-check 300 "$PY" "$OUT/cuda_check.py" "$RUNS/cuda_check"; fi
+
+# ------------------------------------------------------------ probe: precision and compile or not
+# the paper preset (append --task TASK --out DIR and options)
+PAPER=("${POSYM[@]}" train --preset paper --device "$DEVICE" --threads 2 --force --quiet)
+if [[ -n "${TRAIN_ARGS:-}" ]]; then read -r -a _extra <<<"$TRAIN_ARGS"; PAPER+=("${_extra[@]}"); fi
+
+projected() {  # projected RUN: full-run seconds projected from a 400-step probe (evaluations at 0/200/400)
+  "$PY" - "$1" <<'EOF'
+import sys
+import pandas as pd
+m = pd.read_csv(sys.argv[1] + "/metrics.csv")
+m = m[m["split"] == "val"].set_index("step")
+t200, t400 = m.loc[200, "time_s"], m.loc[400, "time_s"]
+print(f"{t200 + (6750 - 200) * (t400 - t200) / 200:.1f}")
+EOF
+}
+
+BEST="" BEST_T=inf
+probe() {  # probe PRECISION eager|compile: 400 steps of the number task, no tracking; keeps the fastest
+  local name="probe-$1-$2" t
+  stage "$name" 400 "${PAPER[@]}" --task number --steps 400 --eval-every 200 --no-track-heads \
+    --precision "$1" "$([[ $2 == compile ]] && echo --compile || echo --no-compile)" --out "$RUNS/$name"
+  t=$(projected "$RUNS/$name" 2>/dev/null || echo inf)
+  echo "  $name: projected 6,750-step loop without tracking: $t s" | tee -a "$SUMMARY"
+  if [[ "$t" != inf ]] && awk -v a="$t" -v b="$BEST_T" 'BEGIN { exit !(b == "inf" || a + 0 < b + 0) }'; then
+    BEST="$1 $2" BEST_T=$t
+  fi
+}
+
+PRECISIONS=("$PRECISION")
+if [[ "$PRECISION" == auto ]]; then PRECISIONS=(bf16 fp32); fi
+CHOSEN_PREC=${PRECISIONS[0]}
+COMPILE_FLAG=--no-compile
+if [[ "$PRECISION" == auto || "$COMPILE" == auto ]]; then
+  for prec in "${PRECISIONS[@]}"; do
+    probe "$prec" "$([[ $COMPILE == 1 ]] && echo compile || echo eager)"
+  done
+  if [[ -n "$BEST" ]]; then CHOSEN_PREC=${BEST%% *}; fi
+  if [[ "$COMPILE" == auto ]]; then
+    eager_best=$BEST
+    probe "$CHOSEN_PREC" compile
+    # compile only if it projects >= 5 % faster than the best eager run
+    if [[ "$BEST" == *compile ]] && [[ -n "$eager_best" ]]; then
+      e=$(projected "$RUNS/probe-${eager_best%% *}-eager" 2>/dev/null || echo inf)
+      if awk -v c="$BEST_T" -v e="$e" 'BEGIN { exit !(e == "inf" || c + 0 < 0.95 * e) }'; then
+        COMPILE_FLAG=--compile
+      fi
+    fi
+  fi
+fi
+if [[ "$COMPILE" == 1 ]]; then COMPILE_FLAG=--compile; fi
+PAPER+=(--precision "$CHOSEN_PREC")
+echo "paper runs use: --precision $CHOSEN_PREC $COMPILE_FLAG" | tee -a "$SUMMARY"
+
+# ------------------------------------------------------------------- b, c: paper preset, both tasks
+STEP_ARGS=()
+if [[ -n "$STEPS" ]]; then STEP_ARGS=(--steps "$STEPS"); fi
+nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 >"$OUT/logs/gpu_util.csv" 2>&1 &
+SMI_PID=$!
+T_PAPER=$(now)
+if [[ "$CONCURRENT" == 1 ]]; then
+  timed b-paper-number 900 "${PAPER[@]}" --task number --out "$RUNS/paper-number" $COMPILE_FLAG "${STEP_ARGS[@]}" &
+  PB=$!
+  timed c-paper-letter 900 "${PAPER[@]}" --task letter --out "$RUNS/paper-letter" $COMPILE_FLAG "${STEP_ARGS[@]}" &
+  PC=$!
+  wait "$PB" || true
+  wait "$PC" || true
+else
+  timed b-paper-number 900 "${PAPER[@]}" --task number --out "$RUNS/paper-number" $COMPILE_FLAG "${STEP_ARGS[@]}"
+  timed c-paper-letter 900 "${PAPER[@]}" --task letter --out "$RUNS/paper-letter" $COMPILE_FLAG "${STEP_ARGS[@]}"
+fi
+collect b-paper-number
+collect c-paper-letter
+T_PAPER_S=$(elapsed "$T_PAPER" "$(now)")
+record "b+c wall (concurrent=$CONCURRENT)" "$T_PAPER_S" -
+
+# ----------------------------------------------------------------------- d: lengthgen to +5,000
+T_LG=$(now)
+LG_PIDS=()
+for task in number letter; do
+  if [[ -d "$RUNS/paper-$task/checkpoints" ]]; then
+    timed "d-lengthgen-$task" 600 "${POSYM[@]}" lengthgen "$RUNS/paper-$task" --device "$DEVICE" \
+      --grid "$LG_GRID" --force &
+    LG_PIDS+=($!)
+  fi
+done
+for pid in "${LG_PIDS[@]}"; do wait "$pid" || true; done
+for task in number letter; do collect "d-lengthgen-$task"; done
+T_LG_S=$(elapsed "$T_LG" "$(now)")
+record "d wall (both tasks)" "$T_LG_S" -
+
+# ------------------------------------------------------------------------------------ summary
+if [[ "$KEEP_CHECKPOINTS" == final ]]; then
+  for run in "$RUNS"/paper-* "$RUNS"/probe-* "$RUNS"/cuda_check/*; do
+    [[ -d "$run/checkpoints" ]] || continue
+    find "$run/checkpoints" -maxdepth 1 -name 'step-*' | sort | head -n -1 | xargs -r rm -rf
+    find "$run/checkpoints" -name trainer_state.pt -delete
+  done
+fi
+{
+  echo
+  echo "paper reproduction (b+c wall + d wall): $(awk -v a="$T_PAPER_S" -v b="$T_LG_S" 'BEGIN { printf "%.1f", a + b }') s" \
+       "(target <= 300 s); whole script: $(elapsed "$T_START" "$(now)") s"
+  "$PY" - "$RUNS" <<'EOF'
+import json, sys
+from pathlib import Path
+for run in sorted(Path(sys.argv[1]).glob("paper-*")):
+    f = run / "results.json"
+    if not f.is_file():
+        print(f"{run.name}: no results.json")
+        continue
+    r = json.loads(f.read_text())
+    t, tm = r["test"], r.get("timing", {})
+    cfg = json.loads((run / "posym.json").read_text())["config"]
+    hops = " ".join("%.3f" % t["acc_hop%d" % h] for h in range(1, 5))
+    print(f"{run.name}: steps {r['steps']}, precision {cfg.get('precision')}, compile {cfg.get('compile')}, "
+          f"test acc {t['acc']:.4f} (hops {hops}); "
+          f"loop {tm.get('loop_s')} s of which eval {tm.get('eval_s')} s, tracking {tm.get('callbacks_s')} s, "
+          f"checkpoints {tm.get('checkpoint_s')} s; final test eval {tm.get('test_s')} s")
+    lg = run / "lengthgen.csv"
+    if lg.is_file():
+        import pandas as pd
+        df = pd.read_csv(lg)
+        acc = df.groupby("extra_tokens")["acc"].mean()
+        print(f"  lengthgen acc at +0/+100/+1000/+5000: "
+              + " ".join(f"{acc.get(k, float('nan')):.3f}" for k in (0, 100, 1000, 5000)))
+EOF
+} 2>&1 | tee -a "$SUMMARY" || echo "(summary of the runs failed)"
+echo
+echo "stage times (s):"
+cat "$SUMMARY"
