@@ -33,6 +33,7 @@ from posym.heads.scores import scores_fast  # noqa: E402
 from posym.model import build_model, model_config, save_model  # noqa: E402
 from posym.model.adapters import get_adapter  # noqa: E402
 from posym.report.freq_figures import plot_freq_use, plot_qk_geometry  # noqa: E402
+from head_builders import sharpen_qk
 
 torch.set_num_threads(1)
 TOL = 1e-5
@@ -40,12 +41,7 @@ TOL = 1e-5
 
 def _boost(model, std=0.4, seed=1):
     """Larger q/k projections: attention far from uniform (a stronger check)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if any(s in name for s in ("q_proj.weight", "k_proj.weight", "query_key_value.weight")):
-                p.copy_(torch.randn(p.shape, generator=g) * std)
-    return model
+    return sharpen_qk(model, std, seed)
 
 
 def _gptj(rotary_dim, n_head=2, n_embd=32, n_layer=2):

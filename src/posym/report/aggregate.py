@@ -226,16 +226,20 @@ def initial_scores(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["task", "quantity", "mean", "sd", "n", "n_missing", "per_seed", "paper"])
 
 
+def _concat_seeds(seeds: dict[int, Path], name: str) -> pd.DataFrame | None:
+    """The ``name`` CSV of every seed's run directory that has one, concatenated (None when none has)."""
+    tables = [t for t in (_read_csv(d / name) for d in seeds.values()) if t is not None]
+    return pd.concat(tables, ignore_index=True) if tables else None
+
+
 def freq_summary(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
     """Table 1 over seeds: weighted-average and dominant frequency ID per (task, layer, head)
     (mean ± sd), with Paper A's ID of the layer (number task only; letter: range 18–42)."""
     rows = []
     for task, seeds in runs.items():
-        tables = [_read_csv(d / "freq_table.csv") for d in seeds.values()]
-        tables = [t for t in tables if t is not None]
-        if not tables:
+        allt = _concat_seeds(seeds, "freq_table.csv")
+        if allt is None:
             continue
-        allt = pd.concat(tables, ignore_index=True)
         for (layer, head), g in allt.groupby(["layer", "head"], sort=True):
             w, ws, n = mean_sd(g["weighted_id"])
             dm, dms, _ = mean_sd(g["dominant_id"])
@@ -253,11 +257,9 @@ def ablation_summary(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
     """Accuracy with one head ablated (Fig. 3 right), mean ± sd over seeds per (task, mode, layer, head)."""
     frames = []
     for task, seeds in runs.items():
-        tables = [_read_csv(d / "ablation.csv") for d in seeds.values()]
-        tables = [t for t in tables if t is not None]
-        if not tables:
+        allt = _concat_seeds(seeds, "ablation.csv")
+        if allt is None:
             continue
-        allt = pd.concat(tables, ignore_index=True)
         cols = [c for c in ACC_COLS if c in allt]
         g = allt.groupby(["mode", "layer", "head"], sort=False)
         out = g[cols].mean().add_suffix("_mean").join(g[cols].std(ddof=1).add_suffix("_sd"))
