@@ -232,8 +232,15 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
 
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
+    overrides: dict[str, Any] = {}
+    for key, value in _parse_overrides(args.set).items():  # "llm.n=3" -> {"llm": {"n": 3}}
+        *parents, leaf = key.split(".")
+        node = overrides
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
     path = reproduce(args.preset, out=args.out, seeds=args.seeds, device=args.device, tasks=tasks, stages=stages,
-                     llm=not args.no_llm, progress=not args.quiet, jobs=args.jobs)
+                     llm=not args.no_llm, progress=not args.quiet, jobs=args.jobs, overrides=overrides or None)
     print(f"report: {path}")
 
 
@@ -434,6 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--no-llm", action="store_true", help="leave out the offline SmolLM2 evaluation (Table 3)")
     rp.add_argument("--stages", default=None, help="only these stages, e.g. train,dynamics or freqs-number-s0")
     rp.add_argument("--quiet", action="store_true", help="no progress bars (stage lines are still printed)")
+    rp.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="override a preset setting (repeatable; JSON values; dotted keys for nested ones), "
+                         "e.g. lengthgen_n=60, lengthgen_grid=0,100,1000, llm.runs=2")
     rp.set_defaults(func=_cmd_reproduce)
 
     rr = sub.add_parser("report", help="(re)write DIR/report.html of a reproduction directory from its saved tables")

@@ -223,3 +223,18 @@ def test_cli_reproduce_and_report(repro_copy, capsys):
     assert "unknown preset" in capsys.readouterr().err
     assert main(["reproduce", "--out", str(repro_copy), "--tasks", "words"]) == 2
     assert main(["report", str(repro_copy / "missing")]) == 2
+    assert main(argv + ["--set", "ablation_n=16"]) == 2  # other settings than the directory was made with
+    assert "other settings" in capsys.readouterr().err
+
+
+def test_cli_reproduce_settings_overrides(tmp_path):
+    out = tmp_path / "r"
+    argv = ["reproduce", "--preset", "tiny", "--out", str(out), "--no-llm", "--quiet", "--jobs", "1",
+            "--stages", "discrepancy", "--set", "discrepancy.n_max=12", "--set", "lengthgen_grid=0,5"]
+    assert main(argv) == 0
+    settings = json.loads((out / "reproduce.json").read_text())["settings"]
+    assert settings["discrepancy"] == {**rp.PRESETS["tiny"]["discrepancy"], "n_max": 12}
+    assert settings["lengthgen_grid"] == "0,5"
+    n = pd.read_csv(out / "theory" / "discrepancy.csv")["n"]
+    assert n.max() == 12
+    assert main(argv[:-2] + ["--set", "no_such_setting=1"]) == 2
