@@ -1,7 +1,6 @@
 """Resume is exact: a run killed with SIGKILL and resumed writes the same metrics (SPEC §2, issue 2)."""
 
 import csv
-import os
 import signal
 import subprocess
 import sys

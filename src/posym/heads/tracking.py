@@ -4,7 +4,6 @@ run's checkpoints or any HF GPT-J directory. Both write the tidy ``scores.csv`` 
 
 from __future__ import annotations
 
-import csv
 import os
 from pathlib import Path
 from typing import Sequence

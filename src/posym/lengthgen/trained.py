@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
