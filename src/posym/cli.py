@@ -245,8 +245,11 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> None:
-    from posym.report.html import screenshot, write_report
+    from posym.report.html import screenshot, summary_markdown, write_report
 
+    if args.markdown:
+        print(summary_markdown(args.dir), end="")
+        return
     path = write_report(args.dir)
     print(f"wrote {path}")
     if args.screenshot:
@@ -449,6 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     rr = sub.add_parser("report", help="(re)write DIR/report.html of a reproduction directory from its saved tables")
     rr.add_argument("dir", help="directory written by posym reproduce")
     rr.add_argument("--screenshot", default=None, help="also save a PNG screenshot (needs Chromium)")
+    rr.add_argument("--markdown", action="store_true",
+                    help="print the \"paper vs posym\" table as Markdown instead of writing the report")
     rr.set_defaults(func=_cmd_report)
     return p
 

@@ -223,6 +223,16 @@ def test_cli_reproduce_and_report(repro_copy, capsys):
     assert "unknown preset" in capsys.readouterr().err
     assert main(["reproduce", "--out", str(repro_copy), "--tasks", "words"]) == 2
     assert main(["report", str(repro_copy / "missing")]) == 2
+    capsys.readouterr()
+    assert main(["report", str(repro_copy), "--markdown"]) == 0
+    md = capsys.readouterr().out.splitlines()
+    from posym.report.aggregate import paper_vs_posym
+
+    pv = paper_vs_posym(repro_copy)
+    table = [line for line in md if line.startswith("| ")]
+    assert table[0].startswith("| section | task | quantity | paper |") and len(table) == len(pv) + 1
+    assert all(line.count(" | ") == 7 for line in table)  # 8 columns, no stray "|" inside a cell
+    assert "number | test acc | 1 | " in md[2] and " ± " in md[2]  # 2 seeds: mean ± sd
     assert main(argv + ["--set", "ablation_n=16"]) == 2  # other settings than the directory was made with
     assert "other settings" in capsys.readouterr().err
 

@@ -32,7 +32,7 @@ import pandas as pd
 
 from posym.errors import PosymError
 from posym.report import paper
-from posym.report.aggregate import PAPER_DISCREPANCY, aggregate, find_runs
+from posym.report.aggregate import PAPER_DISCREPANCY, aggregate, find_runs, paper_vs_posym
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -184,10 +184,13 @@ def _csv(path: Path) -> pd.DataFrame | None:
 # ------------------------------------------------------------------------------------------------
 # sections
 # ------------------------------------------------------------------------------------------------
-def _summary(t: dict[str, pd.DataFrame]) -> str:
-    pv = t["paper_vs_posym"]
-    if pv.empty:
-        return _note("No results yet: no stage has produced a table.", "missing")
+SUMMARY_HEADER = ("section", "task", "quantity", "paper", "posym (mean ± sd)", "seeds", "difference", "note")
+SUMMARY_FOOTNOTE = ("difference = posym mean − paper. sd is over seeds (ddof = 1); “n/a” with one seed. "
+                    "Paper numbers: SPEC §5 (digitised figures, ±0.01).")
+
+
+def summary_rows(pv: pd.DataFrame) -> list[list[Any]]:
+    """The rows of the "paper vs posym" table (columns :data:`SUMMARY_HEADER`), formatted for display."""
     rows = []
     for _, r in pv.iterrows():
         integer = _integer_quantity(r["quantity"])
@@ -201,10 +204,30 @@ def _summary(t: dict[str, pd.DataFrame]) -> str:
         rows.append([r["section"], r["task"], r["quantity"], r["paper_text"],
                      fmt_ms(r["posym_mean"], r["posym_sd"], None, digits, integer),
                      int(r["n"]) if _finite(r["n"]) else 0, diff_s, r["note"] if isinstance(r["note"], str) else ""])
-    return (_table(["section", "task", "quantity", "paper", "posym (mean ± sd)", "seeds", "difference", "note"],
-                   rows, num_cols=(4, 5, 6))
-            + "<p class=\"sub\">difference = posym mean − paper. sd is over seeds (ddof = 1); "
-              "“n/a” with one seed. Paper numbers: SPEC §5 (digitised figures, ±0.01).</p>")
+    return rows
+
+
+def summary_markdown(out_dir: str | os.PathLike) -> str:
+    """The "paper vs posym" table of a reproduction directory as a Markdown table (for docs)."""
+    out = Path(out_dir)
+    if not out.is_dir():
+        raise PosymError(f"{out} is not a directory (expected one written by posym reproduce)")
+    rows = summary_rows(paper_vs_posym(out))
+
+    def cell(x: Any) -> str:
+        return str(x).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(SUMMARY_HEADER) + " |", "|" + "---|" * len(SUMMARY_HEADER)]
+    lines += ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n\n" + SUMMARY_FOOTNOTE + "\n"
+
+
+def _summary(t: dict[str, pd.DataFrame]) -> str:
+    pv = t["paper_vs_posym"]
+    if pv.empty:
+        return _note("No results yet: no stage has produced a table.", "missing")
+    return (_table(list(SUMMARY_HEADER), summary_rows(pv), num_cols=(4, 5, 6))
+            + f"<p class=\"sub\">{_e(SUMMARY_FOOTNOTE)}</p>")
 
 
 def _quantity_table(df: pd.DataFrame, task: str, digits: int = 3) -> str:
