@@ -12,7 +12,7 @@ import pytest
 
 from posym.report.aggregate import (aggregate, find_runs, lengthgen_summary, mean_sd, paper_vs_posym,
                                     purity_counts, training_summary)
-from posym.report.html import fmt_ms, write_report
+from posym.report.html import fmt_ms, quantity_format, write_report
 
 HOPS = ["acc_hop1", "acc_hop2", "acc_hop3", "acc_hop4"]
 
@@ -94,6 +94,15 @@ def test_one_seed_sd_is_reported_as_missing(two_seeds):
     assert fmt_ms(tr.loc["test acc", "mean"], tr.loc["test acc", "sd"]) == "0.900 ± n/a"
     assert fmt_ms(0.95, 0.0707, 2) == "0.950 ± 0.071 (n=2)"
     assert fmt_ms(float("nan"), 0.1) == "—"
+
+
+def test_quantity_format_keeps_the_spread_of_head_counts():
+    # a mean of 3, 2, 3 heads must not read "3 ± 1": counts get one decimal, steps none
+    d, integer = quantity_format("positional heads (of 12)")
+    assert fmt_ms(8 / 3, 0.57735, None, d, integer) == "2.7 ± 0.6"
+    d, integer = quantity_format("first step acc_hop1 >= 0.9")
+    assert fmt_ms(1950, 217.9, None, d, integer) == "1,950 ± 218"
+    assert quantity_format("test acc") == (3, False) and quantity_format("Δ(n = 80)", 4) == (4, False)
 
 
 def test_aggregate_writes_tables_and_figures(two_seeds):

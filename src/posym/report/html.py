@@ -122,9 +122,14 @@ def fmt_ms(mean, sd, n: int | None = None, digits: int = 3, integer: bool = Fals
     return f"{fmt_num(mean, digits, integer)} ± {s}" + (f" (n={n})" if n is not None and n > 1 else "")
 
 
-def _integer_quantity(q: str) -> bool:
-    """Quantities that are steps, head counts or lengths (shown without decimals)."""
-    return q.startswith(("first step", "median step", "largest added length")) or " heads (of " in f" {q}"
+def quantity_format(q: str, digits: int = 3) -> tuple[int, bool]:
+    """``(digits, integer)`` for showing a quantity: steps and lengths without decimals (thousands
+    separated), head counts with one decimal (a mean over seeds need not be whole), else ``digits``."""
+    if q.startswith(("first step", "median step", "largest added length")):
+        return digits, True
+    if " heads (of " in f" {q}":
+        return 1, False
+    return digits, False
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], num_cols: Sequence[int] = (),
@@ -193,8 +198,7 @@ def summary_rows(pv: pd.DataFrame) -> list[list[Any]]:
     """The rows of the "paper vs posym" table (columns :data:`SUMMARY_HEADER`), formatted for display."""
     rows = []
     for _, r in pv.iterrows():
-        integer = _integer_quantity(r["quantity"])
-        digits = 4 if str(r["section"]).startswith("Fig. 5A") else 3
+        digits, integer = quantity_format(r["quantity"], 4 if str(r["section"]).startswith("Fig. 5A") else 3)
         diff = r["difference"]
         diff_s = fmt_num(diff, digits, integer) if _finite(diff) else "—"
         if diff_s.lstrip("-").strip("0.,") == "":  # rounds to zero: no sign
@@ -234,9 +238,9 @@ def _quantity_table(df: pd.DataFrame, task: str, digits: int = 3) -> str:
     sub = df[df["task"] == task]
     rows = []
     for _, r in sub.iterrows():
-        integer = _integer_quantity(r["quantity"])
-        rows.append([r["quantity"], fmt_ms(r["mean"], r["sd"], None, digits, integer),
-                     r["per_seed"], fmt_num(r["paper"], digits, integer)])
+        d, integer = quantity_format(r["quantity"], digits)
+        rows.append([r["quantity"], fmt_ms(r["mean"], r["sd"], None, d, integer),
+                     r["per_seed"], fmt_num(r["paper"], d, integer)])
     return _table(["quantity", "posym (mean ± sd)", "per seed", "paper"], rows, num_cols=(1, 3))
 
 
