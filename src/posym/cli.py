@@ -238,6 +238,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
         node = overrides
         for part in parents:
             node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise PosymError(f"--set {key}: {part!r} is set to a value elsewhere, not a group of settings")
         node[leaf] = value
     path = reproduce(args.preset, out=args.out, seeds=args.seeds, device=args.device, tasks=tasks, stages=stages,
                      llm=not args.no_llm, progress=not args.quiet, jobs=args.jobs, overrides=overrides or None)

@@ -13,6 +13,7 @@ import pytest
 import posym.reproduce as rp
 from posym.cli import main
 from posym.errors import PosymError
+from posym.report.aggregate import paper_vs_posym
 from posym.reproduce import plan_stages, preset_settings, read_marker, reproduce, select_stages
 
 ALL = [s.name for s in plan_stages(("number", "letter"), 2, llm=False)]
@@ -226,8 +227,6 @@ def test_cli_reproduce_and_report(repro_copy, capsys):
     capsys.readouterr()
     assert main(["report", str(repro_copy), "--markdown"]) == 0
     md = capsys.readouterr().out.splitlines()
-    from posym.report.aggregate import paper_vs_posym
-
     pv = paper_vs_posym(repro_copy)
     table = [line for line in md if line.startswith("| ")]
     assert table[0].startswith("| section | task | quantity | paper |") and len(table) == len(pv) + 1
@@ -248,3 +247,4 @@ def test_cli_reproduce_settings_overrides(tmp_path):
     n = pd.read_csv(out / "theory" / "discrepancy.csv")["n"]
     assert n.max() == 12
     assert main(argv[:-2] + ["--set", "no_such_setting=1"]) == 2
+    assert main(argv[:-4] + ["--set", "llm=3", "--set", "llm.n=2"]) == 2  # a value, then a key inside it
