@@ -53,8 +53,12 @@ def _cmd_train(args: argparse.Namespace) -> None:
                       checkpoint_every=args.checkpoint_every,
                       checkpoint_extra_every=args.checkpoint_extra_every,
                       model_overrides=overrides or None, track_heads=args.track_heads,
-                      track_prompts=args.track_prompts, precision=args.precision, compile=args.compile)
-    if args.resume and (overrides or args.steps or args.precision or args.compile is not None):
+                      track_prompts=args.track_prompts, precision=args.precision, compile=args.compile,
+                      batch_size=args.batch_size, epochs=args.epochs, final_model=args.final_model,
+                      distractors=args.distractors)
+    changed = (overrides or args.steps or args.precision or args.compile is not None or args.batch_size
+               or args.epochs or args.final_model or args.distractors)
+    if args.resume and changed:
         print("posym: note: --resume continues with the run's stored configuration", file=sys.stderr)
     result = train(cfg, args.out, resume=args.resume, force=args.force, device=args.device,
                    threads=args.threads, progress=not args.quiet)
@@ -279,7 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train GPT-J on a task (SPEC §2)")
     t.add_argument("--task", required=True, help="number or letter")
-    t.add_argument("--preset", default="quick", help="quick (minutes on a CPU) or paper (SPEC §2)")
+    t.add_argument("--preset", default="quick",
+                   help="quick (minutes on a CPU), paper (SPEC §2) or authors (paper + batch 192 + best checkpoint)")
     t.add_argument("--out", required=True, help="run directory (e.g. runs/NAME)")
     t.add_argument("--seed", type=int, default=0, help="init seed; also data and order seed unless given")
     t.add_argument("--data-seed", type=int, default=None)
@@ -293,8 +298,19 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--track-heads", action=argparse.BooleanOptionalAction, default=None,
                    help="score every head at each evaluation step into scores.csv (default: on)")
     t.add_argument("--track-prompts", type=int, default=None, help="validation prompts scored when tracking (512)")
-    t.add_argument("--precision", default=None, choices=["fp32", "bf16"],
-                   help="fp32 (default) or bf16 autocast of the training forward (weights, scores stay fp32)")
+    t.add_argument("--batch-size", type=int, default=None,
+                   help="global batch (default 64; the authors' 3-GPU DataParallel run: 192)")
+    t.add_argument("--epochs", type=float, default=None,
+                   help="passes over the 432,000 training samples instead of --steps (3 at batch 192 = 6,750 steps)")
+    t.add_argument("--final-model", default=None, choices=["last", "best"],
+                   help="the model test accuracy and analyses use: last step (default) or the first "
+                        "checkpoint with the best validation accuracy (HF load_best_model_at_end)")
+    t.add_argument("--distractors", default=None, choices=["pool", "uniform"],
+                   help="letter task: distractor right letters from the non-chain pool (default, the authors') "
+                        "or uniform over a..h (posym's old data, for ablations)")
+    t.add_argument("--precision", default=None, choices=["fp32", "bf16", "fp16"],
+                   help="fp32 (default), bf16 autocast, or fp16 autocast + loss scaling (HF fp16=True) of the "
+                        "training forward (weights, scores stay fp32)")
     t.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile the training forward (default: off)")
     t.add_argument("--threads", type=int, default=None, help="torch CPU threads")

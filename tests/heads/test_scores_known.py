@@ -59,17 +59,48 @@ def test_uniform_head_scores_one_one(method):
     np.testing.assert_allclose(res.entropy, 1.0, atol=1e-6)
 
 
-def test_self_attending_head_zero_vectors_agree():
-    # the query's own key wins by > 150 logits: every D_i underflows to exactly 0 in float32
-    m = relative_head(offset=0, margin=150.0)
+@pytest.mark.parametrize("margin", [150.0, 25.0])
+def test_self_attending_head_degenerate_convention(margin):
+    """A head attending only to itself (SPEC §3, degenerate case). margin 150: every D_i underflows to
+    exactly 0 in float32; margin 25: tiny but non-zero attention. The authors' cosine ("torch", the
+    default) scores it (0, 0) and the old "exact" rule (1, 1); fast and reference agree on both, and
+    swap_mass (the attention on the swappable keys) flags the head."""
+    m = relative_head(offset=0, margin=margin)
     ids = _random_prompts(2)
     fast = swap_attention(m, ids)
     ref = swap_attention(m, ids, method="reference")
-    assert (ref.d == 0).all() and (fast.d == 0).all() and (fast.dp_i == 0).all()
+    assert (fast.swap_mass < 1e-8).all() and (ref.swap_mass < 1e-8).all()
+    if margin > 100:
+        assert (ref.d == 0).all() and (fast.d == 0).all() and (fast.dp_i == 0).all()
     for sw in (fast, ref):
         s_pos, s_sym = sw.scores()
-        np.testing.assert_allclose(s_pos, 1.0)
-        np.testing.assert_allclose(s_sym, 1.0)
+        np.testing.assert_allclose(s_pos, 0.0, atol=1e-6)
+        np.testing.assert_allclose(s_sym, 0.0, atol=1e-6)
+    if margin > 100:  # the exact rule's (1, 1) needs exact zeros
+        for sw in (fast, ref):
+            s_pos, s_sym = sw.scores(cosine="exact")
+            np.testing.assert_allclose(s_pos, 1.0)
+            np.testing.assert_allclose(s_sym, 1.0)
+    for method in METHODS.values():
+        res = method(m, ids)
+        np.testing.assert_allclose(res.s_pos, 0.0, atol=1e-6)
+        assert res.cosine == "torch" and (res.to_frame().swap_mass < 1e-8).all()
+    np.testing.assert_allclose(scores_fast(m, ids, cosine="exact").s_pos, scores_reference(m, ids, cosine="exact").s_pos,
+                               atol=1e-6)
+    # a normal head has all its mass on the keys it swaps (apart from its own key)
+    assert (scores_fast(relative_head(offset=3), ids).swap_mass > 0.99).all()
+
+
+def test_torch_cosine_is_functional_cosine_similarity():
+    g = torch.Generator().manual_seed(0)
+    scale = 10.0 ** torch.randint(-12, 1, (500, 1), generator=g).double()
+    x = torch.rand(500, 2, generator=g, dtype=torch.float64) * scale
+    y = torch.rand(500, 2, generator=g, dtype=torch.float64) * scale.flip(0)
+    want = torch.nn.functional.cosine_similarity(x, y, dim=-1)  # eps=1e-8, the authors' call
+    got = pair_cos(x[:, 0], x[:, 1], y[:, 0], y[:, 1])
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-15)
+    with pytest.raises(PosymError, match="cosine"):
+        pair_cos(x[:, 0], x[:, 1], y[:, 0], y[:, 1], cosine="cos")
 
 
 def test_known_heads_with_query_pos_and_blocks():
@@ -99,14 +130,18 @@ def test_known_heads_with_query_pos_and_blocks():
 def test_pair_cos_zero_vector_rule():
     z = torch.zeros(())
     o = torch.ones(())
-    assert pair_cos(z, z, z, z).item() == 1.0  # nothing moved: consistent with both readings
-    assert pair_cos(o, z, z, z).item() == 0.0
-    assert pair_cos(z, z, z, o).item() == 0.0
-    assert pair_cos(o, z, o, z).item() == pytest.approx(1.0)
-    assert pair_cos(o, z, z, o).item() == pytest.approx(0.0)
+    ex = dict(cosine="exact")
+    assert pair_cos(z, z, z, z, **ex).item() == 1.0  # nothing moved: consistent with both readings
+    assert pair_cos(o, z, z, z, **ex).item() == 0.0
+    assert pair_cos(z, z, z, o, **ex).item() == 0.0
+    assert pair_cos(o, z, o, z, **ex).item() == pytest.approx(1.0)
+    assert pair_cos(o, z, z, o, **ex).item() == pytest.approx(0.0)
     # scale invariance down to tiny values (no underflow)
     tiny = torch.tensor([3e-300, 4e-300], dtype=torch.float64)
-    assert pair_cos(tiny[0], tiny[1], torch.tensor(3.0), torch.tensor(4.0)).item() == pytest.approx(1.0)
+    assert pair_cos(tiny[0], tiny[1], torch.tensor(3.0), torch.tensor(4.0), **ex).item() == pytest.approx(1.0)
+    # the authors' cosine: zero vectors give 0 (not 1), tiny ones shrink towards 0
+    assert pair_cos(z, z, z, z).item() == 0.0
+    assert pair_cos(tiny[0], tiny[1], torch.tensor(3.0), torch.tensor(4.0)).item() < 1e-200
 
 
 def test_combine_scores_by_hand_and_tau_handling():
@@ -145,9 +180,10 @@ def test_to_frame_shapes_and_columns():
     res = scores_fast(uniform_head(), _random_prompts(3), taus=[1e-4, 1e-2])
     assert isinstance(res, HeadScores) and res.n_prompts == 3
     df = res.to_frame()
-    assert list(df.columns) == ["layer", "head", "tau", "s_pos", "s_sym", "entropy", "n_prompts"]
+    assert list(df.columns) == ["layer", "head", "tau", "s_pos", "s_sym", "entropy", "swap_mass", "n_prompts"]
     assert len(df) == 2 and set(df.tau) == {1e-4, 1e-2} and (df.n_prompts == 3).all()
     per = res.to_frame(mean_over_prompts=False)
-    assert list(per.columns) == ["prompt", "query_pos", "layer", "head", "tau", "s_pos", "s_sym", "entropy"]
+    assert list(per.columns) == ["prompt", "query_pos", "layer", "head", "tau", "s_pos", "s_sym", "entropy",
+                                 "swap_mass"]
     assert len(per) == 6 and (per.query_pos == 16).all()
     np.testing.assert_allclose(per.groupby("tau").s_pos.mean().to_numpy(), df.sort_values("tau").s_pos.to_numpy())

@@ -1,8 +1,10 @@
 """Resolve a run directory or a checkpoint directory to ``(model, task, step)`` for head analyses.
 
 - A *checkpoint directory* (holds ``config.json``) is used as it is.
-- A *run directory* (holds ``checkpoints/step-NNNNNN/``) resolves to its newest complete checkpoint
-  (the final one once training has finished), or to a given ``step``.
+- A *run directory* (holds ``checkpoints/step-NNNNNN/``) resolves to the model it stands for: its
+  newest complete checkpoint (the final one once training has finished) or, for a run trained with
+  ``final_model="best"``, its best-validation checkpoint ``checkpoints/best/`` (SPEC §2); ``step``
+  picks another: an int, ``"last"`` (the newest) or ``"best"``.
 - The task comes from ``posym.json`` (the checkpoint's, else the run's); a directory without one (e.g.
   a plain HF GPT-J) needs the ``task`` argument. A ``task`` that contradicts ``posym.json``, or a
   model whose vocabulary does not fit the task, is a PosymError.
@@ -20,7 +22,7 @@ from transformers import GPTJForCausalLM
 from posym.errors import PosymError
 from posym.model.gptj import load_model, read_meta
 from posym.tasks.vocab import check_task, get_vocab
-from posym.train.checkpoints import list_checkpoints
+from posym.train.checkpoints import best_checkpoint, list_checkpoints
 
 _STEP_NAME = re.compile(r"^step-(\d+)$")
 
@@ -38,22 +40,44 @@ class ResolvedModel:
         return iter((self.model, self.task, self.step))
 
 
-def resolve_checkpoint(run_or_model_dir: str | os.PathLike, step: int | None = None) -> Path:
+StepChoice = int | str | None
+
+
+def run_final_model(run_dir: str | os.PathLike) -> str:
+    """``"last"`` or ``"best"``: which checkpoint a run stands for (its ``final_model`` setting)."""
+    return str(read_meta(run_dir).get("config", {}).get("final_model", "last"))
+
+
+def resolve_checkpoint(run_or_model_dir: str | os.PathLike, step: StepChoice = None) -> Path:
     """The checkpoint directory a run/checkpoint path stands for (see the module docstring)."""
     path = Path(run_or_model_dir)
     if not path.exists():
         raise PosymError(f"no such run or model directory: {path}")
     if not path.is_dir():
         raise PosymError(f"{path} is not a directory")
+    if isinstance(step, str) and step not in ("best", "last"):
+        try:
+            step = int(step)
+        except ValueError:
+            raise PosymError(f"bad step {step!r}: expected an integer, 'last' or 'best'") from None
     ckpts = list_checkpoints(path)
     if ckpts:
         if step is None:
+            step = run_final_model(path)
+        if step == "best":
+            found = best_checkpoint(path)
+            if found is None:
+                raise PosymError(f"run {path} has no best-validation checkpoint (checkpoints/best/)")
+            return found[1]
+        if step == "last":
             return ckpts[-1][1]
         for s, p in ckpts:
             if s == step:
                 return p
         raise PosymError(f"run {path} has no checkpoint at step {step} (have: {', '.join(str(s) for s, _ in ckpts)})")
     if (path / "config.json").is_file():
+        if isinstance(step, str):
+            raise PosymError(f"{path} is a single checkpoint; step {step!r} needs a run directory")
         if step is not None:
             meta_step = read_meta(path).get("step")
             if meta_step is not None and int(meta_step) != step:
@@ -85,9 +109,9 @@ def resolve_task(run_or_model_dir: str | os.PathLike, ckpt: Path, task: str | No
     return check_task(meta_task)
 
 
-def resolve_model(run_or_model_dir: str | os.PathLike, task: str | None = None, step: int | None = None,
+def resolve_model(run_or_model_dir: str | os.PathLike, task: str | None = None, step: StepChoice = None,
                   device: str = "cpu") -> ResolvedModel:
-    """Load the model of a run (newest checkpoint, or ``step``) or of a checkpoint directory.
+    """Load the model of a run (the checkpoint it stands for, or ``step``) or of a checkpoint directory.
 
     Returns a :class:`ResolvedModel` (unpacks as ``model, task, step``); the model is in eval mode
     with eager attention.
@@ -101,4 +125,4 @@ def resolve_model(run_or_model_dir: str | os.PathLike, task: str | None = None, 
     return ResolvedModel(model=model, task=task, step=_checkpoint_step(ckpt), path=ckpt)
 
 
-__all__ = ["ResolvedModel", "resolve_checkpoint", "resolve_model", "resolve_task"]
+__all__ = ["ResolvedModel", "StepChoice", "resolve_checkpoint", "resolve_model", "resolve_task", "run_final_model"]

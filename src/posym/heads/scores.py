@@ -30,12 +30,15 @@ Two paths compute the same numbers:
 
 Choices where SPEC is silent (documented, tested):
 
-* **Zero vectors in cos** (:func:`pair_cos`): cos is scale-invariant, so only *exact* zeros matter
-  (attention that underflowed). If both vectors are zero the swap moved no attention: cos = 1 (the
-  reading of a uniform/unaffected head); if exactly one is zero, cos = 0. Both paths use the same
-  function on their (D, D') values; the fast path (float64) first flushes probabilities the model's
-  attention dtype cannot represent (float32: < 7e-46) to 0, so both paths see the same zeros. A head
-  attending only to the query itself thus scores (1, 1): no swap moves any of its attention.
+* **The cosine and degenerate heads** (:func:`pair_cos`, ``cosine=``). ``"torch"`` (default) is the
+  authors' ``torch.nn.functional.cosine_similarity`` with its ``eps = 1e-8`` clamp on each norm
+  (SPEC §3, degenerate case): a head whose query attends (almost) only to itself has near-zero
+  ``v``, ``v'`` and scores (0, 0). ``"exact"`` is scale-invariant (posym's rule before 2026-12): if
+  both vectors are exactly zero the swap moved no attention, cos = 1; if one is, cos = 0; such a head
+  scores (1, 1). Both paths use the same function on their (D, D') values; the fast path (float64)
+  first flushes probabilities the model's attention dtype cannot represent (float32: < 7e-46) to 0,
+  so both paths see the same zeros. ``swap_mass`` (the query's attention on the swapped keys or
+  blocks, summed) lets a user leave such heads out.
 * **Entropy**: Shannon entropy of the query's full causal distribution over keys ``0..t`` (it sums to
   1), divided by ``log(t+1)`` — in [0, 1]; 1 = uniform. Min-max normalisation over training (SPEC §3)
   is left to the dynamics code.
@@ -68,6 +71,10 @@ from posym.model.adapters import RopeAdapter, _Stop, eval_mode, get_adapter
 
 DEFAULT_TAU = 1e-4
 DEFAULT_BLOCKS = 16
+#: Cosine conventions (module doc): "torch" = the authors' F.cosine_similarity (eps 1e-8), "exact".
+COSINES: tuple[str, ...] = ("torch", "exact")
+DEFAULT_COSINE = "torch"
+TORCH_COS_EPS = 1e-8  # torch.nn.functional.cosine_similarity's default eps
 
 BlockSpec = int | Sequence[int] | Sequence[tuple[int, int]]
 
@@ -80,9 +87,11 @@ class HeadScores:
     """Scores of every (prompt, layer, head, τ) (SPEC §3).
 
     ``s_pos``, ``s_sym``: float64 [B, L, H, n_tau]; ``entropy``: float64 [B, L, H] (normalised, see
-    module doc); ``taus`` (n_tau,); ``layers`` (the L model layers, in order); ``query_pos`` int [B];
-    ``kind`` ``"token"`` | ``"block"``; ``method`` ``"fast"`` | ``"reference"``; ``blocks``: for block
-    scores, the ``(start, stop)`` blocks used for each query position.
+    module doc); ``swap_mass``: float64 [B, L, H], the query's attention on the swappable keys
+    ``0..t-1`` (or on the blocks); ``taus`` (n_tau,); ``layers`` (the L model layers, in order);
+    ``query_pos`` int [B]; ``kind`` ``"token"`` | ``"block"``; ``method`` ``"fast"`` | ``"reference"``;
+    ``cosine`` (module doc); ``blocks``: for block scores, the ``(start, stop)`` blocks used for each
+    query position.
     """
 
     s_pos: np.ndarray
@@ -94,6 +103,8 @@ class HeadScores:
     kind: str = "token"
     method: str = "fast"
     blocks: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    swap_mass: np.ndarray | None = None
+    cosine: str = DEFAULT_COSINE
 
     @property
     def n_prompts(self) -> int:
@@ -102,15 +113,16 @@ class HeadScores:
     def to_frame(self, mean_over_prompts: bool = True) -> pd.DataFrame:
         """Tidy table, one row per (layer, head, tau) averaged over prompts (SPEC §3 step 5).
 
-        Columns ``layer, head, tau, s_pos, s_sym, entropy, n_prompts``; with
+        Columns ``layer, head, tau, s_pos, s_sym, entropy, swap_mass, n_prompts``; with
         ``mean_over_prompts=False`` one row per (prompt, layer, head, tau) with columns
-        ``prompt, query_pos, layer, head, tau, s_pos, s_sym, entropy``.
+        ``prompt, query_pos, layer, head, tau, s_pos, s_sym, entropy, swap_mass``.
         """
         B, L, H, K = self.s_pos.shape
         layer = np.asarray(self.layers)[None, :, None, None]
         head = np.arange(H)[None, None, :, None]
         tau = np.asarray(self.taus, dtype=float)[None, None, None, :]
         ent = self.entropy[..., None]
+        mass = (self.swap_mass if self.swap_mass is not None else np.full_like(self.entropy, np.nan))[..., None]
         if mean_over_prompts:
             shape = (L, H, K)
             return pd.DataFrame({
@@ -120,6 +132,7 @@ class HeadScores:
                 "s_pos": self.s_pos.mean(0).ravel(),
                 "s_sym": self.s_sym.mean(0).ravel(),
                 "entropy": np.broadcast_to(ent.mean(0), shape).ravel(),
+                "swap_mass": np.broadcast_to(mass.mean(0), shape).ravel(),
                 "n_prompts": np.full(L * H * K, B, dtype=np.int64),
             })
         shape = (B, L, H, K)
@@ -132,6 +145,7 @@ class HeadScores:
             "s_pos": self.s_pos.ravel(),
             "s_sym": self.s_sym.ravel(),
             "entropy": np.broadcast_to(ent, shape).ravel(),
+            "swap_mass": np.broadcast_to(mass, shape).ravel(),
         })
 
 
@@ -153,22 +167,40 @@ class SwapAttention:
     query_pos: int
     blocks: tuple[tuple[int, int], ...] | None = None
 
-    def scores(self, taus: float | Sequence[float] = (DEFAULT_TAU,)) -> tuple[np.ndarray, np.ndarray]:
+    def scores(self, taus: float | Sequence[float] = (DEFAULT_TAU,),
+               cosine: str = DEFAULT_COSINE) -> tuple[np.ndarray, np.ndarray]:
         """(s_pos, s_sym), each [B, L, H, n_tau], by :func:`combine_scores`."""
         i, j = self.pairs[:, 0], self.pairs[:, 1]
-        return combine_scores(self.d[..., i], self.d[..., j], self.dp_i, self.dp_j, taus)
+        return combine_scores(self.d[..., i], self.d[..., j], self.dp_i, self.dp_j, taus, cosine)
+
+    @property
+    def swap_mass(self) -> np.ndarray:
+        """The query's attention on all swappable units (keys ``0..t-1`` or the blocks), [B, L, H]."""
+        return self.d.sum(-1)
 
 
 # ================================================================================================
 # the formula (SPEC §3 steps 3–5), shared by both paths
 # ================================================================================================
-def pair_cos(x1: Tensor, x2: Tensor, y1: Tensor, y2: Tensor) -> Tensor:
-    """Elementwise cosine of the 2-D vectors ``(x1, x2)`` and ``(y1, y2)`` (any equal shapes).
+def _check_cosine(cosine: str) -> str:
+    if cosine not in COSINES:
+        raise PosymError(f"unknown cosine {cosine!r}; choose one of {list(COSINES)}")
+    return cosine
 
-    Zero-vector rule (our choice, SPEC silent): both zero -> 1, exactly one zero -> 0. Computed in
-    float64 after scaling each vector by its max-abs (no underflow for tiny attention values).
+
+def pair_cos(x1: Tensor, x2: Tensor, y1: Tensor, y2: Tensor, cosine: str = DEFAULT_COSINE) -> Tensor:
+    """Elementwise cosine of the 2-D vectors ``(x1, x2)`` and ``(y1, y2)`` (any equal shapes), float64.
+
+    ``cosine="torch"`` (default, the authors'): ``x·y / (max(|x|, 1e-8) · max(|y|, 1e-8))``, as
+    ``torch.nn.functional.cosine_similarity`` — vectors of tiny norm give cos ≈ 0 (SPEC §3).
+    ``cosine="exact"``: scale-invariant, computed after scaling each vector by its max-abs (no
+    underflow); zero-vector rule: both zero -> 1, exactly one zero -> 0.
     """
     x1, x2, y1, y2 = (torch.as_tensor(a, dtype=torch.float64) for a in (x1, x2, y1, y2))
+    if _check_cosine(cosine) == "torch":
+        nx = torch.hypot(x1, x2).clamp_min(TORCH_COS_EPS)
+        ny = torch.hypot(y1, y2).clamp_min(TORCH_COS_EPS)
+        return (x1 / nx) * (y1 / ny) + (x2 / nx) * (y2 / ny)
     sx = torch.maximum(x1.abs(), x2.abs())
     sy = torch.maximum(y1.abs(), y2.abs())
     zx, zy = sx == 0, sy == 0
@@ -198,16 +230,17 @@ def _taus(taus: float | Sequence[float]) -> tuple[float, ...]:
     return out
 
 
-def combine_scores(d_i, d_j, dp_i, dp_j, taus: float | Sequence[float] = (DEFAULT_TAU,)) -> tuple[np.ndarray, np.ndarray]:
+def combine_scores(d_i, d_j, dp_i, dp_j, taus: float | Sequence[float] = (DEFAULT_TAU,),
+                   cosine: str = DEFAULT_COSINE) -> tuple[np.ndarray, np.ndarray]:
     """SPEC §3 steps 3–5 over the last axis (the swaps): arrays [..., S] -> (s_pos, s_sym) [..., n_tau].
 
-    ``pos = cos((D'_i, D'_j), (D_i, D_j))``, ``sym = cos((D'_i, D'_j), (D_j, D_i))`` (:func:`pair_cos`),
-    ``α = softmax_S(|D_i - D_j| / τ)``, ``s = Σ_S α·pos`` (resp. ``sym``), all in float64.
+    ``pos = cos((D'_i, D'_j), (D_i, D_j))``, ``sym = cos((D'_i, D'_j), (D_j, D_i))`` (:func:`pair_cos`
+    with ``cosine``), ``α = softmax_S(|D_i - D_j| / τ)``, ``s = Σ_S α·pos`` (resp. ``sym``), float64.
     """
     taus = _taus(taus)
     d_i, d_j, dp_i, dp_j = (torch.as_tensor(np.asarray(a), dtype=torch.float64) for a in (d_i, d_j, dp_i, dp_j))
-    pos = pair_cos(dp_i, dp_j, d_i, d_j)
-    sym = pair_cos(dp_i, dp_j, d_j, d_i)
+    pos = pair_cos(dp_i, dp_j, d_i, d_j, cosine)
+    sym = pair_cos(dp_i, dp_j, d_j, d_i, cosine)
     gap = (d_i - d_j).abs()
     tau = torch.tensor(taus, dtype=torch.float64)
     alpha = torch.softmax(gap[..., None, :] / tau[:, None], dim=-1)  # [..., n_tau, S]
@@ -611,8 +644,10 @@ def _check_sizes(batch_size: int, chunk_size: int) -> None:
         raise PosymError("batch_size and chunk_size must be positive")
 
 
-def _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_size, chunk_size) -> HeadScores:
+def _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_size, chunk_size,
+            cosine: str = DEFAULT_COSINE) -> HeadScores:
     taus = _taus(taus)
+    _check_cosine(cosine)
     _check_sizes(batch_size, chunk_size)
     ad, ids, layers = _prepare(model, input_ids, layers, method)
     B, T = ids.shape
@@ -621,48 +656,53 @@ def _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_siz
     s_pos = np.empty((B, L, H, K))
     s_sym = np.empty((B, L, H, K))
     ent = np.empty((B, L, H))
+    mass = np.empty((B, L, H))
     used_blocks = {}
     for t in np.unique(qp):
         idx = np.nonzero(qp == t)[0]
         sw = _swap_attention(ad, ids[torch.as_tensor(idx, device=ids.device)], int(t), layers, method, blocks,
                              int(batch_size), int(chunk_size))
-        sp, ss = sw.scores(taus)
-        s_pos[idx], s_sym[idx], ent[idx] = sp, ss, sw.entropy
+        sp, ss = sw.scores(taus, cosine)
+        s_pos[idx], s_sym[idx], ent[idx], mass[idx] = sp, ss, sw.entropy, sw.swap_mass
         if sw.blocks is not None:
             used_blocks[int(t)] = sw.blocks
     return HeadScores(s_pos=s_pos, s_sym=s_sym, entropy=ent, taus=taus, layers=tuple(layers), query_pos=qp,
-                      kind="token" if blocks is None else "block", method=method, blocks=used_blocks)
+                      kind="token" if blocks is None else "block", method=method, blocks=used_blocks,
+                      swap_mass=mass, cosine=cosine)
 
 
 def scores_fast(model, input_ids, taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
-                layers: Sequence[int] | None = None, batch_size: int = 64) -> HeadScores:
+                layers: Sequence[int] | None = None, batch_size: int = 64, cosine: str = DEFAULT_COSINE) -> HeadScores:
     """Positional/symbolic scores of every head by the fast exact path (SPEC §3, "Fast exact path").
 
     model: HF GPT-J / Llama-style / GPT-NeoX causal LM (or a :class:`RopeAdapter`); any attention
     implementation. input_ids: [B, n] ints (tensor, array, or a ``TaskBatch``), unpadded.
     taus: τ or list of τ. query_pos: None (query ``n-1``), an int (negative counts from the end) or
     one int per prompt (multi-query variant: attention truncated to ``[0..t]``, swaps inside
-    ``[0, t)``). layers: subset of layers (default all). One forward pass per ``batch_size`` prompts.
+    ``[0, t)``). layers: subset of layers (default all). cosine: ``"torch"`` (the authors') or
+    ``"exact"`` (module doc). One forward pass per ``batch_size`` prompts.
     Returns :class:`HeadScores` (s_pos, s_sym [B, L, H, n_tau], entropy [B, L, H]). Equals
     :func:`scores_reference` to float tolerance. The model's training mode is restored afterwards.
     Memory per layer is O(batch_size · H · t²) float64 (lower ``batch_size`` for long prompts).
     """
-    return _scores(model, input_ids, taus, query_pos, layers, "fast", None, batch_size, 1)
+    return _scores(model, input_ids, taus, query_pos, layers, "fast", None, batch_size, 1, cosine)
 
 
 def scores_reference(model, input_ids, taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
-                     layers: Sequence[int] | None = None, batch_size: int = 64, chunk_size: int = 2048) -> HeadScores:
+                     layers: Sequence[int] | None = None, batch_size: int = 64, chunk_size: int = 2048,
+                     cosine: str = DEFAULT_COSINE) -> HeadScores:
     """Positional/symbolic scores by the literal re-run (SPEC §3 steps 1–5; the slow reference).
 
     Same arguments and result as :func:`scores_fast`. For every layer ``ℓ`` all ``C(t, 2)`` swapped
     copies of each prompt's layer-``ℓ`` input hidden states are re-run (``chunk_size`` sequences per
     forward; layers ``> ℓ`` are skipped). Needs eager attention (PosymError otherwise).
     """
-    return _scores(model, input_ids, taus, query_pos, layers, "reference", None, batch_size, chunk_size)
+    return _scores(model, input_ids, taus, query_pos, layers, "reference", None, batch_size, chunk_size, cosine)
 
 
 def scores_blocks_fast(model, input_ids, blocks: BlockSpec = DEFAULT_BLOCKS, taus: float | Sequence[float] = (DEFAULT_TAU,),
-                       query_pos=None, *, layers: Sequence[int] | None = None, batch_size: int = 64) -> HeadScores:
+                       query_pos=None, *, layers: Sequence[int] | None = None, batch_size: int = 64,
+                       cosine: str = DEFAULT_COSINE) -> HeadScores:
     """Block scores (Paper B's LLM version, SPEC §3 last paragraph) by the fast exact path.
 
     ``blocks``: number of contiguous blocks over keys ``0..t-1`` (default 16; sizes as equal as
@@ -671,15 +711,15 @@ def scores_blocks_fast(model, input_ids, blocks: BlockSpec = DEFAULT_BLOCKS, tau
     wholesale; unequal-length pairs are not swapped (module doc). Same formulas on ``(d_a, d_b)``.
     Other arguments and the result as :func:`scores_fast` (``kind="block"``, ``blocks`` recorded).
     """
-    return _scores(model, input_ids, taus, query_pos, layers, "fast", blocks, batch_size, 1)
+    return _scores(model, input_ids, taus, query_pos, layers, "fast", blocks, batch_size, 1, cosine)
 
 
 def scores_blocks_reference(model, input_ids, blocks: BlockSpec = DEFAULT_BLOCKS,
                             taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
                             layers: Sequence[int] | None = None, batch_size: int = 64,
-                            chunk_size: int = 2048) -> HeadScores:
+                            chunk_size: int = 2048, cosine: str = DEFAULT_COSINE) -> HeadScores:
     """Block scores by the literal re-run (reference for :func:`scores_blocks_fast`); eager attention only."""
-    return _scores(model, input_ids, taus, query_pos, layers, "reference", blocks, batch_size, chunk_size)
+    return _scores(model, input_ids, taus, query_pos, layers, "reference", blocks, batch_size, chunk_size, cosine)
 
 
 def swap_attention(model, input_ids, query_pos: int | None = None, *, blocks: BlockSpec | None = None,
@@ -702,17 +742,19 @@ def swap_attention(model, input_ids, query_pos: int | None = None, *, blocks: Bl
 
 def head_scores(model, input_ids, taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
                 blocks: BlockSpec | None = None, method: str = "fast", layers: Sequence[int] | None = None,
-                batch_size: int = 64, chunk_size: int = 2048) -> HeadScores:
+                batch_size: int = 64, chunk_size: int = 2048, cosine: str = DEFAULT_COSINE) -> HeadScores:
     """Dispatch to the four score functions: token (``blocks=None``) or block scores, ``method``
     ``"fast"`` (default) or ``"reference"`` (SPEC §3)."""
     if method not in ("fast", "reference"):
         raise PosymError(f"method must be 'fast' or 'reference', got {method!r}")
-    return _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_size, chunk_size)
+    return _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_size, chunk_size, cosine)
 
 
 __all__ = [
     "DEFAULT_TAU",
     "DEFAULT_BLOCKS",
+    "COSINES",
+    "DEFAULT_COSINE",
     "HeadScores",
     "SwapAttention",
     "combine_scores",

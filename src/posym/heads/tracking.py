@@ -1,6 +1,6 @@
 """Scores over training (SPEC §3): in-process tracking at evaluation steps and offline scoring of a
 run's checkpoints or any HF GPT-J directory. Both write the tidy ``scores.csv`` table
-(step, layer, head, tau, s_pos, s_sym, entropy, n_prompts)."""
+(step, layer, head, tau, s_pos, s_sym, entropy, swap_mass, n_prompts)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from posym.errors import PosymError
 from posym.heads.scores import DEFAULT_TAU, scores_fast
 
 SCORES_FILE = "scores.csv"
-COLUMNS = ["step", "layer", "head", "tau", "s_pos", "s_sym", "entropy", "n_prompts"]
+COLUMNS = ["step", "layer", "head", "tau", "s_pos", "s_sym", "entropy", "swap_mass", "n_prompts"]
 
 
 def score_table(model: torch.nn.Module, input_ids: np.ndarray | torch.Tensor, taus: Sequence[float] = (DEFAULT_TAU,),

@@ -118,17 +118,36 @@ class Layout:
     Positions (0-based, in the row): extra tokens ``[0, E)``, target window ``[E, E+T)``, pre-target
     ``[E+T, E+T+P)``, query ``E+T+P`` (last). Offsets/chains are defined on the effective layout
     (without the extra tokens), so they do not change when extra tokens are added (SPEC §1.4).
+
+    ``distractors`` (letter task, SPEC §1.2): where the right letters of non-chain pre-target tokens
+    come from — ``"pool"`` (the authors' rule: the non-chain pool ``choices``) or ``"uniform"`` (a..h,
+    posym's rule before 2026-12; kept for the ablation). ``extra_rule`` (SPEC §1.4, our choice): what the
+    extra tokens are — see :data:`EXTRA_RULES`.
     """
 
     hops: tuple[int, ...]
     target_len: int
     pretarget_len: int
     extra_tokens: int
+    distractors: str = "pool"
+    extra_rule: str = "window"
 
     @property
     def seq_len(self) -> int:
         """Input length ``L = E + T + P + 1`` (label not included)."""
         return self.extra_tokens + self.target_len + self.pretarget_len + 1
+
+
+#: Right letters of non-chain pre-target tokens in the letter task (SPEC §1.2); "pool" is the authors'.
+DISTRACTOR_RULES: tuple[str, ...] = ("pool", "uniform")
+
+#: Extra-token rules of length-extended inputs (SPEC §1.4, our choice; Paper A publishes none):
+#: "window" — target-window-like filler (number: uniform letters; letter: (pool letter, uniform number));
+#: "distractor" — drawn like the pre-target distractors (number: integers pointing uniformly to an
+#: earlier position, offsets 1..min(e, 16) at extra position e; letter: (pool letter, pool letter));
+#: "copies" — copies of the row's own non-answer target-window tokens (chosen uniformly).
+#: Every rule keeps offsets, chain and the unique answer unchanged.
+EXTRA_RULES: tuple[str, ...] = ("window", "distractor", "copies")
 
 
 def _as_int(name: str, value: object) -> int:
@@ -137,7 +156,8 @@ def _as_int(name: str, value: object) -> int:
     return int(value)
 
 
-def make_layout(task: str, hops: object, target_len: object, pretarget_len: object, extra_tokens: object) -> Layout:
+def make_layout(task: str, hops: object, target_len: object, pretarget_len: object, extra_tokens: object,
+                distractors: str = "pool", extra_rule: str = "window") -> Layout:
     """Validate a layout for ``task`` (SPEC §1.1/§1.2 limits); PosymError on impossible combinations."""
     from posym.tasks.vocab import N_INTEGERS, N_LETTERS, N_NUMBER_LETTERS, check_task
 
@@ -151,6 +171,10 @@ def make_layout(task: str, hops: object, target_len: object, pretarget_len: obje
         raise PosymError(f"pretarget_len must be >= 0, got {P}")
     if E < 0:
         raise PosymError(f"extra_tokens must be >= 0, got {E}")
+    if distractors not in DISTRACTOR_RULES:
+        raise PosymError(f"unknown distractor rule {distractors!r}; choose one of {list(DISTRACTOR_RULES)}")
+    if extra_rule not in EXTRA_RULES:
+        raise PosymError(f"unknown extra-token rule {extra_rule!r}; choose one of {list(EXTRA_RULES)}")
     if isinstance(hops, (int, np.integer)) and not isinstance(hops, bool):
         hop_list = [int(hops)]
     else:
@@ -177,7 +201,9 @@ def make_layout(task: str, hops: object, target_len: object, pretarget_len: obje
                 f"{T + P} exceed the integers 1..{N_INTEGERS}), got {T} + {P}")
         if T > N_NUMBER_LETTERS:  # unreachable given the check above; kept for clarity
             raise PosymError(f"number task needs target_len <= {N_NUMBER_LETTERS}, got {T}")
-    return Layout(tuple(sorted(hop_list)), T, P, E)
+    if extra_rule == "copies" and T < 2:
+        raise PosymError("extra_rule='copies' needs target_len >= 2 (a non-answer target-window token to copy)")
+    return Layout(tuple(sorted(hop_list)), T, P, E, distractors, extra_rule)
 
 
 def check_count(name: str, value: object) -> int:

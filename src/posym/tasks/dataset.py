@@ -49,6 +49,8 @@ class TaskBatch:
     target_len: int = 8
     pretarget_len: int = 8
     extra_tokens: int = 0
+    distractors: str = "pool"
+    extra_rule: str = "window"
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -102,13 +104,17 @@ def generate(
     pretarget_len: int = 8,
     extra_tokens: int = 0,
     start_index: int = 0,
+    distractors: str = "pool",
+    extra_rule: str = "window",
 ) -> TaskBatch:
     """Generate samples ``start_index .. start_index+n-1`` of ``task`` from stream ``seed`` (SPEC §1).
 
     Balanced (SPEC §1.3): every complete block of ``K`` consecutive indices (``K`` = hop classes x
     target positions x answer values; 3,840 number / 2,048 letter by default) holds each tuple
     exactly once, and hop classes are equally frequent in every aligned run of ``len(hops)`` indices.
-    ``extra_tokens`` prepends that many filler tokens (SPEC §1.4) without changing anything else.
+    ``extra_tokens`` prepends that many filler tokens (SPEC §1.4) without changing anything else; what
+    they are is ``extra_rule`` (:data:`~posym.tasks._common.EXTRA_RULES`, our choice). ``distractors``
+    (letter task): ``"pool"`` — the authors' rule, SPEC §1.2 — or ``"uniform"`` (the ablation).
     Raises PosymError for an unknown task or an impossible layout.
     """
     check_task(task)
@@ -117,7 +123,7 @@ def generate(
     start_index = check_count("start_index", start_index)
     if start_index + n > 2**62:
         raise PosymError(f"start_index + n must be <= 2**62, got {start_index + n}")
-    layout = make_layout(task, hops, target_len, pretarget_len, extra_tokens)
+    layout = make_layout(task, hops, target_len, pretarget_len, extra_tokens, distractors, extra_rule)
     return _generate(task, n, seed, layout, start_index)
 
 
@@ -136,7 +142,7 @@ def _generate(task: str, n: int, seed: int, layout: Layout, start_index: int) ->
         input_ids[lo:hi], labels[lo:hi], hops[lo:hi], answer_pos[lo:hi] = ids, lab, hp, ap
     return TaskBatch(task=task, input_ids=input_ids, labels=labels, hops=hops, answer_pos=answer_pos,
                      index=index, seed=seed, target_len=layout.target_len, pretarget_len=layout.pretarget_len,
-                     extra_tokens=layout.extra_tokens)
+                     extra_tokens=layout.extra_tokens, distractors=layout.distractors, extra_rule=layout.extra_rule)
 
 
 def tuple_count(task: str, *, hops: int | Sequence[int] = DEFAULT_HOPS, target_len: int = 8,

@@ -10,9 +10,11 @@ tuple; ``h-1`` distinct sorted chain positions ``p_1 < … < p_{h-1}`` in ``[T, 
 ``choices``. The chain ``query -> p_{h-1} -> … -> p_1 -> a`` visits left letters ``c_1, …, c_{h-1}, L``
 and each chain token's right letter is the next chain token's left letter (the query's right letter
 is ``c_1``, or ``L`` when ``h = 1``). Left letters of all non-chain tokens (target window, pre-target,
-query, extra tokens) come uniformly from ``choices``; right letters of non-chain pre-target tokens are
-uniform over a..h; target-window (and extra-token) numbers are uniform 1..8, the answer number sits
-at ``a``. Every chain letter is thus the left letter of exactly one token, so the answer is unique.
+query, extra tokens) come uniformly from ``choices``; right letters of non-chain pre-target tokens
+also come from ``choices`` (the authors' rule, ``layout.distractors == "pool"``; ``"uniform"`` draws
+them over a..h instead), so a distractor never points at a chain token; target-window (and
+extra-token) numbers are uniform 1..8, the answer number sits at ``a``. Every chain letter is thus
+the left letter of exactly one token, so the answer is unique.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ F_P_RIGHT = 206  # pre-target non-chain right letters                [P]
 F_Q_LEFT = 207  # query left letter (pool index)                     [1]
 F_E_LEFT = 208  # extra-token left letters (pool index)              [E]
 F_E_NUM = 209  # extra-token numbers                                 [E]
+F_E_RIGHT = 210  # extra-token right letters, rule "distractor" (pool) [E]
+F_E_COPY = 211  # extra-token source column, rule "copies"           [E]
 
 
 def tuple_counts(layout: Layout) -> tuple[int, int]:
@@ -83,7 +87,10 @@ def generate_rows(seed: int, index: np.ndarray, layout: Layout) -> tuple[np.ndar
         c_left = np.take_along_axis(order, left_k, axis=1)
         c_right = np.take_along_axis(order, right_k, axis=1)
         d_left = pick_pool(F_P_LEFT, P)
-        d_right = uniform_int(field_draws(base, F_P_RIGHT, P), N_LETTERS)
+        if layout.distractors == "pool":
+            d_right = pick_pool(F_P_RIGHT, P)
+        else:  # "uniform": posym's rule before 2026-12 (may name a chain letter)
+            d_right = uniform_int(field_draws(base, F_P_RIGHT, P), N_LETTERS)
         p_left = np.where(chosen, c_left, d_left)
         p_right = np.where(chosen, c_right, d_right)
         ids[:, E + T:E + T + P] = LL_OFFSET + N_LETTERS * p_left + p_right
@@ -93,11 +100,18 @@ def generate_rows(seed: int, index: np.ndarray, layout: Layout) -> tuple[np.ndar
     q_right = np.where(h == 1, L, order[:, 0])
     ids[:, E + T + P] = LL_OFFSET + N_LETTERS * q_left + q_right
 
-    # extra tokens (SPEC §1.4, our choice): (pool letter, uniform number), so the answer stays unique
+    # extra tokens (SPEC §1.4, our choice; layout.extra_rule): left letters from the pool, so the answer stays unique
     if E > 0:
-        e_left = pick_pool(F_E_LEFT, E)
-        e_num = uniform_int(field_draws(base, F_E_NUM, E), N_NUMBERS)
-        ids[:, :E] = LN_OFFSET + N_LETTERS * e_left + e_num
+        if layout.extra_rule == "window":  # (pool letter, uniform number)
+            e_left = pick_pool(F_E_LEFT, E)
+            e_num = uniform_int(field_draws(base, F_E_NUM, E), N_NUMBERS)
+            ids[:, :E] = LN_OFFSET + N_LETTERS * e_left + e_num
+        elif layout.extra_rule == "distractor":  # (pool letter, pool letter), like pre-target distractors
+            ids[:, :E] = LL_OFFSET + N_LETTERS * pick_pool(F_E_LEFT, E) + pick_pool(F_E_RIGHT, E)
+        else:  # "copies" of non-answer target-window tokens (their left letters are pool letters)
+            src = uniform_int(field_draws(base, F_E_COPY, E), T - 1)  # [n, E] in [0, T-1)
+            src = src + (src >= a[:, None])  # skip the answer column
+            ids[:, :E] = np.take_along_axis(ids[:, E:E + T], src, axis=1)
 
     labels = LN_OFFSET + N_LETTERS * L + num
     return ids, labels.astype(np.int64), h, (E + a).astype(np.int64)

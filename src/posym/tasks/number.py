@@ -7,7 +7,9 @@ tuple; ``h-1`` distinct sorted chain positions ``p_1 < … < p_{h-1}`` in ``[T, 
 ``T+P -> p_{h-1} -> … -> p_1 -> a`` and each chain token holds the offset to the next chain position.
 Non-chain pre-target tokens at ``t`` hold an offset uniform in ``[1, t]`` (point uniformly to
 ``[0, t-1]``). Target-window letters are uniform over the 120 letters, the answer letter sits at
-``a``. Extra tokens (SPEC §1.4, our choice): uniform letters.
+``a``. Extra tokens (SPEC §1.4, our choice, ``layout.extra_rule``): uniform letters ("window"),
+distractor integers pointing uniformly to an earlier extra position ("distractor"), or copies of the
+row's non-answer target-window letters ("copies").
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from __future__ import annotations
 import numpy as np
 
 from posym.tasks._common import Layout, balanced_tuples, field_draws, rank_in_row, sample_keys, uniform_int
-from posym.tasks.vocab import N_NUMBER_LETTERS, NUMBER_LETTER_OFFSET
+from posym.tasks.vocab import N_INTEGERS, N_NUMBER_LETTERS, NUMBER_LETTER_OFFSET
 
 # field ids of the counter-based draws (fixed: changing them changes every dataset)
 F_TARGET = 101  # target-window letters          [T]
 F_CHAIN = 102  # keys choosing the chain positions [P]
 F_DISTRACT = 103  # distractor offsets              [P]
 F_EXTRA = 104  # extra letters                      [E]
+F_EXTRA_INT = 105  # extra distractor offsets, rule "distractor" [E]
+F_EXTRA_COPY = 106  # extra source columns, rule "copies"     [E]
 
 
 def tuple_counts(layout: Layout) -> tuple[int, int]:
@@ -65,7 +69,17 @@ def generate_rows(seed: int, index: np.ndarray, layout: Layout) -> tuple[np.ndar
         ids[:, E + T] = T - a  # query points straight at the answer
 
     if E > 0:
-        ids[:, :E] = NUMBER_LETTER_OFFSET + uniform_int(field_draws(base, F_EXTRA, E), N_NUMBER_LETTERS)
+        if layout.extra_rule == "window":  # uniform letters
+            ids[:, :E] = NUMBER_LETTER_OFFSET + uniform_int(field_draws(base, F_EXTRA, E), N_NUMBER_LETTERS)
+        elif layout.extra_rule == "distractor":  # integer at e points to a uniform earlier position (e = 0: offset 1
+            # would leave the row, so it points nowhere: value 1 is still a plain integer token)
+            e_pos = np.arange(E)
+            span = np.clip(e_pos, 1, N_INTEGERS)[None, :]  # offsets 1..min(e, 16)
+            ids[:, :E] = 1 + uniform_int(field_draws(base, F_EXTRA_INT, E), span)
+        else:  # "copies" of non-answer target-window letters
+            src = uniform_int(field_draws(base, F_EXTRA_COPY, E), T - 1)
+            src = src + (src >= a[:, None])
+            ids[:, :E] = np.take_along_axis(ids[:, E:E + T], src, axis=1)
 
     labels = NUMBER_LETTER_OFFSET + ans
     return ids, labels.astype(np.int64), h, (E + a).astype(np.int64)

@@ -5,6 +5,11 @@ our ``posym.json`` (task, preset, step) and, for the newest one, ``trainer_state
 scheduler, RNG, running-loss accumulators; tensors and plain containers only, loaded with
 ``weights_only=True``). Each is written to a temporary directory and moved in place with
 ``os.replace``, so a killed write never damages an existing checkpoint.
+
+``RUN/checkpoints/best/`` (weights + ``posym.json`` with ``step`` and ``val_acc``, no trainer state)
+is the first evaluation step that reached the run's maximal validation accuracy so far — HF
+Trainer's ``load_best_model_at_end`` rule (SPEC §2). Every run keeps it; a run with
+``final_model="best"`` stands for it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from posym.model.gptj import save_model
 
 _STEP_DIR = re.compile(r"^step-(\d{6,})$")
 TRAINER_STATE = "trainer_state.pt"
+BEST_DIR = "best"
 
 
 def step_dir(run_dir: str | os.PathLike, step: int) -> Path:
@@ -65,6 +71,35 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: GPTJForCausalL
             if s != step and (p / TRAINER_STATE).exists():
                 (p / TRAINER_STATE).unlink()
     return final
+
+
+def best_dir(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / "checkpoints" / BEST_DIR
+
+
+def save_best(run_dir: str | os.PathLike, step: int, model: GPTJForCausalLM, meta: dict, val_acc: float) -> Path:
+    """Atomically replace ``RUN/checkpoints/best/`` by the weights of ``step`` (validation accuracy ``val_acc``)."""
+    final = best_dir(run_dir)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".tmp-{BEST_DIR}-{uuid.uuid4().hex[:8]}"
+    save_model(model, tmp, meta={**meta, "step": step, "val_acc": float(val_acc), "selection": "best"})
+    if final.exists():
+        trash = final.parent / f".old-{BEST_DIR}-{uuid.uuid4().hex[:8]}"
+        os.replace(final, trash)
+        os.replace(tmp, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    return final
+
+
+def best_checkpoint(run_dir: str | os.PathLike) -> tuple[int, Path] | None:
+    """(step, path) of the run's best-validation checkpoint, or None when the run has none."""
+    path = best_dir(run_dir)
+    if not ((path / "config.json").is_file() and (path / "model.safetensors").is_file()):
+        return None
+    step = read_checkpoint_meta(path).get("step")
+    return (int(step), path) if step is not None else None
 
 
 def latest_resumable(run_dir: str | os.PathLike) -> tuple[int, Path] | None:

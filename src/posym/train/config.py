@@ -8,7 +8,10 @@ from typing import Any
 from posym.errors import PosymError
 
 TASKS = ("number", "letter")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp16")
+#: Which model a finished run stands for (SPEC §2): the last step, or the authors' HF
+#: ``load_best_model_at_end``: the *first* evaluation step reaching the maximal validation accuracy.
+FINAL_MODELS = ("last", "best")
 
 
 @dataclass(frozen=True)
@@ -39,9 +42,16 @@ class TrainConfig:
     track_prompts: int = 512  # the first P validation prompts
     track_taus: tuple[float, ...] = (1e-4,)
     # "bf16": torch.autocast(bfloat16) around the training forward + loss; weights, optimizer state,
-    # evaluation and head scores stay float32. "fp32": no autocast.
+    # evaluation and head scores stay float32. "fp16": float16 autocast plus dynamic loss scaling
+    # (torch.amp.GradScaler), as HF Trainer's fp16=True (the authors' setting on CUDA). "fp32": none.
     precision: str = "fp32"
     compile: bool = False  # torch.compile the training forward + loss (checkpoints hold the plain module)
+    # letter-task distractor right letters (SPEC §1.2): "pool" (the authors' rule) or "uniform" (ablation)
+    distractors: str = "pool"
+    # "last" or "best" (SPEC §2, load_best_model_at_end): the model that test accuracy and every analysis use
+    final_model: str = "last"
+    # epochs over the 432,000 training samples; when set, steps = round(epochs * (432,000 // batch_size))
+    epochs: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -56,6 +66,8 @@ class TrainConfig:
         for key in ("betas", "track_taus"):
             if key in kw:
                 kw[key] = tuple(kw[key])
+        # runs written before the field existed were trained on posym's old letter data
+        kw.setdefault("distractors", "uniform")
         return cls(**kw)
 
 
@@ -64,7 +76,22 @@ PRESET_TRAINING: dict[str, dict[str, Any]] = {
     "paper": dict(steps=6750, lr=1e-4, warmup=750, batch_size=64, eval_every=50),
     # Our choice: fewer layers, no dropout, a 10x larger learning rate, fewer steps (docs/reproduction.md).
     "quick": dict(steps=1500, lr=1e-3, warmup=150, batch_size=64, eval_every=50),
+    # The authors' most likely run, read from their HF Trainer script (SPEC §2): a plain process on
+    # their 3-GPU machine makes HF wrap the model in DataParallel, so the global batch is 3 x 64 = 192,
+    # and 6,750 steps is then exactly HF's default of 3 epochs; load_best_model_at_end keeps the first
+    # checkpoint with the best validation accuracy. Their fp16 is CUDA-only: add --precision fp16 there.
+    "authors": dict(steps=6750, lr=1e-4, warmup=750, batch_size=192, eval_every=50, final_model="best"),
 }
+
+
+def steps_for_epochs(epochs: float, batch_size: int) -> int:
+    """Optimizer steps of ``epochs`` passes over the training split (drop-last batches, as the loop).
+
+    SPEC §2: 1 epoch at batch 64 and 3 epochs (HF's default) at a global batch of 192 both give 6,750.
+    """
+    from posym.tasks.dataset import SPLIT_SIZES
+
+    return max(1, round(epochs * (SPLIT_SIZES["train"] // batch_size)))
 
 
 def make_config(task: str, preset: str = "quick", **kwargs: Any) -> TrainConfig:
@@ -79,10 +106,24 @@ def make_config(task: str, preset: str = "quick", **kwargs: Any) -> TrainConfig:
         raise PosymError(f"unknown training option(s): {', '.join(bad)}")
     cfg = TrainConfig(task=task, preset=preset, **PRESET_TRAINING[preset])
     cfg = replace(cfg, **{k: v for k, v in kwargs.items() if v is not None})
-    if cfg.steps < 1 or cfg.batch_size < 1 or cfg.eval_every < 1:
-        raise PosymError("steps, batch_size and eval_every must be positive")
+    if cfg.batch_size < 1 or cfg.eval_every < 1:
+        raise PosymError("batch_size and eval_every must be positive")
+    if cfg.epochs is not None:
+        if not cfg.epochs > 0:
+            raise PosymError(f"epochs must be positive, got {cfg.epochs}")
+        if kwargs.get("steps") is not None:
+            raise PosymError("give either steps or epochs, not both")
+        cfg = replace(cfg, steps=steps_for_epochs(cfg.epochs, cfg.batch_size))
+    if cfg.steps < 1:
+        raise PosymError("steps must be positive")
     if cfg.precision not in PRECISIONS:
         raise PosymError(f"unknown precision {cfg.precision!r}; choose one of {list(PRECISIONS)}")
+    if cfg.final_model not in FINAL_MODELS:
+        raise PosymError(f"unknown final_model {cfg.final_model!r}; choose one of {list(FINAL_MODELS)}")
+    from posym.tasks._common import DISTRACTOR_RULES
+
+    if cfg.distractors not in DISTRACTOR_RULES:
+        raise PosymError(f"unknown distractor rule {cfg.distractors!r}; choose one of {list(DISTRACTOR_RULES)}")
     from posym.model.gptj import model_config
     from posym.tasks import get_vocab
 

@@ -87,28 +87,52 @@ class LastTokenLoss(torch.nn.Module):
 
 
 def autocast_context(precision: str, device: str | torch.device) -> contextlib.AbstractContextManager:
-    """``torch.autocast(bfloat16)`` on the device's type for precision "bf16"; a no-op for "fp32"."""
-    if precision == "bf16":
-        return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+    """``torch.autocast`` to bfloat16 ("bf16") or float16 ("fp16") on the device's type; a no-op for "fp32"."""
+    if precision in ("bf16", "fp16"):
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
     if precision != "fp32":
-        raise PosymError(f"unknown precision {precision!r}; choose one of ['fp32', 'bf16']")
+        raise PosymError(f"unknown precision {precision!r}; choose one of ['fp32', 'bf16', 'fp16']")
     return contextlib.nullcontext()
+
+
+def make_grad_scaler(precision: str, device: str | torch.device) -> "torch.amp.GradScaler | None":
+    """Dynamic loss scaling for "fp16" (HF Trainer's fp16=True uses the same torch.amp.GradScaler), else None."""
+    if precision != "fp16":
+        return None
+    return torch.amp.GradScaler(torch.device(device).type)
 
 
 def _optimizer_step(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                     params: Sequence[torch.nn.Parameter], optimizer: torch.optim.Optimizer, scheduler: Any,
                     x: torch.Tensor, y: torch.Tensor, max_grad_norm: float | None, precision: str = "fp32",
-                    loss_scale: float = 1.0) -> torch.Tensor:
-    """Forward (under autocast for bf16) + backward of ``loss_scale * objective(x, y)``, gradient
-    clipping, optimizer and scheduler step. Returns the unscaled loss, detached, on the device (no sync)."""
+                    loss_scale: float = 1.0, scaler: "torch.amp.GradScaler | None" = None) -> torch.Tensor:
+    """Forward (under autocast for bf16/fp16) + backward of ``loss_scale * objective(x, y)``, gradient
+    clipping, optimizer and scheduler step. Returns the unscaled loss, detached, on the device (no sync).
+
+    With a ``scaler`` (fp16) the loss is scaled before backward and the gradients unscaled before
+    clipping; a step the scaler skips (inf/nan gradients) also skips the scheduler, as HF Trainer does
+    (this costs one device sync per step)."""
     with autocast_context(precision, x.device):
         loss = objective(x, y)
     optimizer.zero_grad(set_to_none=True)
-    (loss * loss_scale if loss_scale != 1.0 else loss).backward()
+    scaled = loss * loss_scale if loss_scale != 1.0 else loss
+    if scaler is None:
+        scaled.backward()
+        if max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+        optimizer.step()
+        scheduler.step()
+        return loss.detach()
+    scaler.scale(scaled).backward()
+    scaler.unscale_(optimizer)
     if max_grad_norm:
         torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
-    optimizer.step()
-    scheduler.step()
+    before = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    if scaler.get_scale() >= before:  # the optimizer step ran
+        scheduler.step()
     return loss.detach()
 
 
@@ -209,9 +233,17 @@ def _find_resumable(out: Path) -> tuple[int, str]:
 def _load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
                      device: str) -> dict[str, Any]:
     """Load weights, optimizer and scheduler state of checkpoint ``path``; returns its trainer state."""
+    state = ckpt.load_trainer_state(path)
+    _load_weights(path, model, device)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    return state
+
+
+def _load_weights(path: Path, model: torch.nn.Module, device: str) -> None:
+    """Load a checkpoint's weights into ``model`` (strict up to the constant rotary/causal buffers)."""
     from safetensors.torch import load_file
 
-    state = ckpt.load_trainer_state(path)
     try:
         weights = load_file(str(path / "model.safetensors"), device=str(device))
         missing, unexpected = model.load_state_dict(weights, strict=False)
@@ -219,9 +251,17 @@ def _load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.
         raise PosymError(f"corrupt checkpoint {path}: {str(exc).splitlines()[0]}") from exc
     if [m for m in missing if "lm_head" not in m and "embed_positions" not in m] or unexpected:
         raise PosymError(f"checkpoint {path} does not match the run's model config")
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    return state
+
+
+def _best_so_far(out: Path, start_step: int) -> dict[str, Any]:
+    """Best validation step/accuracy among the kept metric rows (steps <= ``start_step``) on resume."""
+    best: dict[str, Any] = {"step": None, "acc": None}
+    for r in _read_metrics(out / "metrics.csv"):
+        if r["split"] == "val" and int(r["step"]) <= start_step:
+            acc = float(r["acc"])
+            if best["acc"] is None or acc > best["acc"]:
+                best = {"step": int(r["step"]), "acc": acc}
+    return best
 
 
 def _restore_rng(state: dict[str, Any], rank: int, world_size: int, device: str, fallback_seed: int) -> None:
@@ -326,6 +366,7 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
         (out / "posym.json").write_text(json.dumps(meta, indent=2))
 
     optimizer, scheduler = make_optimizer(model, config)
+    scaler = make_grad_scaler(config.precision, device)
 
     start_step, loss_sum, loss_count = 0, 0.0, 0
     metrics_path = out / "metrics.csv"
@@ -335,12 +376,15 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
         state = _load_checkpoint(Path(path), model, optimizer, scheduler, device)
         _restore_rng(state, rank, world, device, fallback_seed=dropout_seed + start_step)
         loss_sum, loss_count = float(state["loss_sum"]), int(state["loss_count"])
+        if scaler is not None and "scaler" in state:
+            scaler.load_state_dict(state["scaler"])
         dist.run_on_main(lambda: _restore_metrics(out, config, start_step))  # also a barrier: all have loaded
     else:
         torch.manual_seed(dropout_seed)
 
-    train_set = make_split(config.task, "train", seed=config.data_seed)
-    val_set = make_split(config.task, "val", seed=config.data_seed, n=config.n_val) if main else None
+    data_rule = {"distractors": config.distractors}
+    train_set = make_split(config.task, "train", seed=config.data_seed, **data_rule)
+    val_set = make_split(config.task, "val", seed=config.data_seed, n=config.n_val, **data_rule) if main else None
     x_train = torch.from_numpy(np.ascontiguousarray(train_set.input_ids)).to(device)
     y_train = torch.from_numpy(np.ascontiguousarray(train_set.labels)).to(device)
     n_train = len(train_set)
@@ -379,6 +423,7 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
     def fp32() -> torch.autocast:
         return torch.autocast(device_type=torch.device(device).type, enabled=False)
 
+    best = _best_so_far(out, start_step) if resume else {"step": None, "acc": None}
     evals = set(eval_steps(config.steps, config.eval_every))
     saves = set(checkpoint_steps(config.steps, config.checkpoint_every, extra_every=config.checkpoint_extra_every))
     t0 = time.perf_counter()
@@ -390,6 +435,8 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
         st = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
               "loss_sum": loss_acc.detach().cpu(), "loss_count": loss_count}
         st.update(_rng_states(device))
+        if scaler is not None:
+            st["scaler"] = scaler.state_dict()
         return st
 
     def on_step(step: int) -> None:
@@ -403,6 +450,11 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
                    "train_loss": loss_acc.item() / loss_count if loss_count else float("nan"),
                    "lr": scheduler.get_last_lr()[0], **res, "time_s": round(time.perf_counter() - t0, 3)}
             _append_metrics(metrics_path, row)
+            if best["acc"] is None or res["acc"] > best["acc"]:  # first step reaching the max (ties keep it)
+                t = time.perf_counter()
+                ckpt.save_best(out, step, model, meta, res["acc"])
+                best.update(step=step, acc=float(res["acc"]))
+                timing["checkpoint_s"] += time.perf_counter() - t
             t = time.perf_counter()
             with fp32():  # head scores in float32 whatever the training precision
                 for cb in callbacks:
@@ -431,7 +483,7 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
             perm_epoch = epoch
         idx = perm[offset + lo:offset + hi]
         loss = _optimizer_step(objective, params, optimizer, scheduler, x_train[idx], y_train[idx],
-                               config.max_grad_norm, config.precision, loss_scale)
+                               config.max_grad_norm, config.precision, loss_scale, scaler)
         if world > 1:  # this rank's summed loss -> the global-batch mean
             torch.distributed.all_reduce(loss)
             loss = loss / config.batch_size
@@ -444,16 +496,26 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
 
     def finish() -> dict[str, Any]:
         t = time.perf_counter()
-        test_set = make_split(config.task, "test", seed=config.data_seed, n=config.n_test)
+        test_set = make_split(config.task, "test", seed=config.data_seed, n=config.n_test, **data_rule)
+        if config.final_model == "best":
+            found = ckpt.best_checkpoint(out)
+            if found is None:
+                raise PosymError(f"run {out} has no best checkpoint to select (final_model='best')")
+            _load_weights(found[1], model, device)
+            timing["final_step"] = found[0]
+        else:
+            timing["final_step"] = config.steps
         with fp32():
             test = evaluate(model, test_set, batch_size=config.eval_batch_size, device=device)
-        _append_metrics(metrics_path, {"split": "test", "step": config.steps, "train_loss": float("nan"),
+        _append_metrics(metrics_path, {"split": "test", "step": timing["final_step"], "train_loss": float("nan"),
                                        "lr": scheduler.get_last_lr()[0], **test,
                                        "time_s": round(time.perf_counter() - t0, 3)})
         timing.update(loop_s=train_s, test_s=time.perf_counter() - t, world_size=world)
         timing.update({k: round(v, 3) for k, v in timing.items() if isinstance(v, float)})
-        (out / "results.json").write_text(json.dumps({"test": test, "steps": config.steps, "timing": timing},
-                                                     indent=2))
+        final = {"final_model": config.final_model, "final_step": timing.pop("final_step"),
+                 "best_step": best["step"], "best_val_acc": best["acc"]}
+        (out / "results.json").write_text(json.dumps({"test": test, "steps": config.steps, **final,
+                                                      "timing": timing}, indent=2))
         return test
 
     test = dist.run_on_main(finish)
