@@ -27,6 +27,22 @@ def _parse_overrides(items: Sequence[str] | None) -> dict[str, Any]:
     return out
 
 
+def _step_choice(text: str) -> int | str:
+    """argparse type of ``--step``: a checkpoint step (>= 0), ``last`` or ``best`` (SPEC §2)."""
+    if text in ("last", "best"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a step number, 'last' or 'best', got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a step must be >= 0, got {value}")
+    return value
+
+
+STEP_HELP = "checkpoint of a run: a step, 'last' or 'best' (default: the model the run stands for)"
+
+
 def _cmd_data_export(args: argparse.Namespace) -> None:
     from posym.tasks import export_jsonl
 
@@ -71,6 +87,35 @@ def _cmd_train(args: argparse.Namespace) -> None:
     print(f"test accuracy {t['acc']:.4f} ({hops}); run in {result.run_dir}")
 
 
+def _cmd_select(args: argparse.Namespace) -> None:
+    from posym.train.select import select_final_model
+
+    res = select_final_model(args.run_dir, args.out, args.final_model, device=args.device, force=args.force)
+    print(f"{args.out}: {args.run_dir} standing for its {res['final_model']} model (step {res['final_step']}); "
+          f"test accuracy {res['test']['acc']:.4f}")
+
+
+def _cmd_sensitivity(args: argparse.Namespace) -> None:
+    from posym.report.sensitivity import rank_correlation, run_sensitivity, sensitivity_markdown
+
+    variants = {}
+    for item in args.variants:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise PosymError(f"bad variant {item!r}; expected NAME=REPRODUCTION_DIR")
+        if name in variants:
+            raise PosymError(f"variant {name!r} given twice")
+        variants[name] = path
+    res = run_sensitivity(variants, args.out, predict=not args.no_predict, n=args.n, force=args.force)
+    print(sensitivity_markdown(res["sensitivity"]))
+    if "prediction" in res:
+        pred = res["prediction"]
+        for kind in ("positional", "symbolic"):
+            r, p, m = rank_correlation(pred[f"delta_{kind}"].to_numpy(), pred["largest_09"].to_numpy())
+            print(f"Δ of pure {kind} heads vs largest length >= 0.9: Spearman rho {r:.2f} (p = {p:.2f}, {m} models)")
+    print(f"wrote {args.out}")
+
+
 def _cmd_scores(args: argparse.Namespace) -> None:
     from pathlib import Path
 
@@ -86,7 +131,7 @@ def _cmd_scores(args: argparse.Namespace) -> None:
     steps = [int(x) for x in args.steps.split(",")] if args.steps else None
     df = score_checkpoints(target, task=args.task, prompts=args.prompts, n_prompts=args.n, taus=taus,
                            per_prompt=args.per_prompt, steps=steps, seed=args.seed, device=args.device)
-    if args.model and "step" in df:
+    if "step" in df and df["step"].isna().all():  # one checkpoint directory: no step to report
         df = df.drop(columns="step")
     out.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out, index=False)
@@ -145,7 +190,8 @@ def _cmd_lengthgen(args: argparse.Namespace) -> None:
     from posym.report.paper import LENGTHGEN
 
     table = run_lengthgen(args.run_dir, task=args.task, grid=args.grid, n=args.n, seeds=args.seeds,
-                          out=args.out, force=args.force, device=args.device)
+                          out=args.out, force=args.force, device=args.device, extra_rule=args.extra_rule,
+                          step=args.step)
     task = table["task"].iloc[0]
     summary = summarize_lengthgen(table)
     out = Path(args.out) if args.out else Path(args.run_dir) / "lengthgen.csv"
@@ -319,6 +365,24 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=_cmd_train)
 
+    sv = sub.add_parser("sensitivity", help="compare reproduction variants (training choices) and test whether "
+                                             "head discrepancy predicts length extrapolation")
+    sv.add_argument("variants", nargs="+", metavar="NAME=DIR", help="a variant name and its reproduction directory")
+    sv.add_argument("--out", required=True, help="output directory (sensitivity.csv/.md, prediction.csv/.png)")
+    sv.add_argument("--n", type=int, default=256, help="prompts per model for the discrepancy at training length")
+    sv.add_argument("--no-predict", action="store_true", help="only the sensitivity table (no model is loaded)")
+    sv.add_argument("--force", action="store_true")
+    sv.set_defaults(func=_cmd_sensitivity)
+
+    se = sub.add_parser("select", help="a finished run seen with another final model (e.g. the best checkpoint)")
+    se.add_argument("run_dir", help="a finished run directory")
+    se.add_argument("--final-model", default="best", choices=["best", "last"],
+                    help="best: the first checkpoint with the best validation accuracy (HF load_best_model_at_end)")
+    se.add_argument("--out", required=True, help="the derived run directory (analyses write there)")
+    se.add_argument("--device", default="cpu")
+    se.add_argument("--force", action="store_true", help="replace a run derived earlier")
+    se.set_defaults(func=_cmd_select)
+
     sc = sub.add_parser("scores", help="positional/symbolic scores of every head (SPEC §3, fast exact path)")
     sc.add_argument("run_dir", nargs="?", help="run directory: scores every checkpoint")
     sc.add_argument("--model", default=None, help="an HF GPT-J checkpoint directory instead of a run")
@@ -350,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--seed", type=int, default=0, help="data seed")
     f.add_argument("--top-k", type=int, default=3)
     f.add_argument("--min-weight", type=float, default=0.05)
-    f.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
+    f.add_argument("--step", type=_step_choice, default=None, help=STEP_HELP)
     f.add_argument("--out", default=None, help="output directory (default: RUN/figures)")
     f.set_defaults(func=_cmd_flow)
 
@@ -360,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--n", type=int, default=2000, help="test prompts")
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--modes", default="zero,mean")
-    a.add_argument("--step", type=int, default=None)
+    a.add_argument("--step", type=_step_choice, default=None, help=STEP_HELP)
     a.add_argument("--out", default=None, help="output directory (default: the run directory)")
     a.set_defaults(func=_cmd_ablate)
 
@@ -369,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     fq.add_argument("--task", default=None)
     fq.add_argument("--n", type=int, default=512, help="test prompts")
     fq.add_argument("--layer", type=int, default=None, help="layer of the q/k geometry figure (default: lowest ID)")
-    fq.add_argument("--step", type=int, default=None, help="checkpoint step of a run (default: newest)")
+    fq.add_argument("--step", type=_step_choice, default=None, help=STEP_HELP)
     fq.add_argument("--weighting", default="max_abs", choices=["max_abs", "centered"])
     fq.add_argument("--no-scores", action="store_true", help="skip per-frequency positional/symbolic scores")
     fq.add_argument("--out", default=None, help="output directory (default: the given path)")
@@ -449,6 +513,10 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--seeds", type=int, default=1, help="data seeds (spread reported as sd)")
     lg.add_argument("--device", default="cpu")
     lg.add_argument("--out", default=None, help="CSV file (default: DIR/lengthgen.csv)")
+    lg.add_argument("--extra-rule", default="window", choices=["window", "distractor", "copies"],
+                    help="what the added tokens are (SPEC §1.4, our choice): target-window-like filler (default), "
+                         "pre-target-like distractors, or copies of non-answer target-window tokens")
+    lg.add_argument("--step", type=_step_choice, default=None, help=STEP_HELP)
     lg.add_argument("--force", action="store_true")
     lg.set_defaults(func=_cmd_lengthgen)
 

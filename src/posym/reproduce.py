@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from posym.errors import PosymError
+from posym.locking import DirLock
 
 TASKS = ("number", "letter")
 QUICK_LENGTHGEN_GRID = tuple(range(0, 101, 10)) + tuple(range(200, 1001, 100))
@@ -59,7 +60,8 @@ QUICK_LENGTHGEN_GRID = tuple(range(0, 101, 10)) + tuple(range(200, 1001, 100))
 #: * ``ablation_n`` / ``freqs_n`` — test prompts of the ablation and frequency stages;
 #:   ``freqs_scores`` — also per-frequency s_POS / s_SYM;
 #: * ``lengthgen_grid`` ("paper" = 0,10..100,200..1000,1500..5000) / ``lengthgen_n`` (samples per
-#:   length and data seed) / ``lengthgen_data_seeds``;
+#:   length and data seed) / ``lengthgen_data_seeds`` / ``lengthgen_extra_rule`` (what the added
+#:   tokens are: "window", "distractor" or "copies"; SPEC §1.4, our choice);
 #: * ``discrepancy`` — keywords of ``posym.theory.discrepancy.run_discrepancy`` (Fig. 5A values);
 #: * ``llm`` — keywords of ``posym.lengthgen.llm_eval`` (lengths None = SPEC §1.5's 11 lengths).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -76,6 +78,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lengthgen_grid": list(QUICK_LENGTHGEN_GRID),
         "lengthgen_n": 60,
         "lengthgen_data_seeds": 1,
+        "lengthgen_extra_rule": "window",
         "discrepancy": {"theta_index": 0.8, "theta_retrieval": 0.0027, "alphabet": 8, "n_max": 100},
         "llm": {"lengths": [12, 32, 100], "n": 10, "runs": 2},
     },
@@ -93,6 +96,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lengthgen_grid": [0, 10],
         "lengthgen_n": 8,
         "lengthgen_data_seeds": 1,
+        "lengthgen_extra_rule": "window",
         "discrepancy": {"theta_index": 0.8, "theta_retrieval": 0.0027, "alphabet": 8, "n_max": 20},
         "llm": {"lengths": [12], "n": 2, "runs": 1},
     },
@@ -130,6 +134,88 @@ def preset_settings(preset: str, overrides: dict[str, Any] | None = None) -> dic
             raise PosymError(f"unknown reproduction setting(s): {', '.join(unknown)}")
         merge(s, overrides)
     return s
+
+
+#: The settings each kind of stage reads (a changed setting invalidates only these stages).
+STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "train": ("train_preset", "train"), "dynamics": ("gammas",), "flow": ("flow_hops",),
+    "ablate": ("ablation_n",), "freqs": ("freqs_n", "freqs_scores"),
+    "lengthgen": ("lengthgen_grid", "lengthgen_n", "lengthgen_data_seeds", "lengthgen_extra_rule"),
+    "discrepancy": ("discrepancy",), "llm": ("llm",),
+}
+
+
+def _positive_int(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PosymError(f"bad reproduction setting {key}={value!r}: expected a positive integer")
+
+
+def _keywords(key: str, value: Any, fn: Callable) -> None:
+    import inspect
+
+    if not isinstance(value, dict):
+        raise PosymError(f"bad reproduction setting {key}={value!r}: expected a JSON object of keywords")
+    params = inspect.signature(fn).parameters
+    unknown = sorted(k for k in value if k not in params or k in ("out", "out_dir", "progress", "threads"))
+    if unknown:
+        raise PosymError(f"bad reproduction setting {key}: unknown keyword(s) {', '.join(unknown)}")
+
+
+def validate_settings(settings: dict[str, Any], tasks: Sequence[str]) -> None:
+    """Check every setting of a reproduction before any stage runs (PosymError naming the bad one)."""
+    from posym.lengthgen.llm_eval import llm_eval
+    from posym.lengthgen.trained import parse_grid
+    from posym.theory.discrepancy import run_discrepancy
+    from posym.train import make_config
+
+    train = settings.get("train", {})
+    if not isinstance(train, dict):
+        raise PosymError(f"bad reproduction setting train={train!r}: expected a JSON object of training options")
+    for task in tasks:
+        try:
+            make_config(task, settings["train_preset"], seed=0, data_seed=0, order_seed=0, track_heads=True, **train)
+        except PosymError as exc:
+            raise PosymError(f"bad reproduction setting train: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise PosymError(f"bad reproduction setting train: {exc}") from None
+    gammas = settings["gammas"]
+    if not isinstance(gammas, list) or not gammas or not all(
+            isinstance(g, (int, float)) and not isinstance(g, bool) and 0 < g < 0.5 for g in gammas):
+        raise PosymError(f"bad reproduction setting gammas={gammas!r}: expected a list of numbers in (0, 0.5)")
+    hops = settings["flow_hops"]
+    if not isinstance(hops, list) or not all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= 4 for h in hops):
+        raise PosymError(f"bad reproduction setting flow_hops={hops!r}: expected a list of hop counts 1..4")
+    for key in ("ablation_n", "freqs_n", "lengthgen_n", "lengthgen_data_seeds"):
+        _positive_int(key, settings[key])
+    if not isinstance(settings["freqs_scores"], bool):
+        raise PosymError(f"bad reproduction setting freqs_scores={settings['freqs_scores']!r}: expected true or false")
+    if not isinstance(settings["lengthgen_grid"], (str, list)):
+        raise PosymError(f"bad reproduction setting lengthgen_grid={settings['lengthgen_grid']!r}: "
+                         "expected \"paper\" or a list of added lengths")
+    try:
+        parse_grid(settings["lengthgen_grid"])
+    except (PosymError, TypeError, ValueError) as exc:
+        raise PosymError(f"bad reproduction setting lengthgen_grid: {exc}") from None
+    from posym.tasks._common import EXTRA_RULES
+
+    if settings["lengthgen_extra_rule"] not in EXTRA_RULES:
+        raise PosymError(f"bad reproduction setting lengthgen_extra_rule={settings['lengthgen_extra_rule']!r}: "
+                         f"choose one of {list(EXTRA_RULES)}")
+    _keywords("discrepancy", settings["discrepancy"], run_discrepancy)
+    for k, v in settings["discrepancy"].items():
+        if k in ("alphabet", "n_max"):
+            _positive_int(f"discrepancy.{k}", v)
+        elif isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < math.inf):
+            raise PosymError(f"bad reproduction setting discrepancy.{k}={v!r}: expected a finite number >= 0")
+    _keywords("llm", settings["llm"], llm_eval)
+    for k, v in settings["llm"].items():
+        if k in ("n", "runs"):
+            _positive_int(f"llm.{k}", v)
+        elif k == "lengths" and v is not None:
+            if not isinstance(v, list) or not v:
+                raise PosymError(f"bad reproduction setting llm.lengths={v!r}: expected null or a list of lengths")
+            for x in v:
+                _positive_int("llm.lengths", x)
 
 
 def run_dir(out: str | os.PathLike, task: str, seed: int) -> Path:
@@ -260,7 +346,8 @@ def stage_lengthgen(ctx: Context, task: str, seed: int) -> dict:
     s = ctx.settings
     out = run_dir(ctx.out, task, seed)
     table = run_lengthgen(out, task=task, grid=s["lengthgen_grid"], n=s["lengthgen_n"],
-                          seeds=s["lengthgen_data_seeds"], out=out / "lengthgen.csv", force=True,
+                          seeds=s["lengthgen_data_seeds"], extra_rule=s["lengthgen_extra_rule"],
+                          out=out / "lengthgen.csv", force=True,
                           device=ctx.device, progress=ctx.progress)
     fig = plot_lengthgen({task: summarize_lengthgen(table)}, paper=LENGTHGEN)
     save_figure(fig, out / "figures" / "lengthgen_fig5b")
@@ -307,13 +394,43 @@ def _call_stage(kind: str, ctx: Context, args: tuple) -> dict:
     except BaseException as exc:  # reported by the parent, which decides
         if isinstance(exc, KeyboardInterrupt):
             raise
-        msg = f"{type(exc).__name__}: {exc}" if not isinstance(exc, PosymError) else str(exc)
-        return {"ok": False, "error": msg, "traceback": traceback.format_exc(),
+        user_error = isinstance(exc, PosymError)
+        msg = str(exc) if user_error else f"{type(exc).__name__}: {exc}"
+        return {"ok": False, "error": msg, "traceback": "" if user_error else traceback.format_exc(),
                 "seconds": time.perf_counter() - t0}
 
 
-def _worker_init(counter, tty: bool) -> None:
-    """Worker process start: give its tqdm bars their own terminal line (when stderr is a terminal)."""
+def _die_with_parent(parent: int) -> None:
+    """Make this worker exit when the reproduce process that started it dies, even by SIGKILL: the
+    kernel's parent-death signal where available (Linux), and a watchdog thread everywhere."""
+    import signal
+    import threading
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+            pass
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="posym-parent-watch", daemon=True).start()
+
+
+def _worker_init(counter, tty: bool, parent: int | None = None) -> None:
+    """Worker process start: die with the parent; give its tqdm bars their own terminal line (when
+    stderr is a terminal)."""
+    if parent is not None:
+        _die_with_parent(parent)
     with counter.get_lock():
         idx = counter.value
         counter.value += 1
@@ -424,6 +541,8 @@ def _versions() -> dict[str, str]:
 
 
 def _check_settings(out: Path, preset: str, settings: dict) -> None:
+    """Refuse settings that contradict a finished stage of ``out``; a setting that only unfinished
+    stages read may change (so a failed stage can be re-run with a corrected value)."""
     path = out / "reproduce.json"
     if not path.is_file():
         return
@@ -431,9 +550,24 @@ def _check_settings(out: Path, preset: str, settings: dict) -> None:
         old = json.loads(path.read_text())
     except (json.JSONDecodeError, OSError):
         return
-    if old.get("preset") != preset or old.get("settings") != json.loads(json.dumps(settings)):
-        raise PosymError(f"{out} was made with other settings (preset {old.get('preset')!r}); "
+    if old.get("preset") != preset:
+        raise PosymError(f"{out} was made with preset {old.get('preset')!r}, not {preset!r}; "
                          "use another --out directory (or delete it) to reproduce with these")
+    new = json.loads(json.dumps(settings))
+    before = old.get("settings") or {}
+    for key in sorted(set(new) | set(before)):
+        if new.get(key) == before.get(key):
+            continue
+        kinds = [k for k, keys in STAGE_SETTINGS.items() if key in keys]
+        if "train" in kinds:
+            kinds = list(STAGE_SETTINGS)  # every analysis reads the trained models
+        sdir = out / "stages"
+        done = sorted(p.stem for p in sdir.glob("*.done") if p.stem.split("-")[0] in kinds) if sdir.is_dir() else []
+        if done:
+            raise PosymError(
+                f"{out} was made with {key}={json.dumps(before.get(key))}, not {json.dumps(new.get(key))}, and "
+                f"stage {done[0]} is done with it; use another --out directory, or delete "
+                f"{sdir}/{done[0].split('-')[0]}*.done to redo the stages that read it")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -482,6 +616,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
         raise PosymError(f"seeds must be >= 1, got {seeds!r}")
     seeds = int(seeds)
     settings = preset_settings(preset, overrides)
+    validate_settings(settings, tasks)
     if device.startswith("cuda"):
         import torch
 
@@ -490,14 +625,19 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise PosymError(f"{out} exists and is not a directory")
-    _check_settings(out, preset, settings)
-    try:
-        (out / "stages").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise PosymError(f"cannot write to {out}: {exc.strerror or exc}") from exc
-
     all_stages = plan_stages(tasks, seeds, llm=llm)
     chosen = select_stages(all_stages, stages)
+    with DirLock(out, "reproduction"):  # one reproduction per directory at a time
+        _check_settings(out, preset, settings)
+        try:
+            (out / "stages").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PosymError(f"cannot write to {out}: {exc.strerror or exc}") from exc
+        return _reproduce(out, preset, settings, tasks, seeds, device, chosen, llm, progress, jobs, t_start)
+
+
+def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], seeds: int, device: str,
+               chosen: list[Stage], llm: bool, progress: bool, jobs: int | None, t_start: float) -> Path:
     llm_note = None if llm else "not run: --no-llm"
     llm_stage = next((s for s in chosen if s.kind == "llm"), None)
     if llm_stage is not None and read_marker(out, "llm") is None:
@@ -566,7 +706,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
 
         mpc = mp.get_context("spawn")
         pool = ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=mpc,
-                                   initializer=_worker_init, initargs=(mpc.Value("i", 0), tty))
+                                   initializer=_worker_init, initargs=(mpc.Value("i", 0), tty, os.getpid()))
         run_ctx = ctx
     else:
         pool = _Inline()
@@ -698,5 +838,5 @@ def stage_table(out: str | os.PathLike) -> list[dict]:
     return rows
 
 
-__all__ = ["PRESETS", "STAGE_KINDS", "Stage", "llm_available", "marker_path", "plan_stages", "preset_settings",
-           "read_marker", "reproduce", "run_dir", "select_stages", "stage_table"]
+__all__ = ["PRESETS", "STAGE_KINDS", "STAGE_SETTINGS", "Stage", "llm_available", "marker_path", "plan_stages",
+           "preset_settings", "read_marker", "reproduce", "run_dir", "select_stages", "stage_table", "validate_settings"]

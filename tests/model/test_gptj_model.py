@@ -96,4 +96,5 @@ def test_load_errors(tmp_path):
 
 
 def test_presets_are_known():
-    assert set(PRESETS) == {"paper", "quick"}
+    assert set(PRESETS) == {"paper", "quick", "authors"}
+    assert PRESETS["authors"] == PRESETS["paper"]  # the authors' run differs in training only

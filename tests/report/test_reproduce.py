@@ -1,4 +1,4 @@
-"""posym reproduce (issue 6, item 1): stages, markers, resuming, failures, the LLM stage, the CLI."""
+"""posym reproduce: stages, markers, resuming, failures, the LLM stage, the CLI."""
 
 from __future__ import annotations
 
@@ -141,9 +141,9 @@ def test_interrupted_training_resumes(repro_copy, monkeypatch):
 
 
 def test_other_settings_are_refused(tiny_repro):
-    with pytest.raises(PosymError, match="other settings"):
+    with pytest.raises(PosymError, match="made with preset 'tiny', not 'quick'"):
         reproduce("quick", out=tiny_repro, llm=False, progress=False)
-    with pytest.raises(PosymError, match="other settings"):
+    with pytest.raises(PosymError, match="made with ablation_n=32, not 33, and stage ablate-letter-s0 is done"):
         reproduce("tiny", out=tiny_repro, llm=False, progress=False, overrides={"ablation_n": 33})
 
 
@@ -233,7 +233,7 @@ def test_cli_reproduce_and_report(repro_copy, capsys):
     assert all(line.count(" | ") == 7 for line in table)  # 8 columns, no stray "|" inside a cell
     assert "number | test acc | 1 | " in md[2] and " ± " in md[2]  # 2 seeds: mean ± sd
     assert main(argv + ["--set", "ablation_n=16"]) == 2  # other settings than the directory was made with
-    assert "other settings" in capsys.readouterr().err
+    assert "made with ablation_n=32, not 16" in capsys.readouterr().err
 
 
 def test_cli_reproduce_settings_overrides(tmp_path):

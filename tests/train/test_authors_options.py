@@ -122,3 +122,24 @@ def test_distractor_rule_reaches_the_training_data(tmp_path):
     train(make_config("letter", "quick", **small), tmp_path / "p", progress=False)
     a, b = _metrics(tmp_path / "u"), _metrics(tmp_path / "p")
     assert not np.allclose(a.loss, b.loss)  # different validation data under the two rules
+
+
+def test_select_derives_the_best_model_run(tmp_path):
+    """posym select: a finished last-step run seen as if trained with final_model="best" — same
+    test accuracy and test row as the run trained with that option, scores up to the best step."""
+    from posym.cli import main
+
+    kw = {**TINY, "lr": 3e-3}
+    train(make_config("letter", "quick", **kw), tmp_path / "last", progress=False)
+    train(make_config("letter", "quick", final_model="best", **kw), tmp_path / "best", progress=False)
+    assert main(["select", str(tmp_path / "last"), "--out", str(tmp_path / "sel")]) == 0
+    sel = json.loads((tmp_path / "sel/results.json").read_text())
+    ref = json.loads((tmp_path / "best/results.json").read_text())
+    assert sel["final_step"] == ref["final_step"] and sel["test"] == ref["test"]
+    a, b = pd.read_csv(tmp_path / "sel/metrics.csv"), pd.read_csv(tmp_path / "best/metrics.csv")
+    assert a[a.split == "test"].drop(columns=["time_s", "lr"]).reset_index(drop=True).equals(
+        b[b.split == "test"].drop(columns=["time_s", "lr"]).reset_index(drop=True))
+    assert pd.read_csv(tmp_path / "sel/scores.csv").step.max() == sel["final_step"]
+    assert resolve_model(tmp_path / "sel").step == sel["final_step"]
+    assert main(["select", str(tmp_path / "last"), "--out", str(tmp_path / "sel")]) == 2  # exists: --force
+    assert main(["select", str(tmp_path / "last"), "--out", str(tmp_path / "best"), "--force"]) == 2  # a real run

@@ -117,6 +117,8 @@ def load_llm(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from posym.model.gptj import check_loading_info, quiet_hf
+
     kw: dict[str, Any] = {"local_files_only": offline}
     if gfile is not None:
         kw["gguf_file"] = gfile
@@ -131,11 +133,13 @@ def load_llm(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
         raise PosymError("max_memory / offload_folder need device_map (e.g. 'auto')")
     try:
         tok = AutoTokenizer.from_pretrained(src, **kw)
-        lm = AutoModelForCausalLM.from_pretrained(src, **mkw)
+        with quiet_hf():
+            lm, info = AutoModelForCausalLM.from_pretrained(src, output_loading_info=True, **mkw)
     except (OSError, ValueError) as e:  # missing files, not cached, unsupported GGUF, ...
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise PosymError(f"cannot load model {src!r}{f' (gguf {gfile})' if gfile else ''}"
                          f"{' offline' if offline else ''}: {first}") from e
+    check_loading_info(info, f"{src}{f' ({gfile})' if gfile else ''}")
     if device_map is None:
         lm.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     lm.eval()

@@ -20,7 +20,8 @@ from tqdm.auto import tqdm
 
 from posym.errors import PosymError
 from posym.model.gptj import extend_positions
-from posym.tasks import generate
+from posym.tasks import DEFAULT_HOPS, generate
+from posym.tasks._common import make_layout
 from posym.train.evaluate import accuracy_table, predict
 
 #: Paper A's grid of added tokens: 0, 10, ..., 100, 200, ..., 1000, 1500, ..., 5000.
@@ -44,9 +45,11 @@ def parse_grid(spec: str | Sequence[int] | None) -> list[int]:
 
 
 def evaluate_length(model: torch.nn.Module, task: str, extra_tokens: int, n: int, seed: int,
-                    token_budget: int = 32768, device: str | torch.device = "cpu") -> dict[str, float]:
-    """Accuracy (global, per hop) on ``n`` test-layout samples with ``extra_tokens`` added tokens."""
-    batch = generate(task, n, seed, extra_tokens=extra_tokens)
+                    token_budget: int = 32768, device: str | torch.device = "cpu", extra_rule: str = "window",
+                    distractors: str = "pool") -> dict[str, float]:
+    """Accuracy (global, per hop) on ``n`` test-layout samples with ``extra_tokens`` added tokens drawn
+    by ``extra_rule`` (:data:`posym.tasks._common.EXTRA_RULES`; SPEC §1.4, our choice)."""
+    batch = generate(task, n, seed, extra_tokens=extra_tokens, extra_rule=extra_rule, distractors=distractors)
     seq_len = batch.input_ids.shape[1]
     extend_positions(model, seq_len)
     bs = max(1, token_budget // seq_len)
@@ -56,20 +59,23 @@ def evaluate_length(model: torch.nn.Module, task: str, extra_tokens: int, n: int
 
 def lengthgen(model: torch.nn.Module, task: str, grid: Sequence[int] = PAPER_GRID, n: int = 200,
               seeds: int | Sequence[int] = 1, token_budget: int = 32768, device: str | torch.device = "cpu",
-              progress: bool = True) -> pd.DataFrame:
+              progress: bool = True, extra_rule: str = "window", distractors: str = "pool") -> pd.DataFrame:
     """Accuracy vs added target-window tokens (Fig. 5B). One row per (extra_tokens, seed) with columns
     extra_tokens, seed, n, acc, acc_hop1..4, seconds, peak_rss_mb. Data seeds are disjoint from the
-    training/val/test split seeds (``1_000_000 + s``)."""
+    training/val/test split seeds (``1_000_000 + s``). ``extra_rule``: what the added tokens are
+    (SPEC §1.4, our choice); ``distractors``: the letter task's distractor rule (the model's training data)."""
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     if n < 1 or not seed_list:
         raise PosymError("need n >= 1 and at least one seed")
+    make_layout(task, DEFAULT_HOPS, 8, 8, 0, distractors, extra_rule)  # validates the rules
     model = model.to(device).eval()
     rows = []
     bar = tqdm(total=len(grid) * len(seed_list), desc=f"lengthgen {task}", disable=not progress, unit="pt")
     for extra in grid:
         for s in seed_list:
             t0 = time.perf_counter()
-            acc = evaluate_length(model, task, int(extra), n, 1_000_000 + s, token_budget, device)
+            acc = evaluate_length(model, task, int(extra), n, 1_000_000 + s, token_budget, device, extra_rule,
+                                  distractors)
             rows.append({"extra_tokens": int(extra), "seed": s, "n": n, **acc,
                          "seconds": round(time.perf_counter() - t0, 3),
                          "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)})
@@ -103,21 +109,28 @@ def largest_length_above(summary: pd.DataFrame, threshold: float = 0.9) -> int |
 
 def run_lengthgen(path: str | os.PathLike, task: str | None = None, grid: str | Sequence[int] | None = None,
                   n: int = 200, seeds: int = 1, out: str | os.PathLike | None = None, force: bool = False,
-                  device: str = "cpu", progress: bool = True) -> pd.DataFrame:
-    """``posym lengthgen``: evaluate a run's final checkpoint (or any HF GPT-J dir with ``task``) on the
-    grid and write ``lengthgen.csv`` (per seed) and ``lengthgen_summary.csv`` (mean, sd)."""
+                  device: str = "cpu", progress: bool = True, extra_rule: str = "window",
+                  step: int | str | None = None) -> pd.DataFrame:
+    """``posym lengthgen``: evaluate the model a run stands for (or ``step``: an int, "last", "best"), or
+    any HF GPT-J dir with ``task``, on the grid and write ``lengthgen.csv`` (per seed) and
+    ``lengthgen_summary.csv`` (mean, sd). The letter data follow the run's own distractor rule."""
     from posym.heads.runs import resolve_model
+    from posym.model.gptj import read_meta
 
     grid_values = parse_grid(grid)
-    model, task, step = resolve_model(path, task=task)
+    model, task, step = resolve_model(path, task=task, step=step)
+    stored = read_meta(path).get("config") or {}
+    distractors = stored.get("distractors", "uniform" if stored else "pool")
     out = Path(out) if out else Path(path) / "lengthgen.csv"
     if out.suffix != ".csv":
         raise PosymError(f"--out must be a .csv file, got {out}")
     if out.exists() and not force:
         raise PosymError(f"{out} exists; pass --force to overwrite")
-    table = lengthgen(model, task, grid_values, n=n, seeds=seeds, device=device, progress=progress)
+    table = lengthgen(model, task, grid_values, n=n, seeds=seeds, device=device, progress=progress,
+                      extra_rule=extra_rule, distractors=distractors)
     table.insert(0, "task", task)
     table.insert(1, "step", step)
+    table.insert(2, "extra_rule", extra_rule)
     out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out, index=False)
     summarize_lengthgen(table).to_csv(out.with_name(out.stem + "_summary.csv"), index=False)

@@ -57,12 +57,29 @@ def quiet_hf() -> Iterator[None]:
     from transformers.utils import logging as hf_logging
 
     enabled = hf_logging.is_progress_bar_enabled()
+    verbosity = hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()  # no LOAD REPORT: posym checks the loading info itself
     try:
         yield
     finally:
+        hf_logging.set_verbosity(verbosity)
         if enabled:
             hf_logging.enable_progress_bar()
+
+
+def check_loading_info(info: dict, source: str | os.PathLike) -> None:
+    """Refuse a checkpoint whose weight tensors do not match its config (transformers' loading info):
+    missing tensors would silently keep their random initialisation."""
+    problems = []
+    for key, what in (("missing_keys", "missing"), ("unexpected_keys", "unexpected"),
+                      ("mismatched_keys", "wrong-shaped")):
+        names = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info.get(key) or ())
+        if names:
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            problems.append(f"{len(names)} {what} weight tensor(s) ({shown})")
+    if problems:
+        raise PosymError(f"checkpoint {source} does not match its config.json: {'; '.join(problems)}")
 
 
 def model_config(preset: str, vocab_size: int, **overrides: Any) -> GPTJConfig:
@@ -76,6 +93,18 @@ def model_config(preset: str, vocab_size: int, **overrides: Any) -> GPTJConfig:
     if bad:
         raise PosymError(f"unknown GPTJConfig field(s) in overrides: {', '.join(bad)}")
     kwargs = {**PRESETS[preset], "vocab_size": vocab_size, **overrides}
+    for key in ("n_layer", "n_head", "n_embd", "n_positions", "vocab_size"):
+        v = kwargs.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise PosymError(f"{key} must be a positive integer, got {v!r}")
+    for key in ("n_inner", "rotary_dim"):
+        v = kwargs.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise PosymError(f"{key} must be a positive integer or null, got {v!r}")
+    for key in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
+        v = kwargs.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+            raise PosymError(f"{key} must be a probability in [0, 1), got {v!r}")
     if kwargs["n_embd"] % kwargs["n_head"]:
         raise PosymError(f"n_embd={kwargs['n_embd']} is not divisible by n_head={kwargs['n_head']}")
     head_dim = kwargs["n_embd"] // kwargs["n_head"]
@@ -115,10 +144,19 @@ def load_model(directory: str | os.PathLike, device: str | torch.device = "cpu")
     if not (directory / "config.json").is_file():
         raise PosymError(f"no HF checkpoint at {directory} (config.json missing)")
     try:
+        model_type = json.loads((directory / "config.json").read_text()).get("model_type")
+    except (ValueError, OSError, AttributeError) as exc:
+        raise PosymError(f"cannot load checkpoint {directory}: config.json is not valid JSON ({exc})") from exc
+    if model_type not in (None, "gptj"):
+        raise PosymError(f"{directory} holds a {model_type!r} model; this verb needs a GPT-J checkpoint "
+                         "(posym's trained models)")
+    try:
         with quiet_hf():
-            model = GPTJForCausalLM.from_pretrained(directory, attn_implementation="eager")
+            model, info = GPTJForCausalLM.from_pretrained(directory, attn_implementation="eager",
+                                                          output_loading_info=True)
     except Exception as exc:  # corrupt weights, wrong architecture, ...
         raise PosymError(f"cannot load checkpoint {directory}: {str(exc).splitlines()[0]}") from exc
+    check_loading_info(info, directory)
     return model.to(device).eval()
 
 

@@ -454,6 +454,20 @@ def _configs(out: Path, runs: dict, meta: dict) -> str:
                      "parallel, so wall time is shorter).</p>")
         parts.append("<details><summary>stage timings</summary>"
                      + _table(["stage", "seconds", "started", "finished"], rows, num_cols=(1,)) + "</details>")
+    chosen = []
+    for task, seeds in runs.items():
+        for s, d in seeds.items():
+            res = _read_json(d / "results.json")
+            if res:
+                chosen.append([task, s, res.get("final_model", "last"), res.get("final_step", res.get("steps")),
+                               res.get("best_step", ""), fmt_num(res.get("best_val_acc")),
+                               fmt_num((res.get("test") or {}).get("acc"))])
+    if chosen:
+        parts.append("<p>The model each run stands for (SPEC §2: the last step, or the first checkpoint with the "
+                     "best validation accuracy as HF <code>load_best_model_at_end</code> keeps it); test accuracy "
+                     "and every analysis use it:</p>")
+        parts.append(_table(["task", "seed", "final model", "its step", "best-validation step", "best val acc",
+                             "test acc"], chosen, num_cols=(3, 4, 5, 6)))
     for task, seeds in runs.items():
         for s, d in seeds.items():
             cfg = _read_json(d / "posym.json")

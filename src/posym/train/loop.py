@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 import posym
 from posym.errors import PosymError
+from posym.locking import LOCK_FILE, DirLock
 from posym.model.fast import last_token_logits
 from posym.model.gptj import build_model, model_config
 from posym.tasks import get_vocab, make_split
@@ -192,19 +193,47 @@ def _append_metrics(path: Path, row: dict[str, Any]) -> None:
         w.writerow(row)
 
 
-def _prepare_run_dir(out: Path, resume: bool, force: bool) -> None:
+def _check_run_dir(out: Path, resume: bool, force: bool) -> None:
+    """Checks that need no lock (nothing is created or changed)."""
     if resume and force:
         raise PosymError("--resume and --force exclude each other")
     if out.exists() and not out.is_dir():
         raise PosymError(f"{out} exists and is not a directory")
+    if resume and not (out / "posym.json").is_file():
+        raise PosymError(f"cannot resume: {out} is not a posym run directory (no posym.json)")
+
+
+def _is_cwd_or_above(path: Path) -> bool:
+    """Whether ``path`` is the current directory or one of its parents (never to be deleted)."""
+    try:
+        here, target = Path.cwd().resolve(), path.resolve()
+    except OSError:
+        return True
+    return target == here or target in here.parents
+
+
+def _prepare_run_dir(out: Path, resume: bool, force: bool) -> None:
+    """Validate / clear the run directory; runs under the run's lock (``posym.locking``).
+
+    ``force`` replaces only a posym run (a directory with ``posym.json``), never any other folder,
+    nor the current directory or one above it."""
+    _check_run_dir(out, resume, force)
     if resume:
-        if not (out / "posym.json").is_file():
-            raise PosymError(f"cannot resume: {out} is not a posym run directory (no posym.json)")
         return
-    if out.exists() and any(out.iterdir()):
+    entries = [p for p in out.iterdir() if p.name != LOCK_FILE] if out.is_dir() else []
+    if entries:
         if not force:
             raise PosymError(f"run directory {out} already exists; use --resume to continue it or --force to overwrite")
-        shutil.rmtree(out)
+        if not (out / "posym.json").is_file():
+            raise PosymError(f"{out} is not a posym run (no posym.json); --force only replaces posym runs, "
+                             "so choose another --out")
+        if _is_cwd_or_above(out):
+            raise PosymError(f"--force would delete {out}, the current directory or one above it; choose another --out")
+        for p in entries:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-test"
@@ -329,13 +358,20 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise PosymError("--device cuda requested but CUDA is not available")
     ctx = dist.setup(device)
+    lock = DirLock(out, "run") if ctx.is_main else None
     try:
+        if lock is not None:
+            _check_run_dir(out, resume, force)
+            lock.acquire()  # one writer per run: a second train / --resume exits with an error
         result = _train(ctx, config, out, resume=resume, force=force, threads=threads, progress=progress,
                         callbacks=callbacks)
     except BaseException:
         if ctx.owns_group and dist.is_initialized():
             torch.distributed.destroy_process_group()
         raise
+    finally:
+        if lock is not None:
+            lock.release()
     dist.teardown(ctx)
     return result
 
@@ -347,12 +383,22 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
 
     def prepare() -> dict[str, Any] | None:
         _prepare_run_dir(out, resume, force)
-        return json.loads((out / "posym.json").read_text())["config"] if resume else None
+        if not resume:
+            return None
+        try:
+            stored = json.loads((out / "posym.json").read_text())
+            TrainConfig.from_dict(stored["config"])  # validates the field names and types it can
+            return {**stored["config"], "task": stored.get("task", stored["config"].get("task"))}
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            raise PosymError(f"cannot resume: {out / 'posym.json'} is corrupt ({type(exc).__name__}: {exc})") from exc
 
     stored = dist.run_on_main(prepare)
     if threads:
         torch.set_num_threads(threads)
     if resume:
+        if stored.get("task") not in (None, config.task):
+            raise PosymError(f"run {out} is a {stored['task']} run, not {config.task}; --resume continues it "
+                             f"with its stored configuration (pass --task {stored['task']})")
         config = TrainConfig.from_dict(stored)
     if config.batch_size < world:
         raise PosymError(f"batch size {config.batch_size} cannot be split over {world} processes")

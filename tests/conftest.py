@@ -1,4 +1,4 @@
-"""Shared fixture of the report tests: one tiny end-to-end reproduction (2 tasks x 2 seeds)."""
+"""Shared fixture of the reproduction tests: one tiny end-to-end reproduction (2 tasks x 2 seeds)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,140 @@
+"""One writer per directory: an exclusive lock file for a run or a reproduction directory.
+
+``DirLock(path)`` creates ``path/.posym.lock`` atomically (``O_CREAT | O_EXCL``) holding the holder's
+pid, host, start time and command. A second writer finds the file and gets a PosymError naming the
+holder; a lock whose holder is gone (same host, no such process) is *stale* and is taken over. The
+file is removed on release (normal exit, exception or Ctrl-C); after a SIGKILL it stays behind and
+is detected as stale by the next writer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+from posym.errors import PosymError
+
+LOCK_FILE = ".posym.lock"
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this host."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def read_lock(directory: str | os.PathLike) -> dict | None:
+    """The holder record of ``directory``'s lock, ``{}`` if unreadable, None if there is no lock."""
+    path = Path(directory) / LOCK_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+
+
+def _is_stale(holder: dict) -> bool:
+    if holder.get("host") != socket.gethostname():
+        return False  # another machine (shared file system): we cannot tell, assume it is live
+    try:
+        return not _alive(int(holder.get("pid", -1)))
+    except (TypeError, ValueError):
+        return False
+
+
+class DirLock:
+    """Context manager holding ``directory/.posym.lock`` (the directory is created if needed).
+
+    ``what`` names the directory in messages ("run", "reproduction"). Re-entrant within a process:
+    a lock this process already holds is accepted (a reproduction run in-process trains into its
+    own sub-directories, each with its own lock, so this only matters for nested use of one path).
+    """
+
+    _held: dict[str, int] = {}
+
+    def __init__(self, directory: str | os.PathLike, what: str = "run"):
+        self.directory = Path(directory)
+        self.path = self.directory / LOCK_FILE
+        self.what = what
+        self._owner = False
+
+    def acquire(self) -> "DirLock":
+        key = str(self.path.resolve()) if self.directory.exists() else str(self.path.absolute())
+        if DirLock._held.get(key):
+            DirLock._held[key] += 1
+            self._key = key
+            return self
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PosymError(f"cannot write to {self.directory}: {exc.strerror or exc}") from exc
+        record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+                  "command": " ".join(sys.argv)[:500]}
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = read_lock(self.directory)
+                if holder is None:
+                    continue  # released meanwhile: try again
+                if holder and _is_stale(holder):
+                    # take a stale lock over atomically: only one contender's rename succeeds
+                    trash = self.path.with_name(f"{LOCK_FILE}.stale-{uuid.uuid4().hex[:8]}")
+                    try:
+                        os.replace(self.path, trash)
+                        trash.unlink()
+                    except FileNotFoundError:
+                        pass
+                    continue
+                since = holder.get("started")
+                when = time.strftime(" since %Y-%m-%d %H:%M:%S", time.localtime(since)) if since else ""
+                who = f"process {holder.get('pid', '?')} on {holder.get('host', '?')}{when}" if holder else "another process"
+                raise PosymError(f"{self.what} directory {self.directory} is in use by {who}; wait for it to "
+                                 f"finish (or, if that process is gone, delete {self.path})") from None
+            except OSError as exc:
+                raise PosymError(f"cannot write to {self.directory}: {exc.strerror or exc}") from exc
+            with os.fdopen(fd, "w") as fh:
+                json.dump(record, fh)
+            self._owner = True
+            DirLock._held[key] = 1
+            self._key = key
+            return self
+        raise PosymError(f"could not lock {self.directory}: the lock file keeps changing; try again")
+
+    def release(self) -> None:
+        key = getattr(self, "_key", None)
+        if key is None:
+            return
+        DirLock._held[key] -= 1
+        if DirLock._held[key] > 0:
+            return
+        del DirLock._held[key]
+        if self._owner:
+            holder = read_lock(self.directory)
+            if holder and holder.get("pid") == os.getpid():
+                self.path.unlink(missing_ok=True)
+            self._owner = False
+
+    def __enter__(self) -> "DirLock":
+        return self.acquire()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.release()
+
+
+__all__ = ["DirLock", "LOCK_FILE", "read_lock"]

@@ -1,0 +1,210 @@
+"""Sensitivity of Paper A's numbers to training choices, and whether head discrepancy predicts
+length extrapolation (a first step).
+
+A *variant* is a reproduction directory (``DIR/<task>/seed<k>/`` run directories plus
+``DIR/aggregate/``, as ``posym reproduce`` writes) trained or selected with one documented setting.
+
+* :func:`sensitivity_table` lines up the paper-vs-posym rows (Fig. 2 milestones, pure heads at
+  γ = 0.1, Fig. 5B) of every variant: one row per (variant, task, quantity), mean ± sd over seeds.
+* :func:`extrapolation_prediction` measures, for every model of every variant, the discrepancy Δ
+  (SPEC §4: largest logit minus the largest logit outside the arg-max set) of its last-query logits
+  at the training length, averaged over its pure positional and over its pure symbolic heads, and
+  pairs it with the largest added length at which the model's accuracy stays >= 0.9 (Fig. 5B).
+  :func:`rank_correlation` is Spearman's rho with an exact permutation p-value (Monte Carlo above 8
+  models).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from posym.errors import PosymError
+
+#: The rows of the paper-vs-posym table the study compares (sections and quantity prefixes).
+STUDY_ROWS: tuple[tuple[str, str], ...] = (
+    ("Fig. 2 (training)", "first step"),
+    ("Fig. 2 (training)", "test acc"),
+    ("Pure heads (γ = 0.1)", ""),
+    ("Fig. 5B (length generalization)", ""),
+)
+
+
+def _variant_dirs(variants: Mapping[str, str | os.PathLike]) -> dict[str, Path]:
+    out = {}
+    for name, d in variants.items():
+        p = Path(d)
+        if not (p / "aggregate" / "paper_vs_posym.csv").is_file():
+            raise PosymError(f"variant {name}: {p} has no aggregate/paper_vs_posym.csv (run posym reproduce or "
+                             "posym report on it first)")
+        out[name] = p
+    return out
+
+
+def sensitivity_table(variants: Mapping[str, str | os.PathLike]) -> pd.DataFrame:
+    """Long table: variant, section, task, quantity, paper_text, posym_mean, posym_sd, n."""
+    frames = []
+    for name, d in _variant_dirs(variants).items():
+        pv = pd.read_csv(d / "aggregate" / "paper_vs_posym.csv")
+        keep = np.zeros(len(pv), dtype=bool)
+        for section, prefix in STUDY_ROWS:
+            keep |= (pv["section"] == section) & pv["quantity"].astype(str).str.startswith(prefix)
+        frames.append(pv[keep].assign(variant=name))
+    cols = ["variant", "section", "task", "quantity", "paper_text", "posym_mean", "posym_sd", "n"]
+    return pd.concat(frames, ignore_index=True)[cols]
+
+
+def _cell(mean: float, sd: float, n: int) -> str:
+    if not math.isfinite(mean):
+        return "—"
+    digits = 0 if abs(mean) >= 10 else 2
+    s = f"{mean:.{digits}f}"
+    if n > 1 and math.isfinite(sd):
+        s += f" ± {sd:.{digits}f}"
+    return s
+
+
+def sensitivity_markdown(table: pd.DataFrame) -> str:
+    """The study as one Markdown table: quantity rows, one column per variant, and Paper A's value."""
+    variants = list(dict.fromkeys(table["variant"]))
+    header = "| task | quantity | Paper A | " + " | ".join(variants) + " |"
+    lines = [header, "|" + "---|" * (3 + len(variants))]
+    keys = list(dict.fromkeys(zip(table["task"], table["quantity"])))
+    for task, q in keys:
+        rows = table[(table["task"] == task) & (table["quantity"] == q)]
+        paper = rows["paper_text"].dropna().astype(str)
+        cells = []
+        for v in variants:
+            r = rows[rows["variant"] == v]
+            cells.append(_cell(float(r["posym_mean"].iloc[0]), float(r["posym_sd"].iloc[0]), int(r["n"].iloc[0]))
+                         if len(r) else "—")
+        lines.append(f"| {task} | {q} | {paper.iloc[0] if len(paper) else '—'} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def largest_length(summary: pd.DataFrame, threshold: float = 0.9) -> float:
+    """Largest added length with accuracy >= threshold there and at every shorter grid point (NaN if none)."""
+    from posym.report.aggregate import largest_length_above
+
+    return largest_length_above(summary, threshold)
+
+
+def extrapolation_prediction(variants: Mapping[str, str | os.PathLike], gamma: float = 0.1, n: int = 256,
+                             progress: bool = True) -> pd.DataFrame:
+    """One row per model: variant, task, seed, delta_positional, delta_symbolic (mean Δ at +0 over the
+    model's pure heads of each kind; NaN without such heads), n_positional, n_symbolic, largest_09."""
+    from posym.heads.runs import resolve_model
+    from posym.report.aggregate import find_runs
+    from posym.theory.trained import trained_discrepancy
+
+    rows = []
+    for name, d in _variant_dirs(variants).items():
+        for task, seeds in find_runs(d).items():
+            for seed, run in seeds.items():
+                purity_path = run / f"purity_gamma{gamma:g}.csv"
+                lg_path = run / "lengthgen_summary.csv"
+                if not (purity_path.is_file() and lg_path.is_file()):
+                    raise PosymError(f"{run} lacks {purity_path.name} or {lg_path.name} (run its analyses first)")
+                purity = pd.read_csv(purity_path)
+                model, _, _ = resolve_model(run, task=task)
+                delta = trained_discrepancy(model, task, grid=[0], n=n, progress=progress)
+                merged = delta.merge(purity[["layer", "head", "kind"]], on=["layer", "head"])
+                row = {"variant": name, "task": task, "seed": seed}
+                for kind in ("positional", "symbolic"):
+                    sel = merged[merged["kind"] == kind]["delta_mean"]
+                    row[f"delta_{kind}"] = float(sel.mean()) if len(sel) else math.nan
+                    row[f"n_{kind}"] = int(len(sel))
+                row["largest_09"] = largest_length(pd.read_csv(lg_path))
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def rank_correlation(x: np.ndarray, y: np.ndarray, n_perm: int = 20000, seed: int = 0) -> tuple[float, float, int]:
+    """Spearman's rho of the finite pairs, two-sided permutation p-value, and the number of pairs.
+
+    Exact over all permutations up to 8 pairs, else ``n_perm`` random permutations."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    m = len(x)
+    if m < 3:
+        return math.nan, math.nan, m
+    rx = pd.Series(x).rank().to_numpy()
+    ry = pd.Series(y).rank().to_numpy()
+
+    def rho(a, b):
+        a, b = a - a.mean(), b - b.mean()
+        den = math.sqrt((a * a).sum() * (b * b).sum())
+        return float((a * b).sum() / den) if den > 0 else math.nan
+
+    r = rho(rx, ry)
+    if not math.isfinite(r):
+        return r, math.nan, m
+    if m <= 8:
+        perms = (np.asarray(p) for p in itertools.permutations(range(m)))
+        total = math.factorial(m)
+    else:
+        g = np.random.default_rng(seed)
+        perms = (g.permutation(m) for _ in range(n_perm))
+        total = n_perm
+    hits = sum(abs(rho(rx, ry[p])) >= abs(r) - 1e-12 for p in perms)
+    return r, hits / total, m
+
+
+def plot_prediction(table: pd.DataFrame, ax=None):
+    """Scatter of Δ at training length vs the largest added length with accuracy >= 0.9, per kind."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    else:
+        fig, axes = ax.figure, [ax, ax]
+    for a, kind in zip(axes, ("positional", "symbolic")):
+        col = f"delta_{kind}"
+        for (variant, task), g in table.groupby(["variant", "task"]):
+            a.scatter(g[col], g["largest_09"], label=f"{variant} ({task})",
+                      marker="o" if task == "letter" else "s")
+        r, p, m = rank_correlation(table[col].to_numpy(), table["largest_09"].to_numpy())
+        a.set_title(f"{kind} heads: Spearman ρ = {r:.2f} (p = {p:.2f}, {m} models)" if m >= 3
+                    else f"{kind} heads: {m} model(s) with such heads")
+        a.set_xlabel(f"mean Δ of pure {kind} heads at training length")
+        a.set_ylabel("largest added length with accuracy ≥ 0.9")
+    axes[-1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def run_sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, *, predict: bool = True,
+                    n: int = 256, force: bool = False, progress: bool = True) -> dict[str, pd.DataFrame]:
+    """``posym sensitivity``: write ``OUT/sensitivity.csv`` + ``.md`` and, with ``predict``,
+    ``OUT/prediction.csv`` + ``prediction.png|pdf`` (Spearman rho in the figure titles)."""
+    from posym.report.figures import save_figure
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not force:
+        raise PosymError(f"{out} exists; pass --force to overwrite")
+    table = sensitivity_table(variants)
+    res = {"sensitivity": table}
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "sensitivity.csv", index=False)
+    (out / "sensitivity.md").write_text(sensitivity_markdown(table) + "\n")
+    if predict:
+        pred = extrapolation_prediction(variants, n=n, progress=progress)
+        pred.to_csv(out / "prediction.csv", index=False)
+        import matplotlib.pyplot as plt
+
+        fig = plot_prediction(pred)
+        save_figure(fig, out / "prediction")
+        plt.close(fig)
+        res["prediction"] = pred
+    return res
+
+
+__all__ = ["STUDY_ROWS", "extrapolation_prediction", "plot_prediction", "rank_correlation", "run_sensitivity",
+           "sensitivity_markdown", "sensitivity_table"]

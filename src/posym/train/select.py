@@ -1,0 +1,94 @@
+"""Post-hoc model selection: a finished run seen as if it had been trained with another
+``final_model`` (SPEC §2: the authors' HF Trainer kept the best validation checkpoint).
+
+``select_final_model(RUN, OUT, "best")`` writes a new run directory ``OUT`` that *derives* from
+``RUN`` without retraining: the same training trajectory (``metrics.csv`` up to the selected step,
+the checkpoints as a symlink), head scores tracked up to the selected step (so "at the end" means at
+that step), a ``posym.json`` with ``final_model`` set and ``derived_from`` recorded, and
+``results.json`` with the selected model's test accuracy. Every analysis verb then uses the selected
+model of ``OUT`` and writes its tables there, leaving ``RUN`` untouched. Bit-identical to what the
+training loop would have produced with that ``final_model`` (same test set, same checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from posym.errors import PosymError
+from posym.locking import DirLock
+from posym.train.checkpoints import best_checkpoint, list_checkpoints
+from posym.train.config import FINAL_MODELS, TrainConfig
+
+
+def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_model: str = "best",
+                       device: str = "cpu", force: bool = False, progress: bool = True) -> dict:
+    """Write ``out`` = ``run`` standing for its ``final_model`` ("best" or "last"); returns its results."""
+    from posym.model.gptj import load_model
+    from posym.tasks import make_split
+    from posym.train.evaluate import evaluate
+
+    run, out = Path(run), Path(out)
+    if final_model not in FINAL_MODELS:
+        raise PosymError(f"unknown final_model {final_model!r}; choose one of {list(FINAL_MODELS)}")
+    if not (run / "results.json").is_file() or not (run / "posym.json").is_file():
+        raise PosymError(f"{run} is not a finished posym run (posym.json and results.json needed)")
+    if out.exists() and any(p.name != ".posym.lock" for p in out.iterdir()):
+        if not force:
+            raise PosymError(f"{out} exists; pass --force to replace it")
+        if not (out / "posym.json").is_file() or not (out / "posym.json").read_text().count("derived_from"):
+            raise PosymError(f"{out} is not a run derived by posym select; --force only replaces those")
+    meta = json.loads((run / "posym.json").read_text())
+    cfg = TrainConfig.from_dict(meta["config"])
+    if final_model == "best":
+        found = best_checkpoint(run)
+        if found is None:
+            raise PosymError(f"run {run} has no best-validation checkpoint (checkpoints/best/)")
+        step, ckpt = found
+    else:
+        ckpts = list_checkpoints(run)
+        if not ckpts:
+            raise PosymError(f"run {run} has no checkpoint")
+        step, ckpt = ckpts[-1]
+    with DirLock(out, "run"):
+        for p in out.iterdir():
+            if p.name != ".posym.lock":
+                p.unlink() if p.is_symlink() or p.is_file() else _rmtree(p)
+        metrics = pd.read_csv(run / "metrics.csv")
+        val = metrics[(metrics["split"] == "val") & (metrics["step"] <= step)]
+        scores_path = run / "scores.csv"
+        if scores_path.is_file():
+            scores = pd.read_csv(scores_path)
+            scores[scores["step"] <= step].to_csv(out / "scores.csv", index=False)
+        (out / "checkpoints").symlink_to((run / "checkpoints").resolve(), target_is_directory=True)
+        with tqdm(total=1, desc=f"test of the {final_model} model (step {step})", disable=not progress) as bar:
+            test = evaluate(load_model(ckpt, device=device),
+                            make_split(cfg.task, "test", seed=cfg.data_seed, n=cfg.n_test, distractors=cfg.distractors),
+                            batch_size=cfg.eval_batch_size, device=device)
+            bar.update(1)
+        test_row = {"split": "test", "step": step, "train_loss": float("nan"), "lr": float("nan"), **test,
+                    "time_s": float("nan")}
+        pd.concat([val, pd.DataFrame([test_row])], ignore_index=True)[metrics.columns].to_csv(
+            out / "metrics.csv", index=False)
+        old = json.loads((run / "results.json").read_text())
+        results = {"test": test, "steps": cfg.steps, "final_model": final_model, "final_step": step,
+                   "best_step": old.get("best_step"), "best_val_acc": old.get("best_val_acc"),
+                   "derived_from": str(run.resolve())}
+        (out / "results.json").write_text(json.dumps(results, indent=2))
+        new_meta = {**meta, "config": {**meta["config"], "final_model": final_model},
+                    "derived_from": {"run": str(run.resolve()), "final_model": final_model, "step": step}}
+        (out / "posym.json").write_text(json.dumps(new_meta, indent=2))
+    return results
+
+
+def _rmtree(p: Path) -> None:
+    import shutil
+
+    shutil.rmtree(p)
+
+
+__all__ = ["select_final_model"]

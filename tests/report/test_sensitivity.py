@@ -1,0 +1,51 @@
+"""The sensitivity study and the extrapolation prediction over reproduction variants."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from posym.cli import main
+from posym.report.sensitivity import rank_correlation, sensitivity_markdown, sensitivity_table
+
+
+def test_rank_correlation_exact_and_permutation():
+    x = np.arange(5.0)
+    r, p, m = rank_correlation(x, x ** 3)  # monotone: rho = 1, only 2 of 5! orderings are as extreme
+    assert (r, m) == (1.0, 5) and p == pytest.approx(2 / 120)
+    r, p, m = rank_correlation(x, -x)
+    assert r == -1.0 and p == pytest.approx(2 / 120)
+    r, p, m = rank_correlation(np.arange(12.0), np.arange(12.0), n_perm=2000)
+    assert r == 1.0 and p < 0.01 and m == 12
+    assert math.isnan(rank_correlation([1.0, 2.0], [3.0, 4.0])[0])  # too few pairs
+    r, _, m = rank_correlation([1, 2, np.nan, 4], [1, 3, 2, 5])  # NaN pairs are dropped
+    assert m == 3 and r == 1.0
+
+
+def test_sensitivity_of_two_variants(tiny_repro, tmp_path, capsys):
+    a = tmp_path / "a"
+    shutil.copytree(tiny_repro, a, symlinks=True)
+    t = sensitivity_table({"A": tiny_repro, "B": a})
+    assert set(t.variant) == {"A", "B"}
+    for v in ("A", "B"):
+        q = t[t.variant == v].quantity
+        assert q.str.startswith("first step").any() and q.str.contains("heads").any()
+        assert q.str.startswith("accuracy at +").any()
+    md = sensitivity_markdown(t)
+    assert md.splitlines()[0] == "| task | quantity | Paper A | A | B |"
+    pd.testing.assert_frame_equal(t[t.variant == "A"].drop(columns="variant").reset_index(drop=True),
+                                  t[t.variant == "B"].drop(columns="variant").reset_index(drop=True))
+    out = tmp_path / "study"
+    assert main(["sensitivity", f"A={tiny_repro}", f"B={a}", "--out", str(out), "--n", "8"]) == 0
+    pred = pd.read_csv(out / "prediction.csv")
+    assert len(pred) == 2 * 2 * 2  # 2 variants x 2 tasks x 2 seeds
+    assert {"delta_positional", "delta_symbolic", "largest_09"} <= set(pred.columns)
+    assert (out / "prediction.png").is_file() and (out / "sensitivity.md").is_file()
+    a_rows = pred[pred.variant == "A"].drop(columns="variant").reset_index(drop=True)
+    pd.testing.assert_frame_equal(a_rows, pred[pred.variant == "B"].drop(columns="variant").reset_index(drop=True))
+    assert main(["sensitivity", f"A={tiny_repro}", "--out", str(out)]) == 2  # exists: --force
+    assert main(["sensitivity", f"A={tmp_path}", "--out", str(tmp_path / "x")]) == 2  # not a reproduction
