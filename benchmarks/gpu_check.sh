@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check and paper-preset reproduction timing, in one call on a CUDA machine (issue 6, item 4).
+# GPU check and paper-preset reproduction timing, in one call on a CUDA machine.
 #
 #   OUT=runs/gpu_check bash benchmarks/gpu_check.sh
 #
@@ -137,8 +137,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from posym.heads.tracking import score_checkpoints
-from posym.train import make_config, train
+from posym.verbs.scores import score_checkpoints
+from posym.train import make_config
+from posym.verbs.train import train
 
 out = Path(sys.argv[1])
 dev = os.environ.get("DEVICE", "cuda")

@@ -1,4 +1,4 @@
-"""Head-score speed, side by side: the fast exact path vs the literal re-run reference (issue 3, item 9).
+"""Head-score speed, side by side: the fast exact path vs the literal re-run reference.
 
 Scores the same prompts (default: the first 512 validation prompts of the checkpoint's task) on a
 paper-preset checkpoint with both paths in one run, checks that they agree (max |Δ| of s_POS/s_SYM),
@@ -36,7 +36,7 @@ def main() -> None:
         model = build_model(model_config("paper", get_vocab(task).size), seed=0).eval()
         where = "random-init paper GPT-J"
     else:
-        from posym.heads.runs import resolve_model
+        from posym.runs.resolve import resolve_model
 
         model, task, step = resolve_model(a.path, task=a.task)
         where = f"{a.path} (step {step})"

@@ -1,4 +1,4 @@
-"""Head-tracking overhead at the paper preset (issue 3, item 5), measured side by side.
+"""Head-tracking overhead at the paper preset, measured side by side.
 
 Tracking scores 512 validation prompts at every evaluation step (every 50 training steps). This
 times, in one process, 50 training steps of the paper GPT-J and one tracking call, and reports the

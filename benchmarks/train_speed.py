@@ -1,4 +1,4 @@
-"""Training speed, side by side: posym's loop vs an HF Trainer baseline (issue 2, item 9).
+"""Training speed, side by side: posym's loop vs an HF Trainer baseline.
 
 Both train the paper GPT-J (SPEC §2) on the same number-task batches with the paper's optimiser.
 The baseline is configured as Paper A's code did: ``GPTJForCausalLM`` with eager attention, 18-token

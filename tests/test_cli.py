@@ -14,10 +14,10 @@ def _err_lines(capsys):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["train", "--task", "words", "--out", "X"], "unknown task"),
-    (["train", "--task", "number", "--preset", "huge", "--out", "X"], "unknown preset"),
+    (["train", "--task", "words", "--out", "X"], "argument --task: invalid choice: 'words'"),
+    (["train", "--task", "number", "--preset", "huge", "--out", "X"], "argument --preset: invalid choice: 'huge'"),
     (["train", "--task", "number", "--out", "X", "--set", "n_layers=3"], "unknown GPTJConfig field"),
-    (["train", "--task", "number", "--out", "X", "--set", "novalue"], "bad override"),
+    (["train", "--task", "number", "--out", "X", "--set", "novalue"], "expected KEY=VALUE"),
 ])
 def test_bad_input_is_one_line_error(argv, needle, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -21,7 +21,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from posym.cli import main
-from posym.locking import LOCK_FILE, DirLock
+from posym.runs.lock import LOCK_FILE, DirLock
 from posym.errors import PosymError
 
 TINY = ["--steps", "4", "--eval-every", "2", "--checkpoint-every", "2", "--set", "n_layer=2", "--set", "n_embd=16",
@@ -121,6 +121,7 @@ def _wait_for(pred, timeout=120.0):
         time.sleep(0.05)
 
 
+@pytest.mark.integration
 def test_second_writer_of_a_training_run_exits_2(tmp_path):
     run = tmp_path / "run"
     args = ["train", "--task", "number", "--out", str(run), *TINY[:-1], "--steps", "100000", "--eval-every", "10",
@@ -156,6 +157,7 @@ def _descendants_alive(pgid: int) -> list[int]:
     return pids
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find the worker processes")
 def test_reproduce_workers_die_with_their_parent_and_a_rerun_is_correct(tmp_path):
     out = tmp_path / "rk"
@@ -194,14 +196,15 @@ def test_reproduce_settings_are_checked_before_any_stage(tmp_path, capsys, bad):
 
 
 def test_a_failed_stage_reruns_with_corrected_settings(repro_copy, monkeypatch):
-    from posym.reproduce import read_marker, reproduce
+    from posym.runs.layout import read_marker
+    from posym.verbs.reproduce import reproduce
 
     def boom(*a, **k):
         raise PosymError("injected: bad lengthgen settings")
 
     for p in (repro_copy / "stages").glob("lengthgen-*.done"):
         p.unlink()
-    monkeypatch.setattr("posym.lengthgen.trained.run_lengthgen", boom)
+    monkeypatch.setattr("posym.verbs.lengthgen.lengthgen", boom)
     with pytest.raises(PosymError, match="lengthgen"):
         reproduce("tiny", out=repro_copy, seeds=2, jobs=1, llm=False, progress=False)
     monkeypatch.undo()

@@ -1,7 +1,8 @@
 """posym: positional versus symbolic attention heads (Urrutia et al. 2026).
 
 Task generators, GPT-J training, head scores, RoPE theory and length generalization.
-See ``shared/SPEC.md`` for the specification each module cites.
+"SPEC §N" in the code refers to ``docs/spec.md`` (shipped with the project); "Paper A" / "Paper B"
+are Urrutia et al. 2026 and Urrutia et al., ICLR 2026.
 """
 
 from posym.errors import PosymError

@@ -1,352 +1,350 @@
-"""``posym`` command line: a thin layer over the Python API (one verb, one public function).
+"""``posym`` command line: argparse only. Each command calls one verb of :mod:`posym.verbs` and
+prints what it returns.
 
-User errors (``PosymError``) print one line ``posym: error: ...`` and exit with status 2.
+Every bad value is refused at the edge by an argparse type (one line ``posym: error: …``, exit 2);
+user errors raised by the API (``PosymError``) and the expected file-system failures (an unwritable
+or read-only path, a file where a folder is needed, a full disk) print one line and exit 2 as well.
+An unexpected exception still prints its traceback, so bugs stay visible.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from posym.errors import PosymError
 
-
-def _parse_overrides(items: Sequence[str] | None) -> dict[str, Any]:
-    """``key=value`` pairs; values parsed as JSON when possible (``n_layer=4``, ``rotary_dim=null``)."""
-    out: dict[str, Any] = {}
-    for item in items or ():
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise PosymError(f"bad override {item!r}; expected KEY=VALUE (e.g. n_layer=4)")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
-    return out
+TASK_CHOICES = ("number", "letter")
 
 
-def _step_choice(text: str) -> int | str:
-    """argparse type of ``--step``: a checkpoint step (>= 0), ``last`` or ``best`` (SPEC §2)."""
+# ------------------------------------------------------------------------------------------------
+# argparse types (one home for every list / number rule)
+# ------------------------------------------------------------------------------------------------
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _bounded_int(lo: int, what: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        v = _int(text)
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"{what} must be >= {lo}, got {v}")
+        return v
+    parse.__name__ = what.replace(" ", "_")
+    return parse
+
+
+positive_int = _bounded_int(1, "a count")
+nonneg_int = _bounded_int(0, "a non-negative integer")
+threads_type = _bounded_int(1, "threads")
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
+    return v
+
+
+def finite_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def gamma_type(text: str) -> float:
+    """A purity tolerance γ in (0, 0.5) (SPEC §3: the rule needs 1 − γ > γ)."""
+    v = finite_float(text)
+    if not 0 < v < 0.5:
+        raise argparse.ArgumentTypeError(f"gamma must lie in (0, 0.5), got {text}")
+    return v
+
+
+def int_list(text: str, lo: int = 0) -> list[int]:
+    """Comma-separated integers >= ``lo`` (e.g. ``0,1000,6750``); empty items are an error."""
+    items = [x.strip() for x in text.split(",")]
+    if not text.strip() or any(not x for x in items):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    try:
+        values = [int(x) for x in items]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    bad = [v for v in values if v < lo]
+    if bad:
+        raise argparse.ArgumentTypeError(f"values must be >= {lo}, got {bad[0]}")
+    return values
+
+
+def positive_int_list(text: str) -> list[int]:
+    return int_list(text, lo=1)
+
+
+def str_list(choices: Sequence[str] | None = None) -> Callable[[str], list[str]]:
+    """Comma-separated names (each one of ``choices`` when given); empty lists are an error."""
+    def parse(text: str) -> list[str]:
+        items = [x.strip() for x in text.split(",")]
+        if not text.strip() or any(not x for x in items):
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of names, got {text!r}")
+        bad = [x for x in items if choices is not None and x not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown {bad[0]!r}; choose from {', '.join(choices)}")
+        return items
+    parse.__name__ = "list"
+    return parse
+
+
+def grid_type(text: str) -> str | list[int]:
+    """``paper`` or comma-separated added lengths >= 0."""
+    return "paper" if text == "paper" else int_list(text, lo=0)
+
+
+def step_choice(text: str) -> int | str:
+    """A checkpoint step (>= 0), ``last`` or ``best`` (SPEC §2)."""
     if text in ("last", "best"):
         return text
+    v = _int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"a step must be >= 0, got {v}")
+    return v
+
+
+def device_type(text: str) -> str:
+    """``cpu``, ``cuda`` or ``cuda:N`` (``mps`` on Apple silicon)."""
+    if text in ("cpu", "cuda", "mps") or (text.startswith("cuda:") and text[5:].isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
+
+
+def key_value(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` with a JSON value when it parses (``n_layer=4``, ``rotary_dim=null``), else a string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. n_layer=4), got {text!r}")
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a step number, 'last' or 'best', got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a step must be >= 0, got {value}")
-    return value
+        return key.strip(), json.loads(raw)
+    except json.JSONDecodeError:
+        return key.strip(), raw
 
 
 STEP_HELP = "checkpoint of a run: a step, 'last' or 'best' (default: the model the run stands for)"
 
 
-def _cmd_data_export(args: argparse.Namespace) -> None:
-    from posym.tasks import export_jsonl
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``posym: error: <verb>: <message>`` and exit status 2."""
 
-    path = export_jsonl(args.task, args.split, args.n, args.out, seed=args.seed,
-                        extra_tokens=args.extra_tokens, force=args.force)
-    print(f"wrote {args.n} {args.task}/{args.split} samples to {path}")
-
-
-def _cmd_data_show(args: argparse.Namespace) -> None:
-    from posym.tasks import format_examples, make_split
-
-    batch = make_split(args.task, args.split, seed=args.seed, n=args.n, extra_tokens=args.extra_tokens)
-    print(format_examples(batch, k=args.n))
+    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+        verb = self.prog.split(" ", 1)[1] if " " in self.prog else ""
+        self.exit(2, f"posym: error: {verb + ': ' if verb else ''}{message}\n")
 
 
-def _cmd_train(args: argparse.Namespace) -> None:
-    from posym.train import make_config, train
+# ------------------------------------------------------------------------------------------------
+# commands: one verb call and a print each
+# ------------------------------------------------------------------------------------------------
+def _show(res) -> None:
+    if res.summary:
+        print(res.summary)
 
-    overrides = _parse_overrides(args.set)
-    cfg = make_config(args.task, args.preset, seed=args.seed,
-                      data_seed=args.data_seed if args.data_seed is not None else args.seed,
-                      order_seed=args.order_seed if args.order_seed is not None else args.seed,
-                      steps=args.steps, eval_every=args.eval_every,
-                      checkpoint_every=args.checkpoint_every,
-                      checkpoint_extra_every=args.checkpoint_extra_every,
-                      model_overrides=overrides or None, track_heads=args.track_heads,
-                      track_prompts=args.track_prompts, precision=args.precision, compile=args.compile,
-                      batch_size=args.batch_size, epochs=args.epochs, final_model=args.final_model,
-                      distractors=args.distractors)
-    changed = (overrides or args.steps or args.precision or args.compile is not None or args.batch_size
-               or args.epochs or args.final_model or args.distractors)
-    if args.resume and changed:
+
+def _cmd_data_export(a):
+    from posym.verbs.data import export
+    _show(export(a.task, a.split, a.n, a.out, seed=a.seed, extra_tokens=a.extra_tokens, force=a.force))
+
+
+def _cmd_data_show(a):
+    from posym.verbs.data import show
+    _show(show(a.task, a.split, a.n, seed=a.seed, extra_tokens=a.extra_tokens))
+
+
+def _cmd_train(a):
+    from posym.train import make_config
+    from posym.verbs.train import train
+
+    overrides = dict(a.set or [])
+    cfg = make_config(a.task, a.preset, seed=a.seed, data_seed=a.data_seed if a.data_seed is not None else a.seed,
+                      order_seed=a.order_seed if a.order_seed is not None else a.seed, steps=a.steps,
+                      eval_every=a.eval_every, checkpoint_every=a.checkpoint_every,
+                      checkpoint_extra_every=a.checkpoint_extra_every, model_overrides=overrides or None,
+                      track_heads=a.track_heads, track_prompts=a.track_prompts, precision=a.precision,
+                      compile=a.compile, batch_size=a.batch_size, epochs=a.epochs, final_model=a.final_model,
+                      distractors=a.distractors)
+    if a.resume and any(v is not None for v in (a.set, a.steps, a.precision, a.compile, a.batch_size, a.epochs,
+                                                a.final_model, a.distractors)):
         print("posym: note: --resume continues with the run's stored configuration", file=sys.stderr)
-    result = train(cfg, args.out, resume=args.resume, force=args.force, device=args.device,
-                   threads=args.threads, progress=not args.quiet)
+    result = train(cfg, a.out, resume=a.resume, force=a.force, device=a.device, threads=a.threads,
+                   progress=not a.quiet)
     from posym.train.distributed import is_main
 
-    if not is_main():  # under torchrun only rank 0 reports
-        return
-    t = result.test
-    hops = " ".join(f"hop{h}={t[f'acc_hop{h}']:.3f}" for h in range(1, 5))
-    print(f"test accuracy {t['acc']:.4f} ({hops}); run in {result.run_dir}")
+    if is_main():  # under torchrun only rank 0 reports
+        print(result.summary)
 
 
-def _cmd_select(args: argparse.Namespace) -> None:
-    from posym.train.select import select_final_model
-
-    res = select_final_model(args.run_dir, args.out, args.final_model, device=args.device, force=args.force)
-    print(f"{args.out}: {args.run_dir} standing for its {res['final_model']} model (step {res['final_step']}); "
-          f"test accuracy {res['test']['acc']:.4f}")
+def _cmd_select(a):
+    from posym.verbs.select import select
+    _show(select(a.run_dir, a.out, final_model=a.final_model, device=a.device, force=a.force))
 
 
-def _cmd_sensitivity(args: argparse.Namespace) -> None:
-    from posym.report.sensitivity import rank_correlation, run_sensitivity, sensitivity_markdown
+def _cmd_scores(a):
+    from posym.verbs.scores import scores
 
-    variants = {}
-    for item in args.variants:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise PosymError(f"bad variant {item!r}; expected NAME=REPRODUCTION_DIR")
+    target = a.model or a.run_dir
+    if not target or (a.model and a.run_dir):
+        raise PosymError("give exactly one of RUN_DIR or --model MODEL_DIR")
+    _show(scores(target, out=a.out, force=a.force, task=a.task, prompts=a.prompts, n_prompts=a.n,
+                 taus=a.tau or [1e-4], per_prompt=a.per_prompt, steps=a.steps, seed=a.seed, device=a.device))
+
+
+def _cmd_dynamics(a):
+    from posym.verbs.dynamics import dynamics
+    _show(dynamics(a.run_dir, gammas=a.gamma or [0.1], tau=a.tau, layers=a.layers, out=a.out, force=a.force))
+
+
+def _cmd_flow(a):
+    from posym.verbs.flow import flow
+    _show(flow(a.run_dir, examples=[a.example], task=a.task, split=a.split, seed=a.seed, top_k=a.top_k,
+               min_weight=a.min_weight, step=a.step, out=a.out, force=a.force))
+
+
+def _cmd_ablate(a):
+    from posym.verbs.ablate import ablate
+    _show(ablate(a.run_dir, task=a.task, n=a.n, seed=a.seed, modes=a.modes, step=a.step, out=a.out, force=a.force))
+
+
+def _cmd_freqs(a):
+    from posym.verbs.freqs import freqs
+    _show(freqs(a.path, task=a.task, n=a.n, out=a.out, layer_geometry=a.layer, step=a.step, scores=not a.no_scores,
+                weighting=a.weighting, force=a.force))
+
+
+def _cmd_theory_discrepancy(a):
+    from posym.verbs.theory import discrepancy
+    _show(discrepancy(a.out, theta_index=a.theta_index, theta_retrieval=a.theta_retrieval, alphabet=a.alphabet,
+                      n_max=a.n_max, runs=a.run or (), grid=a.grid, n=a.n, seed=a.seed, task=a.task, force=a.force))
+
+
+def _cmd_theory_restricted(a):
+    from posym.verbs.theory import restricted
+    _show(restricted(a.out, steps=a.steps, seed=a.seed, force=a.force))
+
+
+def _cmd_lengthgen(a):
+    from posym.verbs.lengthgen import lengthgen
+    _show(lengthgen(a.run_dir, task=a.task, grid=a.grid, n=a.n, seeds=a.seeds, out=a.out, extra_rule=a.extra_rule,
+                    step=a.step, device=a.device, force=a.force))
+
+
+def _cmd_llm_eval(a):
+    from posym.verbs.llm import llm_eval
+
+    kw = {k: v for k, v in (("lengths", a.lengths), ("n", a.n), ("tasks", a.tasks)) if v is not None}
+    _show(llm_eval(a.model, a.gguf, api_base=a.api_base, api_model=a.api_model, api_key_env=a.api_key_env,
+                   runs=a.runs, out=a.out, max_per_second=a.max_per_second, max_per_minute=a.max_per_minute,
+                   concurrency=a.concurrency, max_retries=a.max_retries, timeout=a.timeout, device_map=a.device_map,
+                   dtype=a.dtype, device=a.device, batch_size=a.batch_size, max_new_tokens=a.max_new_tokens,
+                   n_examples=a.n_examples, offload_folder=a.offload_folder, threads=a.threads,
+                   progress=not a.quiet, **kw))
+
+
+def _cmd_llm_heads(a):
+    from posym.verbs.llm import llm_heads
+    _show(llm_heads(a.model, a.gguf, prompts=a.prompts, n=a.n, seed=a.seed, length=a.length, n_entities=a.entities,
+                    n_examples=a.n_examples, tau=a.tau, out=a.out, device=a.device, dtype=a.dtype,
+                    batch_size=a.batch_size, progress=not a.quiet, force=a.force))
+
+
+def _cmd_sensitivity(a):
+    from posym.verbs.sensitivity import sensitivity
+
+    variants: dict[str, str] = {}
+    for name, path in a.variants:
         if name in variants:
             raise PosymError(f"variant {name!r} given twice")
         variants[name] = path
-    res = run_sensitivity(variants, args.out, predict=not args.no_predict, n=args.n, force=args.force)
-    print(sensitivity_markdown(res["sensitivity"]))
-    if "prediction" in res:
-        pred = res["prediction"]
-        for kind in ("positional", "symbolic"):
-            r, p, m = rank_correlation(pred[f"delta_{kind}"].to_numpy(), pred["largest_09"].to_numpy())
-            print(f"Δ of pure {kind} heads vs largest length >= 0.9: Spearman rho {r:.2f} (p = {p:.2f}, {m} models)")
-    print(f"wrote {args.out}")
+    _show(sensitivity(variants, a.out, predict=not a.no_predict, n=a.n, force=a.force))
 
 
-def _cmd_scores(args: argparse.Namespace) -> None:
-    from pathlib import Path
+def _cmd_reproduce(a):
+    from posym.verbs.reproduce import overrides_from_pairs, reproduce
 
-    from posym.heads.tracking import score_checkpoints
-
-    target = args.model or args.run_dir
-    if not target or (args.model and args.run_dir):
-        raise PosymError("give exactly one of RUN_DIR or --model MODEL_DIR")
-    out = Path(args.out) if args.out else Path(target) / "scores.csv"
-    if out.exists() and not args.force:
-        raise PosymError(f"{out} exists; pass --out FILE or --force to overwrite")
-    taus = args.tau or [1e-4]
-    steps = [int(x) for x in args.steps.split(",")] if args.steps else None
-    df = score_checkpoints(target, task=args.task, prompts=args.prompts, n_prompts=args.n, taus=taus,
-                           per_prompt=args.per_prompt, steps=steps, seed=args.seed, device=args.device)
-    if "step" in df and df["step"].isna().all():  # one checkpoint directory: no step to report
-        df = df.drop(columns="step")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False)
-    last = df[df["step"] == df["step"].max()] if "step" in df else df
-    cols = [c for c in ("layer", "head", "tau", "s_pos", "s_sym", "entropy") if c in last]
-    print(last[cols].groupby(["layer", "head", "tau"]).mean().round(3).to_string())
-    print(f"wrote {len(df)} rows to {out}")
-
-
-def _cmd_dynamics(args: argparse.Namespace) -> None:
-    from posym.heads.dynamics import run_dynamics
-
-    layers = [int(x) for x in args.layers.split(",")] if args.layers else None
-    for gamma in args.gamma:
-        purity = run_dynamics(args.run_dir, gamma=gamma, tau=args.tau, layers=layers, out=args.out)
-        print(f"gamma={gamma:g}:")
-        print(purity.to_string(index=False))
-
-
-def _cmd_flow(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
-    from posym.heads.flow import flow_for_example
-    from posym.report.flow_figures import plot_flow, save_figure
-
-    edges, tokens, chain, task = flow_for_example(args.run_dir, args.example, task=args.task, split=args.split,
-                                                  seed=args.seed, top_k=args.top_k, min_weight=args.min_weight,
-                                                  step=args.step)
-    out = Path(args.out) if args.out else Path(args.run_dir) / "figures"
-    fig = plot_flow(edges, tokens, chain)
-    paths = save_figure(fig, out / f"flow-{task}-{args.split}-{args.example}")
-    edges.to_csv(out / f"flow-{task}-{args.split}-{args.example}.csv", index=False)
-    print(f"{task} example {args.example}: {' '.join(tokens)}; chain {chain}; wrote {paths[0]}")
-
-
-def _cmd_ablate(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
-    from posym.heads.ablate import ablation_for_run
-    from posym.report.flow_figures import plot_ablation, save_figure
-
-    modes = tuple(m.strip() for m in args.modes.split(","))
-    table = ablation_for_run(args.run_dir, task=args.task, n=args.n, seed=args.seed, modes=modes, step=args.step)
-    out = Path(args.out) if args.out else Path(args.run_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "ablation.csv", index=False)
-    save_figure(plot_ablation(table), out / "figures" / "ablation")
-    print(table.to_string(index=False))
-
-
-def _cmd_lengthgen(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
-    from posym.lengthgen.trained import largest_length_above, run_lengthgen, summarize_lengthgen
-    from posym.report.figures import plot_lengthgen, save_figure
-    from posym.report.paper import LENGTHGEN
-
-    table = run_lengthgen(args.run_dir, task=args.task, grid=args.grid, n=args.n, seeds=args.seeds,
-                          out=args.out, force=args.force, device=args.device, extra_rule=args.extra_rule,
-                          step=args.step)
-    task = table["task"].iloc[0]
-    summary = summarize_lengthgen(table)
-    out = Path(args.out) if args.out else Path(args.run_dir) / "lengthgen.csv"
-    save_figure(plot_lengthgen({task: summary}, paper=LENGTHGEN), out.with_name(out.stem + "_fig5b"))
-    cols = ["extra_tokens", "acc_mean", "acc_sd"] + [f"acc_hop{h}_mean" for h in range(1, 5)]
-    print(summary[cols].round(3).to_string(index=False))
-    print(f"largest added length with accuracy >= 0.9: {largest_length_above(summary)}; "
-          f"time {table['seconds'].sum():.0f} s, peak RSS {table['peak_rss_mb'].max():.0f} MB; wrote {out}")
-
-
-def _cmd_freqs(args: argparse.Namespace) -> None:
-    from posym.heads.frequencies import run_freqs
-
-    table = run_freqs(args.path, task=args.task, n=args.n, out=args.out, layer_geometry=args.layer, step=args.step,
-                      scores=not args.no_scores, weighting=args.weighting)
-    print(table.round(3).to_string(index=False))
-    for f in table.attrs.get("files", []):
-        print(f"wrote {f}")
-
-
-def _cmd_theory(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
-    out = Path(args.out)
-    if args.theory_verb == "discrepancy":
-        from posym.theory.discrepancy import run_discrepancy
-
-        table = run_discrepancy(out, theta_index=args.theta_index, theta_retrieval=args.theta_retrieval,
-                                alphabet=args.alphabet, n_max=args.n_max)
-        at = table[table["n"].isin([8, 20, 40, 80, 100])]
-        print(at.pivot(index="n", columns="mechanism", values="delta").round(4).to_string())
-        print(f"wrote {out / 'discrepancy.csv'} and {out / 'discrepancy.png'}")
-        if args.run:
-            from posym.lengthgen.trained import parse_grid
-            from posym.theory.trained import DEFAULT_GRID, run_trained_discrepancy
-
-            grid = parse_grid(args.grid) if args.grid else list(DEFAULT_GRID)
-            trained = run_trained_discrepancy(args.run, out, grid=grid, n=args.n, seed=args.seed, task=args.task)
-            per_layer = trained.groupby(["task", "layer", "extra_tokens"])["delta_median"].median()
-            print("trained heads: median Δ of the last query per layer (rows) and added tokens (columns)")
-            print(per_layer.unstack("extra_tokens").round(4).to_string())
-            print(f"wrote {out / 'trained_discrepancy.csv'} and {out / 'trained_discrepancy.png'}")
-    else:
-        from posym.theory.restricted import run_restricted
-
-        table = run_restricted(out, steps=args.steps, seed=args.seed)
-        print(table.groupby(["task", "band", "mode"])["acc"].mean().round(3).to_string())
-        print(f"wrote {out / 'restricted.csv'} and {out / 'restricted.png'}")
-
-
-def _cmd_llm_eval(args: argparse.Namespace) -> None:
-    from posym.lengthgen import llm_eval
-    from posym.lengthgen.llm_eval import table_markdown
-
-    lengths = [int(x) for x in args.lengths.split(",")] if args.lengths else None
-    tasks = [t.strip() for t in args.tasks.split(",")] if args.tasks else None
-    kw = {k: v for k, v in (("lengths", lengths), ("n", args.n), ("tasks", tasks)) if v}
-    res = llm_eval(args.model, args.gguf, api_base=args.api_base, api_model=args.api_model,
-                   api_key_env=args.api_key_env, runs=args.runs, out=args.out,
-                   max_per_second=args.max_per_second, max_per_minute=args.max_per_minute,
-                   concurrency=args.concurrency, max_retries=args.max_retries, timeout=args.timeout,
-                   device_map=args.device_map, dtype=args.dtype, device=args.device, batch_size=args.batch_size,
-                   max_new_tokens=args.max_new_tokens, n_examples=args.n_examples,
-                   offload_folder=args.offload_folder, threads=args.threads, progress=not args.quiet, **kw)
-    from posym.report.llm_figures import write_llm_figure
-
-    write_llm_figure(res.out_dir)
-    print(table_markdown(res.table, title=res.model))
-    print(f"{res.n_new} answered, {res.n_cached} from cache, {res.seconds:.0f} s; output in {res.out_dir}")
-
-
-def _cmd_llm_heads(args: argparse.Namespace) -> None:
-    from posym.heads.llm_heads import layer_medians, llm_heads, summarize_llm_heads
-
-    table = llm_heads(args.model, args.gguf, prompts=args.prompts, n=args.n, seed=args.seed, length=args.length,
-                      n_entities=args.entities, n_examples=args.n_examples, tau=args.tau, out=args.out,
-                      device=args.device, dtype=args.dtype, batch_size=args.batch_size, progress=not args.quiet)
-    med = layer_medians(table).pivot(index="layer", columns="prompt_set", values=["s_pos", "s_sym"])
-    print(f"median over heads per layer ({table.attrs['model']}):")
-    print(med.round(3).to_string())
-    print(summarize_llm_heads(table).round(3).to_string(index=False))
-    for f in table.attrs.get("files", []):
-        print(f"wrote {f}")
-
-
-def _cmd_reproduce(args: argparse.Namespace) -> None:
-    from posym.reproduce import reproduce
-
-    tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
-    stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
-    overrides: dict[str, Any] = {}
-    for key, value in _parse_overrides(args.set).items():  # "llm.n=3" -> {"llm": {"n": 3}}
-        *parents, leaf = key.split(".")
-        node = overrides
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise PosymError(f"--set {key}: {part!r} is set to a value elsewhere, not a group of settings")
-        node[leaf] = value
-    path = reproduce(args.preset, out=args.out, seeds=args.seeds, device=args.device, tasks=tasks, stages=stages,
-                     llm=not args.no_llm, progress=not args.quiet, jobs=args.jobs, overrides=overrides or None)
+    path = reproduce(a.preset, out=a.out, seeds=a.seeds, device=a.device, tasks=tuple(a.tasks), stages=a.stages,
+                     llm=not a.no_llm, progress=not a.quiet, jobs=a.jobs,
+                     overrides=overrides_from_pairs(dict(a.set or [])) or None)
     print(f"report: {path}")
 
 
-def _cmd_report(args: argparse.Namespace) -> None:
-    from posym.report.html import screenshot, summary_markdown, write_report
+def _cmd_report(a):
+    from posym.verbs.report import report
+    _show(report(a.dir, screenshot=a.screenshot, markdown=a.markdown, force=a.force))
 
-    if args.markdown:
-        print(summary_markdown(args.dir), end="")
-        return
-    path = write_report(args.dir)
-    print(f"wrote {path}")
-    if args.screenshot:
-        print(f"wrote {screenshot(path, args.screenshot)}")
+
+def _variant(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=REPRODUCTION_DIR, got {text!r}")
+    return name, path
+
+
+# ------------------------------------------------------------------------------------------------
+# the parser
+# ------------------------------------------------------------------------------------------------
+def _force(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true", help="replace existing outputs (atomically)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="posym", description="Positional versus symbolic attention heads (Urrutia et al. 2026).")
-    sub = p.add_subparsers(dest="verb", required=True)
+    p = OneLineParser(prog="posym", description="Positional versus symbolic attention heads (Urrutia et al. 2026).")
+    sub = p.add_subparsers(dest="verb", required=True, parser_class=OneLineParser)
 
     data = sub.add_parser("data", help="generate, export and inspect task data (SPEC §1)")
-    dsub = data.add_subparsers(dest="data_verb", required=True)
+    dsub = data.add_subparsers(dest="data_verb", required=True, parser_class=OneLineParser)
     for name, fn, helptext in [("export", _cmd_data_export, "write samples as JSONL"),
                                ("show", _cmd_data_show, "print decoded examples")]:
         d = dsub.add_parser(name, help=helptext)
-        d.add_argument("--task", required=True, choices=["number", "letter"])
+        d.add_argument("--task", required=True, choices=TASK_CHOICES)
         d.add_argument("--split", default="train", choices=["train", "val", "test"])
-        d.add_argument("--n", type=int, default=5 if name == "show" else 1000, help="number of samples")
-        d.add_argument("--extra-tokens", type=int, default=0, help="extra target-window tokens (SPEC §1.4)")
-        d.add_argument("--seed", type=int, default=0, help="data seed (splits derive from it)")
+        d.add_argument("--n", type=nonneg_int, default=5 if name == "show" else 1000, help="number of samples")
+        d.add_argument("--extra-tokens", type=nonneg_int, default=0, help="extra target-window tokens (SPEC §1.4)")
+        d.add_argument("--seed", type=nonneg_int, default=0, help="data seed (splits derive from it)")
         if name == "export":
             d.add_argument("--out", required=True, help="output .jsonl file")
-            d.add_argument("--force", action="store_true", help="overwrite an existing file")
+            _force(d)
         d.set_defaults(func=fn)
 
     t = sub.add_parser("train", help="train GPT-J on a task (SPEC §2)")
-    t.add_argument("--task", required=True, help="number or letter")
-    t.add_argument("--preset", default="quick",
+    t.add_argument("--task", required=True, choices=TASK_CHOICES)
+    t.add_argument("--preset", default="quick", choices=["quick", "paper", "authors"],
                    help="quick (minutes on a CPU), paper (SPEC §2) or authors (paper + batch 192 + best checkpoint)")
     t.add_argument("--out", required=True, help="run directory (e.g. runs/NAME)")
-    t.add_argument("--seed", type=int, default=0, help="init seed; also data and order seed unless given")
-    t.add_argument("--data-seed", type=int, default=None)
-    t.add_argument("--order-seed", type=int, default=None)
-    t.add_argument("--device", default="cpu", help="cpu or cuda")
-    t.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the preset's)")
-    t.add_argument("--eval-every", type=int, default=None, help="evaluate every N steps (default 50)")
-    t.add_argument("--checkpoint-every", type=int, default=None, help="keep a checkpoint every N steps (default 250)")
-    t.add_argument("--checkpoint-extra-every", type=int, default=None, help="additional denser checkpoints")
-    t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a GPTJConfig field (repeatable)")
+    t.add_argument("--seed", type=nonneg_int, default=0, help="init seed; also data and order seed unless given")
+    t.add_argument("--data-seed", type=nonneg_int, default=None)
+    t.add_argument("--order-seed", type=nonneg_int, default=None)
+    t.add_argument("--device", type=device_type, default="cpu", help="cpu or cuda")
+    t.add_argument("--steps", type=positive_int, default=None, help="optimizer steps (default: the preset's)")
+    t.add_argument("--eval-every", type=positive_int, default=None, help="evaluate every N steps (default 50)")
+    t.add_argument("--checkpoint-every", type=positive_int, default=None,
+                   help="keep a checkpoint every N steps (default 250)")
+    t.add_argument("--checkpoint-extra-every", type=positive_int, default=None, help="additional denser checkpoints")
+    t.add_argument("--set", action="append", type=key_value, metavar="KEY=VALUE",
+                   help="override a GPTJConfig field (repeatable)")
     t.add_argument("--track-heads", action=argparse.BooleanOptionalAction, default=None,
                    help="score every head at each evaluation step into scores.csv (default: on)")
-    t.add_argument("--track-prompts", type=int, default=None, help="validation prompts scored when tracking (512)")
-    t.add_argument("--batch-size", type=int, default=None,
+    t.add_argument("--track-prompts", type=positive_int, default=None,
+                   help="validation prompts scored when tracking (512)")
+    t.add_argument("--batch-size", type=positive_int, default=None,
                    help="global batch (default 64; the authors' 3-GPU DataParallel run: 192)")
-    t.add_argument("--epochs", type=float, default=None,
+    t.add_argument("--epochs", type=positive_float, default=None,
                    help="passes over the 432,000 training samples instead of --steps (3 at batch 192 = 6,750 steps)")
     t.add_argument("--final-model", default=None, choices=["last", "best"],
                    help="the model test accuracy and analyses use: last step (default) or the first "
@@ -359,178 +357,194 @@ def build_parser() -> argparse.ArgumentParser:
                         "training forward (weights, scores stay fp32)")
     t.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile the training forward (default: off)")
-    t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    t.add_argument("--threads", type=threads_type, default=None, help="torch CPU threads")
     t.add_argument("--resume", action="store_true", help="continue an interrupted run")
-    t.add_argument("--force", action="store_true", help="overwrite an existing run directory")
+    t.add_argument("--force", action="store_true", help="replace an existing run directory (posym runs only)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=_cmd_train)
-
-    sv = sub.add_parser("sensitivity", help="compare reproduction variants (training choices) and test whether "
-                                             "head discrepancy predicts length extrapolation")
-    sv.add_argument("variants", nargs="+", metavar="NAME=DIR", help="a variant name and its reproduction directory")
-    sv.add_argument("--out", required=True, help="output directory (sensitivity.csv/.md, prediction.csv/.png)")
-    sv.add_argument("--n", type=int, default=256, help="prompts per model for the discrepancy at training length")
-    sv.add_argument("--no-predict", action="store_true", help="only the sensitivity table (no model is loaded)")
-    sv.add_argument("--force", action="store_true")
-    sv.set_defaults(func=_cmd_sensitivity)
 
     se = sub.add_parser("select", help="a finished run seen with another final model (e.g. the best checkpoint)")
     se.add_argument("run_dir", help="a finished run directory")
     se.add_argument("--final-model", default="best", choices=["best", "last"],
                     help="best: the first checkpoint with the best validation accuracy (HF load_best_model_at_end)")
     se.add_argument("--out", required=True, help="the derived run directory (analyses write there)")
-    se.add_argument("--device", default="cpu")
+    se.add_argument("--device", type=device_type, default="cpu")
     se.add_argument("--force", action="store_true", help="replace a run derived earlier")
     se.set_defaults(func=_cmd_select)
 
     sc = sub.add_parser("scores", help="positional/symbolic scores of every head (SPEC §3, fast exact path)")
     sc.add_argument("run_dir", nargs="?", help="run directory: scores every checkpoint")
-    sc.add_argument("--model", default=None, help="an HF GPT-J checkpoint directory instead of a run")
-    sc.add_argument("--task", default=None, help="number or letter (token ids of SPEC §1; needed for foreign checkpoints)")
+    sc.add_argument("--model", default=None, help="an HF GPT-J checkpoint or run directory")
+    sc.add_argument("--task", default=None, choices=TASK_CHOICES,
+                    help="token ids of SPEC §1 (needed for foreign checkpoints)")
     sc.add_argument("--prompts", default=None, help="JSONL prompt file (posym data export); default: validation prompts")
-    sc.add_argument("--n", type=int, default=512, help="validation prompts when --prompts is not given")
-    sc.add_argument("--seed", type=int, default=0, help="data seed of the validation prompts")
-    sc.add_argument("--tau", type=float, action="append", help="softmax temperature of the swap weights (repeatable)")
-    sc.add_argument("--steps", default=None, help="only these checkpoint steps, e.g. 0,1000,6750")
+    sc.add_argument("--n", type=positive_int, default=512, help="validation prompts when --prompts is not given")
+    sc.add_argument("--seed", type=nonneg_int, default=0, help="data seed of the validation prompts")
+    sc.add_argument("--tau", type=positive_float, action="append", help="softmax temperature of the swap weights (repeatable)")
+    sc.add_argument("--steps", type=int_list, default=None, help="only these checkpoint steps, e.g. 0,1000,6750")
     sc.add_argument("--per-prompt", action="store_true", help="one row per prompt instead of means")
-    sc.add_argument("--device", default="cpu", help="cpu or cuda")
+    sc.add_argument("--device", type=device_type, default="cpu", help="cpu or cuda")
     sc.add_argument("--out", default=None, help="CSV file (default: DIR/scores.csv)")
-    sc.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    _force(sc)
     sc.set_defaults(func=_cmd_scores)
 
     d = sub.add_parser("dynamics", help="pure heads and Paper A Fig. 2 from a run's scores.csv (SPEC §3)")
     d.add_argument("run_dir")
-    d.add_argument("--gamma", type=float, action="append", help="purity tolerance (repeatable; default 0.1)")
-    d.add_argument("--tau", type=float, default=None, help="τ of the scores to use (default: smallest)")
-    d.add_argument("--layers", default=None, help="layers drawn in panel B, e.g. 0,3,4,11")
+    d.add_argument("--gamma", type=gamma_type, action="append", help="purity tolerance in (0, 0.5) (repeatable; 0.1)")
+    d.add_argument("--tau", type=positive_float, default=None, help="τ of the scores to use (default: smallest)")
+    d.add_argument("--layers", type=int_list, default=None, help="layers drawn in panel B, e.g. 0,3,4,11")
     d.add_argument("--out", default=None, help="output directory (default: the run directory)")
+    _force(d)
     d.set_defaults(func=_cmd_dynamics)
 
     f = sub.add_parser("flow", help="attention flow of one prompt with the hop chain (Paper A Fig. 3)")
     f.add_argument("run_dir", help="run directory or HF GPT-J checkpoint directory")
-    f.add_argument("--example", type=int, default=0, help="index of the prompt in the split")
-    f.add_argument("--task", default=None, help="number or letter (needed for checkpoints posym did not write)")
+    f.add_argument("--example", type=nonneg_int, default=0, help="index of the prompt in the split")
+    f.add_argument("--task", default=None, choices=TASK_CHOICES, help="needed for checkpoints posym did not write")
     f.add_argument("--split", default="test", choices=["train", "val", "test"])
-    f.add_argument("--seed", type=int, default=0, help="data seed")
-    f.add_argument("--top-k", type=int, default=3)
-    f.add_argument("--min-weight", type=float, default=0.05)
-    f.add_argument("--step", type=_step_choice, default=None, help=STEP_HELP)
-    f.add_argument("--out", default=None, help="output directory (default: RUN/figures)")
+    f.add_argument("--seed", type=nonneg_int, default=0, help="data seed")
+    f.add_argument("--top-k", type=positive_int, default=3)
+    f.add_argument("--min-weight", type=finite_float, default=0.05)
+    f.add_argument("--step", type=step_choice, default=None, help=STEP_HELP)
+    f.add_argument("--out", default=None, help="output directory (default: the run directory; figures/ inside)")
+    _force(f)
     f.set_defaults(func=_cmd_flow)
 
     a = sub.add_parser("ablate", help="zero/mean-ablate each head; test accuracy per hop (Paper A Fig. 3)")
     a.add_argument("run_dir", help="run directory or HF GPT-J checkpoint directory")
-    a.add_argument("--task", default=None)
-    a.add_argument("--n", type=int, default=2000, help="test prompts")
-    a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--modes", default="zero,mean")
-    a.add_argument("--step", type=_step_choice, default=None, help=STEP_HELP)
+    a.add_argument("--task", default=None, choices=TASK_CHOICES)
+    a.add_argument("--n", type=positive_int, default=2000, help="test prompts")
+    a.add_argument("--seed", type=nonneg_int, default=0)
+    a.add_argument("--modes", type=str_list(("zero", "mean")), default=["zero", "mean"])
+    a.add_argument("--step", type=step_choice, default=None, help=STEP_HELP)
     a.add_argument("--out", default=None, help="output directory (default: the run directory)")
+    _force(a)
     a.set_defaults(func=_cmd_ablate)
 
     fq = sub.add_parser("freqs", help="RoPE frequency use per layer/head, Table 1, Fig. 8 and Fig. 4B (SPEC §4)")
     fq.add_argument("path", help="run directory, checkpoint directory or HF GPT-J directory")
-    fq.add_argument("--task", default=None)
-    fq.add_argument("--n", type=int, default=512, help="test prompts")
-    fq.add_argument("--layer", type=int, default=None, help="layer of the q/k geometry figure (default: lowest ID)")
-    fq.add_argument("--step", type=_step_choice, default=None, help=STEP_HELP)
+    fq.add_argument("--task", default=None, choices=TASK_CHOICES)
+    fq.add_argument("--n", type=positive_int, default=512, help="test prompts")
+    fq.add_argument("--layer", type=nonneg_int, default=None, help="layer of the q/k geometry figure (default: lowest ID)")
+    fq.add_argument("--step", type=step_choice, default=None, help=STEP_HELP)
     fq.add_argument("--weighting", default="max_abs", choices=["max_abs", "centered"])
     fq.add_argument("--no-scores", action="store_true", help="skip per-frequency positional/symbolic scores")
     fq.add_argument("--out", default=None, help="output directory (default: the given path)")
+    _force(fq)
     fq.set_defaults(func=_cmd_freqs)
 
     th = sub.add_parser("theory", help="RoPE constructions, discrepancy (Fig. 5A), frequency-restricted heads")
-    tsub = th.add_subparsers(dest="theory_verb", required=True)
+    tsub = th.add_subparsers(dest="theory_verb", required=True, parser_class=OneLineParser)
     td = tsub.add_parser("discrepancy", help="Δ(n) of the Index and Retrieval constructions with Theorem 3.2 bounds")
     td.add_argument("--out", default="runs/theory", help="output directory")
-    td.add_argument("--theta-index", type=float, default=0.8)
-    td.add_argument("--theta-retrieval", type=float, default=0.0027)
-    td.add_argument("--alphabet", type=int, default=8)
-    td.add_argument("--n-max", type=int, default=100)
+    td.add_argument("--theta-index", type=finite_float, default=0.8)
+    td.add_argument("--theta-retrieval", type=finite_float, default=0.0027)
+    td.add_argument("--alphabet", type=_bounded_int(2, "alphabet"), default=8)
+    td.add_argument("--n-max", type=_bounded_int(2, "n-max"), default=100)
     td.add_argument("--run", action="append", default=None,
                     help="also measure Δ of every head of this run/checkpoint vs added tokens (repeatable)")
-    td.add_argument("--task", default=None, help="task of a --run checkpoint posym did not write")
-    td.add_argument("--grid", default=None, help="added tokens for --run, e.g. 0,100,1000 (default 0,20,50,100,300,1000)")
-    td.add_argument("--n", type=int, default=64, help="prompts per added length for --run")
-    td.add_argument("--seed", type=int, default=0, help="data seed for --run")
-    td.set_defaults(func=_cmd_theory)
+    td.add_argument("--task", default=None, choices=TASK_CHOICES, help="task of a --run checkpoint posym did not write")
+    td.add_argument("--grid", type=lambda s: int_list(s, 0), default=None,
+                    help="added tokens for --run, e.g. 0,100,1000 (default 0,20,50,100,300,1000)")
+    td.add_argument("--n", type=positive_int, default=64, help="prompts per added length for --run")
+    td.add_argument("--seed", type=nonneg_int, default=0, help="data seed for --run")
+    _force(td)
+    td.set_defaults(func=_cmd_theory_discrepancy)
     tr = tsub.add_parser("restricted", help="train 1-layer toys on Index/Retrieval with each RoPE frequency band")
     tr.add_argument("--out", default="runs/theory", help="output directory")
-    tr.add_argument("--steps", type=int, default=1500)
-    tr.add_argument("--seed", type=int, default=0)
-    tr.set_defaults(func=_cmd_theory)
+    tr.add_argument("--steps", type=positive_int, default=1500)
+    tr.add_argument("--seed", type=nonneg_int, default=0)
+    _force(tr)
+    tr.set_defaults(func=_cmd_theory_restricted)
 
     llm = sub.add_parser("llm", help="real pretrained LLMs (SPEC §1.5)")
-    lsub = llm.add_subparsers(dest="llm_verb", required=True)
+    lsub = llm.add_subparsers(dest="llm_verb", required=True, parser_class=OneLineParser)
     le = lsub.add_parser("eval", help="1-hop number/letter prompts vs target-window length (Table 3)")
     le.add_argument("--model", default=None, help="HF directory / .gguf file (default: SmolLM2-135M-Instruct GGUF)")
     le.add_argument("--gguf", default=None, help="GGUF file inside --model")
     le.add_argument("--api-base", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     le.add_argument("--api-model", default=None)
     le.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
-    le.add_argument("--lengths", default=None, help="target-window sizes, e.g. 12,32,100 (default: SPEC §1.5)")
-    le.add_argument("--runs", type=int, default=5)
-    le.add_argument("--n", type=int, default=None, help="prompts per (task, length, run)")
-    le.add_argument("--tasks", default=None, help="number,letter (default: both)")
-    le.add_argument("--max-per-second", type=float, default=None, help="API rate limit (requests per second)")
-    le.add_argument("--max-per-minute", type=float, default=None, help="API rate limit (requests per minute)")
-    le.add_argument("--concurrency", type=int, default=1, help="parallel API requests")
-    le.add_argument("--max-retries", type=int, default=6, help="API retries on 429/5xx/timeouts")
-    le.add_argument("--timeout", type=float, default=60.0, help="API request timeout in seconds")
+    le.add_argument("--lengths", type=positive_int_list, default=None,
+                    help="target-window sizes, e.g. 12,32,100 (default: SPEC §1.5)")
+    le.add_argument("--runs", type=positive_int, default=5)
+    le.add_argument("--n", type=positive_int, default=None, help="prompts per (task, length, run)")
+    le.add_argument("--tasks", type=str_list(TASK_CHOICES), default=None, help="number,letter (default: both)")
+    le.add_argument("--max-per-second", type=positive_float, default=None, help="API rate limit (requests per second)")
+    le.add_argument("--max-per-minute", type=positive_float, default=None, help="API rate limit (requests per minute)")
+    le.add_argument("--concurrency", type=positive_int, default=1, help="parallel API requests")
+    le.add_argument("--max-retries", type=nonneg_int, default=6, help="API retries on 429/5xx/timeouts")
+    le.add_argument("--timeout", type=positive_float, default=60.0, help="API request timeout in seconds")
     le.add_argument("--device-map", default=None, help="'auto' shards a large local model over GPUs/CPU (accelerate)")
     le.add_argument("--offload-folder", default=None, help="disk offload folder for --device-map auto")
     le.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default: fp32 on CPU)")
-    le.add_argument("--device", default=None, help="cpu or cuda (without --device-map)")
-    le.add_argument("--batch-size", type=int, default=None, help="prompts per forward (local) ")
-    le.add_argument("--max-new-tokens", type=int, default=8)
-    le.add_argument("--n-examples", type=int, default=3, help="worked examples in each prompt")
+    le.add_argument("--device", type=device_type, default=None, help="cpu or cuda (without --device-map)")
+    le.add_argument("--batch-size", type=positive_int, default=None, help="prompts per forward (local)")
+    le.add_argument("--max-new-tokens", type=positive_int, default=8)
+    le.add_argument("--n-examples", type=nonneg_int, default=3, help="worked examples in each prompt")
     le.add_argument("--quiet", action="store_true", help="no progress bar")
-    le.add_argument("--threads", type=int, default=None)
+    le.add_argument("--threads", type=threads_type, default=None)
     le.add_argument("--out", default=None, help="output directory (answers are cached there; reruns resume)")
     le.set_defaults(func=_cmd_llm_eval)
     lh = lsub.add_parser("heads", help="s_POS/s_SYM (block swaps), entropy, frequency use of every head (SPEC §3, §6)")
     lh.add_argument("--model", default=None, help="HF directory / .gguf file (default: SmolLM2-135M-Instruct GGUF)")
     lh.add_argument("--gguf", default=None, help="GGUF file inside --model")
-    lh.add_argument("--prompts", default="all", help="all, binding, number, letter or a comma list")
-    lh.add_argument("--n", type=int, default=32, help="prompts per set")
-    lh.add_argument("--seed", type=int, default=0, help="data seed (1-hop: the run number)")
-    lh.add_argument("--length", type=int, default=12, help="target-window length of the 1-hop prompts")
-    lh.add_argument("--entities", type=int, default=6, help="entity-attribute facts per binding prompt")
-    lh.add_argument("--n-examples", type=int, default=3, help="worked examples in each 1-hop prompt")
-    lh.add_argument("--tau", type=float, default=1e-4, help="softmax temperature of the swap weights")
-    lh.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    lh.add_argument("--prompts", type=str_list(("all", "binding", "number", "letter")), default=["all"],
+                    help="all, binding, number, letter or a comma list")
+    lh.add_argument("--n", type=positive_int, default=32, help="prompts per set")
+    lh.add_argument("--seed", type=nonneg_int, default=0, help="data seed (1-hop: the run number)")
+    lh.add_argument("--length", type=positive_int, default=12, help="target-window length of the 1-hop prompts")
+    lh.add_argument("--entities", type=_bounded_int(2, "entities"), default=6,
+                    help="entity-attribute facts per binding prompt")
+    lh.add_argument("--n-examples", type=nonneg_int, default=3, help="worked examples in each 1-hop prompt")
+    lh.add_argument("--tau", type=positive_float, default=1e-4, help="softmax temperature of the swap weights")
+    lh.add_argument("--device", type=device_type, default=None, help="cpu or cuda (default: cuda when available)")
     lh.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default: fp32 on CPU)")
-    lh.add_argument("--batch-size", type=int, default=8, help="prompts per forward")
+    lh.add_argument("--batch-size", type=positive_int, default=8, help="prompts per forward")
     lh.add_argument("--out", default="runs/llm/heads", help="output directory")
     lh.add_argument("--quiet", action="store_true", help="no progress bar")
+    _force(lh)
     lh.set_defaults(func=_cmd_llm_heads)
 
     lg = sub.add_parser("lengthgen", help="accuracy vs added target-window tokens (SPEC §1.4, Fig. 5B)")
     lg.add_argument("run_dir", help="run directory or HF GPT-J checkpoint directory")
-    lg.add_argument("--task", default=None, help="number or letter (needed for checkpoints posym did not write)")
-    lg.add_argument("--grid", default="paper", help="'paper' (0,10..100,200..1000,1500..5000) or e.g. 0,200,1000")
-    lg.add_argument("--n", type=int, default=200, help="samples per added length and seed")
-    lg.add_argument("--seeds", type=int, default=1, help="data seeds (spread reported as sd)")
-    lg.add_argument("--device", default="cpu")
+    lg.add_argument("--task", default=None, choices=TASK_CHOICES, help="needed for checkpoints posym did not write")
+    lg.add_argument("--grid", type=grid_type, default="paper",
+                    help="'paper' (0,10..100,200..1000,1500..5000) or e.g. 0,200,1000")
+    lg.add_argument("--n", type=positive_int, default=200, help="samples per added length and seed")
+    lg.add_argument("--seeds", type=positive_int, default=1, help="data seeds (spread reported as sd)")
+    lg.add_argument("--device", type=device_type, default="cpu")
     lg.add_argument("--out", default=None, help="CSV file (default: DIR/lengthgen.csv)")
     lg.add_argument("--extra-rule", default="window", choices=["window", "distractor", "copies"],
                     help="what the added tokens are (SPEC §1.4, our choice): target-window-like filler (default), "
                          "pre-target-like distractors, or copies of non-answer target-window tokens")
-    lg.add_argument("--step", type=_step_choice, default=None, help=STEP_HELP)
-    lg.add_argument("--force", action="store_true")
+    lg.add_argument("--step", type=step_choice, default=None, help=STEP_HELP)
+    _force(lg)
     lg.set_defaults(func=_cmd_lengthgen)
 
+    sv = sub.add_parser("sensitivity", help="compare reproduction variants (training choices) and test whether "
+                                             "head discrepancy predicts length extrapolation")
+    sv.add_argument("variants", nargs="+", type=_variant, metavar="NAME=DIR",
+                    help="a variant name and its reproduction directory")
+    sv.add_argument("--out", required=True, help="output directory (sensitivity.csv/.md, prediction.csv/.png)")
+    sv.add_argument("--n", type=positive_int, default=256, help="prompts per model for the discrepancy at training length")
+    sv.add_argument("--no-predict", action="store_true", help="only the sensitivity table (no model is loaded)")
+    _force(sv)
+    sv.set_defaults(func=_cmd_sensitivity)
+
     rp = sub.add_parser("reproduce", help="one command: train, analyse and report Paper A (resumable stages)")
-    rp.add_argument("--preset", default="quick", help="quick (≈ 20 min on a 2-core CPU) or paper (SPEC §2, full analyses)")
+    rp.add_argument("--preset", default="quick", choices=["quick", "paper", "tiny"],
+                    help="quick (≈ 20 min on a 2-core CPU), paper (SPEC §2, full analyses); tiny is for tests")
     rp.add_argument("--out", required=True, help="output directory (a re-run skips finished stages)")
-    rp.add_argument("--seeds", type=int, default=1, help="seeds 0..K-1 per task; results as mean ± sd")
-    rp.add_argument("--device", default="cpu", help="cpu or cuda")
-    rp.add_argument("--tasks", default="number,letter", help="comma-separated subset of number,letter")
-    rp.add_argument("--jobs", type=int, default=None, help="worker processes (default: min(#cpus, #runs); 1 = serial)")
+    rp.add_argument("--seeds", type=positive_int, default=1, help="seeds 0..K-1 per task; results as mean ± sd")
+    rp.add_argument("--device", type=device_type, default="cpu", help="cpu or cuda")
+    rp.add_argument("--tasks", type=str_list(TASK_CHOICES), default=list(TASK_CHOICES),
+                    help="comma-separated subset of number,letter")
+    rp.add_argument("--jobs", type=positive_int, default=None, help="worker processes (default: min(#cpus, #runs); 1 = serial)")
     rp.add_argument("--no-llm", action="store_true", help="leave out the offline SmolLM2 evaluation (Table 3)")
-    rp.add_argument("--stages", default=None, help="only these stages, e.g. train,dynamics or freqs-number-s0")
+    rp.add_argument("--stages", type=str_list(), default=None, help="only these stages, e.g. train,dynamics or freqs-number-s0")
     rp.add_argument("--quiet", action="store_true", help="no progress bars (stage lines are still printed)")
-    rp.add_argument("--set", action="append", metavar="KEY=VALUE",
+    rp.add_argument("--set", action="append", type=key_value, metavar="KEY=VALUE",
                     help="override a preset setting (repeatable; JSON values; dotted keys for nested ones), "
                          "e.g. lengthgen_n=60, lengthgen_grid=0,100,1000, llm.runs=2")
     rp.set_defaults(func=_cmd_reproduce)
@@ -540,22 +554,39 @@ def build_parser() -> argparse.ArgumentParser:
     rr.add_argument("--screenshot", default=None, help="also save a PNG screenshot (needs Chromium)")
     rr.add_argument("--markdown", action="store_true",
                     help="print the \"paper vs posym\" table as Markdown instead of writing the report")
+    rr.add_argument("--force", action="store_true", help="replace an existing --screenshot file")
     rr.set_defaults(func=_cmd_report)
     return p
 
 
+#: File-system failures a user can fix (one line, exit 2); anything else keeps its traceback.
+_USER_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.EISDIR,
+                errno.EEXIST, errno.ENOENT, errno.ENAMETOOLONG, errno.EMFILE}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "verb", None) == "dynamics" and not args.gamma:
-        args.gamma = [0.1]
+    """Run one command; returns the exit status (2 for every bad input, 130 on Ctrl-C)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2, already printed on one line)
+        return int(exc.code or 0)
     try:
         args.func(args)
     except PosymError as exc:
         print(f"posym: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.errno not in _USER_ERRNOS:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"posym: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("posym: error: out of memory; use smaller sizes (--n, --grid, --batch-size)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
-        print("posym: interrupted", file=sys.stderr)
+        print("posym: interrupted (a run or reproduction continues with the same command and --resume / again)",
+              file=sys.stderr)
         return 130
     return 0
 

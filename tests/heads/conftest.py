@@ -11,7 +11,8 @@ from posym.model import load_model
 @pytest.fixture(scope="session")
 def trained_number_model(tmp_path_factory):
     """A 3-layer quick-preset GPT-J trained 150 steps on the number task (non-uniform attention)."""
-    from posym.train import make_config, train
+    from posym.train import make_config
+    from posym.verbs.train import train
 
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("heads") / "run"

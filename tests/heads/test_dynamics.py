@@ -45,20 +45,3 @@ def test_tau_selection_and_entropy():
         select_tau(df, 0.5)
     e = normalized_entropy(select_tau(df))
     assert e.min() == 0.0 and e.max() == 1.0
-
-
-def test_run_dynamics_writes_table_and_figure(tmp_path):
-    from posym.heads.dynamics import run_dynamics
-
-    _table().to_csv(tmp_path / "scores.csv", index=False)
-    pd.DataFrame([{"split": "val", "step": s, "acc": a, "acc_hop1": a, "acc_hop2": a, "acc_hop3": a, "acc_hop4": a}
-                  for s, a in [(0, 0.0), (100, 0.5), (200, 1.0)]]).to_csv(tmp_path / "metrics.csv", index=False)
-    pur = run_dynamics(tmp_path, gamma=0.1)
-    assert list(pur["kind"]) == ["positional", "symbolic", "mixed"]
-    assert (tmp_path / "purity_gamma0.1.csv").is_file()
-    assert (tmp_path / "figures/fig2_gamma0.1.png").stat().st_size > 1000
-    assert (tmp_path / "figures/fig2_gamma0.1.pdf").is_file()
-    with pytest.raises(PosymError, match="out of range"):
-        run_dynamics(tmp_path, layers=[7])
-    with pytest.raises(PosymError, match="no scores.csv"):
-        run_dynamics(tmp_path / "nope")

@@ -23,7 +23,7 @@ from posym.heads.flow import (  # noqa: E402
     flow_for_example,
     hop_chain,
 )
-from posym.heads.runs import resolve_model  # noqa: E402
+from posym.runs.resolve import resolve_model  # noqa: E402
 from posym.model import build_model, model_config, save_model  # noqa: E402
 from posym.report.flow_figures import plot_flow, save_figure  # noqa: E402
 from posym.tasks import generate, get_vocab, make_split, solve  # noqa: E402

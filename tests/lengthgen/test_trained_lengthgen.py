@@ -6,7 +6,8 @@ import torch
 
 from posym.errors import PosymError
 from posym.lengthgen.trained import (PAPER_GRID, extend_positions, largest_length_above, lengthgen, parse_grid,
-                                     run_lengthgen, summarize_lengthgen)
+                                     summarize_lengthgen)
+from posym.verbs.lengthgen import lengthgen as lengthgen_verb
 from posym.model import build_model, last_token_logits, model_config, reference_last_token_logits, save_model
 from posym.tasks import generate
 
@@ -53,12 +54,18 @@ def test_largest_length_above():
     assert largest_length_above(s.assign(acc_mean=0.5), 0.9) is None
 
 
-def test_run_lengthgen_on_foreign_checkpoint(tmp_path):
+def test_lengthgen_verb_on_foreign_checkpoint(tmp_path):
     save_model(_tiny(), tmp_path / "hf")  # an HF GPT-J dir posym did not write: needs --task
     with pytest.raises(PosymError, match="task"):
-        run_lengthgen(tmp_path / "hf", grid="0", n=4, progress=False)
-    t = run_lengthgen(tmp_path / "hf", task="number", grid="0,20", n=8, progress=False)
+        lengthgen_verb(tmp_path / "hf", grid="0", n=4, progress=False)
+    t = lengthgen_verb(tmp_path / "hf", task="number", grid="0,20", n=8, progress=False).table
     assert (tmp_path / "hf/lengthgen.csv").is_file() and (tmp_path / "hf/lengthgen_summary.csv").is_file()
-    assert set(t["task"]) == {"number"}
+    assert (tmp_path / "hf/figures/lengthgen_fig5b.png").is_file()  # the same place posym reproduce uses
+    assert set(t["task"]) == {"number"} and set(t["extra_rule"]) == {"window"}
+    before = (tmp_path / "hf/lengthgen.csv").read_bytes()
     with pytest.raises(PosymError, match="exists"):
-        run_lengthgen(tmp_path / "hf", task="number", grid="0", n=4, progress=False)
+        lengthgen_verb(tmp_path / "hf", task="number", grid="0", n=4, progress=False)
+    assert (tmp_path / "hf/lengthgen.csv").read_bytes() == before
+    again = lengthgen_verb(tmp_path / "hf", task="number", grid="0", n=4, extra_rule="copies", force=True,
+                           progress=False).table
+    assert set(again["extra_rule"]) == {"copies"}

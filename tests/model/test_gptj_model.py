@@ -72,7 +72,7 @@ def test_dropout_is_active_in_train_mode():
 
 def test_checkpoint_loads_in_plain_transformers(tmp_path):
     m = build_model(model_config("paper", 129), seed=5).eval()
-    save_model(m, tmp_path / "ckpt", meta={"task": "letter"})
+    save_model(m, tmp_path / "ckpt")
     plain = GPTJForCausalLM.from_pretrained(tmp_path / "ckpt").eval()  # default attention backend
     eager = GPTJForCausalLM.from_pretrained(tmp_path / "ckpt", attn_implementation="eager").eval()
     ours = load_model(tmp_path / "ckpt")

@@ -1,4 +1,4 @@
-"""Multi-seed aggregation (issue 6, item 3): mean ± sd over seeds on hand-made run tables."""
+"""Multi-seed aggregation: mean ± sd over seeds on hand-made run tables."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The HTML report (issue 6, item 2): one self-contained file, rendered in headless Chromium."""
+"""The HTML report: one self-contained file, rendered in headless Chromium."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from posym.report.html import PNG_SIGNATURE, find_chromium, image_check, screenshot, write_report
+from posym.report.html import PNG_SIGNATURE, write_report
+from posym.report.render import find_chromium, image_check, screenshot
 
 REPO = Path(__file__).resolve().parents[2]
 

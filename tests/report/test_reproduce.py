@@ -10,11 +10,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import posym.reproduce as rp
+import posym.verbs.reproduce as rp
 from posym.cli import main
 from posym.errors import PosymError
 from posym.report.aggregate import paper_vs_posym
-from posym.reproduce import plan_stages, preset_settings, read_marker, reproduce, select_stages
+from posym.runs.layout import marker_path, read_marker
+from posym.verbs.reproduce import plan_stages, preset_settings, reproduce, select_stages
 
 ALL = [s.name for s in plan_stages(("number", "letter"), 2, llm=False)]
 
@@ -68,13 +69,13 @@ def test_rerun_skips_every_stage(repro_copy, capsys):
 def test_failed_stage_leaves_no_marker_and_rerun_redoes_only_it(repro_copy, monkeypatch):
     out = repro_copy
     victim = "freqs-number-s1"
-    rp.marker_path(out, victim).unlink()
-    before = {n: rp.marker_path(out, n).stat().st_mtime_ns for n in ALL if n not in (victim, "report")}
+    marker_path(out, victim).unlink()
+    before = {n: marker_path(out, n).stat().st_mtime_ns for n in ALL if n not in (victim, "report")}
 
     def boom(*a, **k):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr("posym.heads.frequencies.run_freqs", boom)
+    monkeypatch.setattr("posym.verbs.freqs.freqs", boom)
     with pytest.raises(PosymError, match=victim):
         _again(out)
     assert read_marker(out, victim) is None
@@ -82,7 +83,7 @@ def test_failed_stage_leaves_no_marker_and_rerun_redoes_only_it(repro_copy, monk
     assert (out / "report.html").is_file()
     last = _last_run(out)
     assert last["executed"] == [victim, "report"] and "injected failure" in last["failed"][victim]
-    assert {n: rp.marker_path(out, n).stat().st_mtime_ns for n in before} == before
+    assert {n: marker_path(out, n).stat().st_mtime_ns for n in before} == before
 
     monkeypatch.undo()
     _again(out)
@@ -95,12 +96,12 @@ def test_failed_stage_leaves_no_marker_and_rerun_redoes_only_it(repro_copy, monk
 def test_failed_training_blocks_its_analyses(repro_copy, monkeypatch):
     out = repro_copy
     for name in ("train-letter-s0", "dynamics-letter-s0"):
-        rp.marker_path(out, name).unlink()
+        marker_path(out, name).unlink()
 
     def boom(*a, **k):
         raise PosymError("injected training failure")
 
-    monkeypatch.setitem(rp._STAGE_FUNCS, "train", boom)
+    monkeypatch.setitem(rp.STAGE_FUNCS, "train", boom)
     with pytest.raises(PosymError, match="train-letter-s0"):
         _again(out)
     last = _last_run(out)
@@ -114,20 +115,21 @@ def test_failed_training_blocks_its_analyses(repro_copy, monkeypatch):
 
 
 def test_interrupted_training_resumes(repro_copy, monkeypatch):
-    import posym.train
+    import posym.verbs.train as verbs_train
 
     out = repro_copy
     run = out / "number" / "seed0"
     final = pd.read_csv(run / "metrics.csv").query("split == 'test'").iloc[-1]
     shutil.rmtree(run)
-    rp.marker_path(out, "train-number-s0").unlink()
-    real_train = posym.train.train
+    marker_path(out, "train-number-s0").unlink()
+    real_train = verbs_train.train_loop
 
     def kill_at_step_20(step, model, run_dir):
         if step >= 20:
             raise RuntimeError("killed")
 
-    monkeypatch.setattr(posym.train, "train", lambda *a, **k: real_train(*a, **k, callbacks=[kill_at_step_20]))
+    monkeypatch.setattr(verbs_train, "train_loop",
+                        lambda *a, callbacks=(), **k: real_train(*a, **k, callbacks=[*callbacks, kill_at_step_20]))
     with pytest.raises(PosymError, match="killed"):
         _again(out, stages=["train-number-s0"])
     assert read_marker(out, "train-number-s0") is None and not (run / "results.json").exists()
@@ -221,7 +223,7 @@ def test_cli_reproduce_and_report(repro_copy, capsys):
     assert main(["report", str(repro_copy)]) == 0
     assert (repro_copy / "report.html").stat().st_mtime_ns > before
     assert main(["reproduce", "--preset", "huge", "--out", str(repro_copy / "x")]) == 2
-    assert "unknown preset" in capsys.readouterr().err
+    assert "argument --preset: invalid choice: 'huge'" in capsys.readouterr().err
     assert main(["reproduce", "--out", str(repro_copy), "--tasks", "words"]) == 2
     assert main(["report", str(repro_copy / "missing")]) == 2
     capsys.readouterr()

@@ -1,4 +1,4 @@
-"""Frequency-restricted heads: toy tasks and model, run_restricted outputs, GPT-J restrict_frequencies."""
+"""Frequency-restricted heads: toy tasks and model, the restricted verb, GPT-J restrict_frequencies."""
 
 import math
 
@@ -15,7 +15,6 @@ from posym.theory.restricted import (
     band_frequencies,
     context_base,
     restrict_frequencies,
-    run_restricted,
     toy_batch,
     train_toy,
     evaluate_toy,
@@ -83,16 +82,20 @@ def test_keep_all_same_in_both_modes():
         RestrictedAttention(30, 5, d_model=16, d_head=8, keep={5})
 
 
-def test_run_restricted_tiny(tmp_path):
-    table = run_restricted(tmp_path, steps=3, n=5, n_symbols=4, n_keys=6, d_model=16, d_head=8, band_size=1,
-                           eval_per_pos=4, batch=8)
+def test_restricted_verb_tiny(tmp_path):
+    from posym.verbs.theory import restricted
+
+    table = restricted(tmp_path, steps=3, n=5, n_symbols=4, n_keys=6, d_model=16, d_head=8, band_size=1,
+                       eval_per_pos=4, batch=8, progress=False).table
     assert list(table.columns[:5]) == ["task", "band", "mode", "answer_pos", "acc"]
     assert len(table) == 2 * 2 * 3 * 5
     back = pd.read_csv(tmp_path / "restricted.csv")
     assert back["acc"].between(0, 1).all() and set(back["band"]) == {"high", "low", "all"}
     assert (tmp_path / "restricted.png").exists() and (tmp_path / "restricted.pdf").exists()
     with pytest.raises(PosymError):
-        run_restricted(tmp_path, steps=1, bogus=1)
+        restricted(tmp_path / "b", steps=1, bogus=1)
+    with pytest.raises(PosymError, match="exists"):
+        restricted(tmp_path, steps=1)
 
 
 def test_train_toy_learns_index_quickly():

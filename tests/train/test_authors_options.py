@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from posym.errors import PosymError
-from posym.heads.runs import resolve_checkpoint, resolve_model
+from posym.runs.resolve import resolve_checkpoint, resolve_model
 from posym.tasks import make_split
-from posym.train import make_config, train
+from posym.train import make_config
+from posym.verbs.train import train
 from posym.train.config import TrainConfig, steps_for_epochs
 from posym.train.evaluate import evaluate
 

@@ -1,4 +1,4 @@
-"""Data-parallel training under torchrun (issue 6, item 5): 2 CPU processes with the gloo backend
+"""Data-parallel training under torchrun: 2 CPU processes with the gloo backend
 give the same run as one process with the same global batch, to float tolerance.
 
 The configurations have no dropout: with dropout each rank draws its own masks, so DDP and
@@ -18,7 +18,8 @@ from safetensors.torch import load_file
 
 from posym.cli import main as cli_main
 from posym.errors import PosymError
-from posym.train import make_config, train
+from posym.train import make_config
+from posym.verbs.train import train
 from posym.train.distributed import DistContext, run_on_main, setup, shard, shard_bounds
 
 MODEL = ["--set", "n_layer=2", "--set", "n_embd=32", "--set", "n_inner=64", "--set", "rotary_dim=32"]
@@ -31,7 +32,8 @@ SCRIPT_CFG = dict(steps=12, eval_every=4, n_val=128, n_test=128, eval_batch_size
                   model_overrides=dict(n_layer=2, n_embd=32, n_inner=64, rotary_dim=32))
 SCRIPT = """
 import sys, torch
-from posym.train import make_config, train
+from posym.train import make_config
+from posym.verbs.train import train
 train(make_config("letter", "quick", **{cfg!r}), sys.argv[1], resume="resume" in sys.argv, progress=False)
 """
 
@@ -76,6 +78,7 @@ def test_single_process_helpers(monkeypatch):
     assert run_on_main(lambda: 7) == 7
 
 
+@pytest.mark.integration
 def test_ddp_cli_equals_single_process(tmp_path):
     assert cli_main([*CLI_ARGS, "--out", str(tmp_path / "single")]) == 0
     proc = _torchrun(["-m", "posym.cli", *CLI_ARGS, "--out", str(tmp_path / "ddp")], tmp_path)
@@ -84,6 +87,7 @@ def test_ddp_cli_equals_single_process(tmp_path):
     assert pd.read_csv(tmp_path / "ddp/metrics.csv").duplicated(["split", "step"]).sum() == 0
 
 
+@pytest.mark.integration
 def test_ddp_resume_uneven_shards_equals_single_process(tmp_path):
     """A single-process run interrupted at step 8 (newest trainer state: step 4) resumed by 2 DDP
     processes (batch 63 = 31 + 32) ends where an uninterrupted single-process run ends."""

@@ -10,10 +10,12 @@ import torch
 from safetensors.torch import load_file
 
 from posym.errors import PosymError
-from posym.heads.tracking import score_checkpoints, score_table
+from posym.heads.tracking import score_table
+from posym.verbs.scores import score_checkpoints
 from posym.model.gptj import load_model
 from posym.tasks import make_split
-from posym.train import make_config, train
+from posym.train import make_config
+from posym.verbs.train import train
 
 TINY = dict(steps=12, eval_every=4, n_val=64, n_test=64, eval_batch_size=64, track_prompts=16, warmup=2,
             model_overrides=dict(n_layer=2, n_embd=32, n_inner=64, rotary_dim=32))

@@ -1,4 +1,4 @@
-"""Resume is exact: a run killed with SIGKILL and resumed writes the same metrics (SPEC §2, issue 2)."""
+"""Resume is exact: a run killed with SIGKILL and resumed writes the same metrics (SPEC §2)."""
 
 import csv
 import signal
@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from posym.errors import PosymError
-from posym.train import make_config, train
+from posym.train import make_config
+from posym.verbs.train import train
 
 TINY = dict(steps=240, eval_every=10, n_val=64, n_test=64, checkpoint_every=30, eval_batch_size=64,
             model_overrides=dict(n_layer=2, n_embd=32, n_inner=64, rotary_dim=32, resid_pdrop=0.1,
@@ -20,7 +21,8 @@ TINY = dict(steps=240, eval_every=10, n_val=64, n_test=64, checkpoint_every=30, 
 SCRIPT = """
 import sys, torch
 torch.set_num_threads(1)
-from posym.train import make_config, train
+from posym.train import make_config
+from posym.verbs.train import train
 cfg = make_config("letter", "quick", **{tiny!r})
 train(cfg, sys.argv[1], resume=len(sys.argv) > 2, progress=False)
 """
@@ -36,6 +38,7 @@ def _run(out: Path, resume: bool = False) -> subprocess.Popen:
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+@pytest.mark.integration
 def test_sigkill_then_resume_gives_identical_metrics(tmp_path):
     full = _run(tmp_path / "full")
     assert full.wait(timeout=300) == 0, full.stderr.read().decode()

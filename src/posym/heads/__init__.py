@@ -22,7 +22,6 @@ from posym.heads.frequencies import (
     frequency_scores,
     frequency_use,
     qk_geometry,
-    run_freqs,
     weighted_frequency_id,
 )
 
@@ -31,7 +30,6 @@ __all__ = [
     "frequency_scores",
     "frequency_use",
     "qk_geometry",
-    "run_freqs",
     "weighted_frequency_id",
     "DEFAULT_BLOCKS",
     "DEFAULT_TAU",

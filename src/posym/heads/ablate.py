@@ -150,13 +150,17 @@ def ablated_logits(model: GPTJForCausalLM, input_ids, heads: Iterable[tuple[int,
 
 
 def ablate_heads(model: GPTJForCausalLM, batch: TaskBatch, modes: str | Sequence[str] = MODES,
-                 batch_size: int = 512, mean_batch: TaskBatch | np.ndarray | None = None) -> pd.DataFrame:
+                 batch_size: int = 512, mean_batch: TaskBatch | np.ndarray | None = None,
+                 progress: bool = False) -> pd.DataFrame:
     """Accuracy with each head ablated in turn, per mode (Paper A Fig. 3 right).
 
     Returns one row per (mode, layer, head) plus a first baseline row (``mode="none"``, layer and head
     -1); columns ``mode, layer, head, acc, acc_hop1..acc_hop4`` (NaN for an absent hop class). The
     ``"mean"`` replacement is the mean over ``mean_batch`` (default: ``batch``) per position and head.
+    ``progress`` shows a bar over the ablated heads.
     """
+    from tqdm.auto import tqdm
+
     modes = _check_modes(modes)
     if not isinstance(batch, TaskBatch):
         raise PosymError("ablate_heads needs a posym.tasks.TaskBatch (labels and hop counts)")
@@ -175,31 +179,34 @@ def ablate_heads(model: GPTJForCausalLM, batch: TaskBatch, modes: str | Sequence
         if ref.shape[1] != ids.shape[1]:
             raise PosymError(f"mean_batch prompts have length {ref.shape[1]}, the evaluation batch {ids.shape[1]}")
         means = head_output_means(model, ref, batch_size=batch_size)
+    bar = tqdm(total=len(modes) * L * H, desc="ablating heads", unit="head", disable=not progress)
     for mode in modes:
         for layer in range(L):
             for head in range(H):
                 with ablated(model, [(layer, head)], mode, means):
                     pred = predict(model, ids, batch_size=batch_size, device=device)[0]
                 rows.append(row(mode, layer, head, pred))
+                bar.update(1)
+    bar.close()
     return pd.DataFrame(rows, columns=ABLATION_COLUMNS)
 
 
 def ablation_for_run(run_or_model_dir: str | os.PathLike, task: str | None = None, n: int = 2000, seed: int = 0,
                      modes: str | Sequence[str] = MODES, split: str = "test", batch_size: int = 512,
-                     step: int | None = None) -> pd.DataFrame:
+                     step: int | str | None = None, progress: bool = False) -> pd.DataFrame:
     """:func:`ablate_heads` for a run (newest checkpoint, or ``step``) or checkpoint directory on the
     first ``n`` prompts of ``split`` (default: 2,000 test prompts, balanced over hop counts).
 
     ``df.attrs`` records ``task``, ``step``, ``n``, ``split`` and ``seed``.
     """
-    from posym.heads.runs import resolve_model
+    from posym.runs.resolve import resolve_model
 
     modes = _check_modes(modes)
     if split not in SPLIT_SIZES:
         raise PosymError(f"unknown split {split!r} (expected one of: {', '.join(SPLIT_SIZES)})")
     model, task, ckpt_step = resolve_model(run_or_model_dir, task=task, step=step)
     batch = make_split(task, split, seed, n=n)
-    df = ablate_heads(model, batch, modes=modes, batch_size=batch_size)
+    df = ablate_heads(model, batch, modes=modes, batch_size=batch_size, progress=progress)
     df.attrs.update(task=task, step=ckpt_step, n=int(n), split=split, seed=int(seed))
     return df
 

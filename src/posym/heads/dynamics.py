@@ -13,13 +13,11 @@ import numpy as np
 import pandas as pd
 
 from posym.errors import PosymError
-
-SCORE_COLUMNS = ["step", "layer", "head", "tau", "s_pos", "s_sym", "entropy", "n_prompts"]
-
+from posym.runs import layout
 
 def load_scores(run_dir: str | os.PathLike) -> pd.DataFrame:
     """``RUN/scores.csv`` (written by head tracking or ``posym scores``)."""
-    path = Path(run_dir) / "scores.csv"
+    path = Path(run_dir) / layout.SCORES
     if not path.is_file():
         raise PosymError(f"no scores.csv in {run_dir}; train with --track-heads or run `posym scores {run_dir}`")
     df = pd.read_csv(path)
@@ -89,40 +87,3 @@ def normalized_entropy(scores: pd.DataFrame) -> pd.Series:
     g = scores.groupby(["layer", "head", "tau"])["entropy"]
     lo, hi = g.transform("min"), g.transform("max")
     return ((scores["entropy"] - lo) / (hi - lo).replace(0, np.nan)).fillna(0.0)
-
-
-def run_dynamics(run_dir: str | os.PathLike, gamma: float = 0.1, tau: float | None = None,
-                 layers: list[int] | None = None, out: str | os.PathLike | None = None) -> pd.DataFrame:
-    """``posym dynamics``: purity table (``RUN/purity_gamma{γ}.csv``) and Fig. 2 (``RUN/figures/fig2*``).
-
-    ``layers`` picks the layers drawn in panel B (default: up to six spread over the model).
-    Returns the purity table.
-    """
-    from posym.report.figures import plot_fig2, save_figure
-
-    run_dir = Path(run_dir)
-    scores = select_tau(load_scores(run_dir), tau)
-    metrics_path = run_dir / "metrics.csv"
-    metrics = pd.read_csv(metrics_path) if metrics_path.is_file() else pd.DataFrame(
-        columns=["split", "step", "acc"])
-    purity = purity_table(scores, gamma=gamma)
-    counts = pure_counts(purity, np.sort(scores["step"].unique()))
-    n_layers = int(scores["layer"].max()) + 1
-    if layers is None:
-        layers = sorted(set(np.linspace(0, n_layers - 1, min(6, n_layers)).round().astype(int).tolist()))
-    bad = [l for l in layers if not 0 <= l < n_layers]
-    if bad:
-        raise PosymError(f"layer(s) {bad} out of range 0..{n_layers - 1}")
-    scores = scores.assign(entropy_norm=normalized_entropy(scores)) if "entropy" in scores else scores
-    out_dir = Path(out) if out else run_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
-    purity.to_csv(out_dir / f"purity_gamma{gamma:g}.csv", index=False)
-    counts.to_csv(out_dir / f"pure_counts_gamma{gamma:g}.csv", index=False)
-    fig = plot_fig2(metrics, scores, counts, layers,
-                    entropy=scores["entropy_norm"] if "entropy_norm" in scores else None,
-                    title=f"{run_dir.name} (γ={gamma:g})")
-    save_figure(fig, out_dir / "figures" / f"fig2_gamma{gamma:g}")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return purity

@@ -174,7 +174,7 @@ def flow_for_example(run_or_model_dir: str | os.PathLike, example_index: int, ta
     gets ``label`` (the answer token), ``prediction`` (the model's argmax token), ``hops``,
     ``example_index``, ``split`` and ``step``.
     """
-    from posym.heads.runs import resolve_model
+    from posym.runs.resolve import resolve_model
 
     if split not in SPLIT_SIZES:
         raise PosymError(f"unknown split {split!r} (expected one of: {', '.join(SPLIT_SIZES)})")

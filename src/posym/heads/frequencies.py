@@ -41,16 +41,14 @@ Choices where SPEC is silent (our choices, documented and parameterised):
   each by its own position (``R(t) q``, ``R(j) k_j``); the pre-rotary coordinates are kept too. A
   query's ``value`` is its integer offset (number task), its right letter index 0..7 (letter task),
   or its token id (no task); a key's ``value`` is its position.
-* :func:`run_freqs` (``posym freqs``) analyses the first ``n`` test prompts; the geometry figure
+* the verb ``posym freqs`` (``posym.verbs.freqs``) analyses the first ``n`` test prompts; the geometry figure
   uses the (layer, head) with the smallest weighted ID (or the given layer and its smallest-ID head).
 """
 
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -59,6 +57,7 @@ from torch import Tensor
 
 from posym.errors import PosymError
 from posym.heads.scores import DEFAULT_TAU, _taus, combine_scores
+from posym.heads.swaps import as_ids, block_inputs, positive_int, query_position, rerun_swapped, token_perms, token_swaps
 from posym.model import rope
 from posym.model.adapters import RopeAdapter, eval_mode, get_adapter
 
@@ -73,32 +72,14 @@ DEFAULT_GEOMETRY_PROMPTS = 128
 # ================================================================================================
 # argument handling
 # ================================================================================================
-def _ids(input_ids: Any, ad: RopeAdapter, min_len: int = 1) -> Tensor:
-    if hasattr(input_ids, "input_ids") and not isinstance(input_ids, (Tensor, np.ndarray)):
-        input_ids = input_ids.input_ids  # a posym.tasks.TaskBatch
-    ids = ad._check_ids(input_ids if isinstance(input_ids, Tensor) else np.asarray(input_ids))
-    if ids.shape[1] < min_len:
-        raise PosymError(f"prompts must have at least {min_len} tokens, got {ids.shape[1]}")
-    return ids
-
-
-def _query_pos(query_pos: Any, T: int, min_t: int = 0) -> int:
-    """One query position for all prompts (None = last; negative counts from the end)."""
-    if query_pos is None:
-        t = T - 1
-    else:
-        if isinstance(query_pos, bool) or not isinstance(query_pos, (int, np.integer)):
-            raise PosymError(f"query_pos must be one integer (None = the last position), got {query_pos!r}")
-        t = int(query_pos) + (T if int(query_pos) < 0 else 0)
-    if not min_t <= t <= T - 1:
-        raise PosymError(f"query_pos must lie in [{min_t}, {T - 1}] for prompts of length {T}, got {query_pos}")
-    return t
-
-
-def _batch_size(batch_size: int) -> int:
-    if isinstance(batch_size, bool) or int(batch_size) < 1:
-        raise PosymError(f"batch_size must be a positive integer, got {batch_size!r}")
-    return int(batch_size)
+def _prepare(model, input_ids, query_pos, layers, batch_size,
+             min_t: int = 0) -> tuple[RopeAdapter, Tensor, int, list[int], int]:
+    """Checked ``(adapter, ids [B, T], query position t, layers, batch_size)`` (:mod:`posym.heads.swaps`);
+    ``min_t = 2``: at least one swap before the query."""
+    ad = get_adapter(model)
+    ids = as_ids(input_ids, ad, min_len=min_t + 1)
+    t = query_position(query_pos, ids.shape[1], min_t=min_t)
+    return ad, ids, t, ad.check_layers(layers), positive_int(batch_size, "batch_size")
 
 
 def n_terms(model) -> int:
@@ -189,11 +170,7 @@ def frequency_logits(model, input_ids, query_pos: int | None = None, layers: Seq
     of the pre-softmax, scaled logit of each key; the sum over the term axis is the model's logit
     (pre soft-cap). The extra last term exists only for partial rotary (see :func:`frequency_ids`).
     """
-    ad = get_adapter(model)
-    ids = _ids(input_ids, ad)
-    t = _query_pos(query_pos, ids.shape[1])
-    layers = ad._check_layers(layers)
-    bs = _batch_size(batch_size)
+    ad, ids, t, layers, bs = _prepare(model, input_ids, query_pos, layers, batch_size)
     parts = []
     for s in range(0, ids.shape[0], bs):
         q, k = _capture(ad, ids[s:s + bs], t, layers)
@@ -212,31 +189,6 @@ def _window_mask(ad: RopeAdapter, layer: int, t: int, device) -> Tensor | None:
 # ================================================================================================
 # per-frequency scores
 # ================================================================================================
-def _lse(*xs: Tensor) -> Tensor:
-    return torch.logsumexp(torch.stack(torch.broadcast_tensors(*xs), dim=-1), dim=-1)
-
-
-def _swaps_from_m(m: Tensor, t: int) -> tuple[Tensor, Tensor, Tensor]:
-    """From content×position matrices m [..., t+1, t+1]: (D [..., t], D'_i, D'_j [..., S]) for all
-    swaps ``(i, j)``, ``0 <= i < j < t`` (``torch.triu_indices(t, t, 1)`` order), softmax over keys
-    ``0..t``. Log domain, nothing cancels (same algorithm as :mod:`posym.heads.scores`)."""
-    I, J = torch.triu_indices(t, t, 1, device=m.device)
-    lg = torch.diagonal(m, dim1=-2, dim2=-1)  # [..., t+1]
-    p = torch.softmax(lg, dim=-1)
-    ninf = torch.full_like(lg[..., :1], float("-inf"))
-    pre = torch.cat((ninf, torch.logcumsumexp(lg, dim=-1)[..., :-1]), dim=-1)  # lse(l[:i])
-    suf = torch.cat((torch.logcumsumexp(lg.flip(-1), dim=-1).flip(-1)[..., 1:], ninf), dim=-1)  # lse(l[j+1:])
-    idx = torch.arange(t + 1, device=m.device)
-    after = idx[None, :] > idx[:, None]
-    mid = torch.logcumsumexp(lg[..., None, :].masked_fill(~after, float("-inf")), dim=-1)  # lse(l[i+1..k])
-    rest = _lse(pre[..., I], mid[..., I, J - 1], suf[..., J])
-    a = m[..., I, J]  # content j at position i
-    b = m[..., J, I]  # content i at position j
-    den = _lse(rest, a, b)
-    # every term -inf (a fully masked row) cannot happen: the query's own key is always visible
-    return p[..., :t], (a - den).exp(), (b - den).exp()
-
-
 def _masked_m(ad: RopeAdapter, q: Tensor, k: Tensor, t: int, layer: int) -> Tensor:
     m = frequency_content_position_logits(ad, q, k, t)
     win = _window_mask(ad, layer, t, m.device)
@@ -245,9 +197,22 @@ def _masked_m(ad: RopeAdapter, q: Tensor, k: Tensor, t: int, layer: int) -> Tens
     return m
 
 
+def _masked_terms(ad: RopeAdapter, store: dict[str, Tensor], t: int, layer: int) -> Tensor:
+    """Per-frequency terms [B, H, F, t+1] of the query at ``t`` from one layer's captured q/k, ``-inf``
+    outside the layer's window."""
+    terms = frequency_terms_from_qk(ad, store["q"][:, :, t], store["k"], t)
+    win = _window_mask(ad, layer, t, terms.device)
+    return terms if win is None else terms.masked_fill(win, float("-inf"))
+
+
 def _swap_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """Per layer: (D [B, H, F, t], D'_i, D'_j [B, H, F, S]) of every frequency head (:func:`token_swaps`)."""
     q, k = _capture(ad, ids, t, layers)
-    return [_swaps_from_m(_masked_m(ad, q[i], k[i], t, l), t) for i, l in enumerate(layers)]
+    out = []
+    for i, l in enumerate(layers):
+        lg, dp_i, dp_j = token_swaps(_masked_m(ad, q[i], k[i], t, l), t)
+        out.append((torch.softmax(lg, dim=-1)[..., :t], dp_i, dp_j))
+    return out
 
 
 def _swap_reference(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
@@ -255,50 +220,17 @@ def _swap_reference(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
     """Literal path: swap the hidden states at the input of layer ℓ (keep positions), re-capture the
     pre-rotary q/k of layer ℓ, recompute the terms of the query and soft-max each term alone."""
     ids = ids[:, : t + 1]
-    B, T = ids.shape
     I, J = (x.tolist() for x in torch.triu_indices(t, t, 1))
-    S = len(I)
-    perms = torch.arange(T, device=ids.device).repeat(S, 1)
-    ar = torch.arange(S)
-    perms[ar, I], perms[ar, J] = torch.as_tensor(J), torch.as_tensor(I)
-    hidden: dict[int, Tensor] = {}
-
-    def grab(l):
-        def hook(module, args, kwargs):
-            hidden[l] = (args[0] if args else kwargs["hidden_states"]).detach().clone()
-        return hook
-
-    stores = {l: {} for l in layers}
-    ad._run_capture(ids, stores, [ad.blocks[l].register_forward_pre_hook(grab(l), with_kwargs=True) for l in layers])
+    ar = torch.arange(len(I))
+    perms = token_perms(ids.shape[1], t, ids.device)
+    with block_inputs(ad, layers) as hidden:
+        stores = ad.capture(ids, layers)
     out = []
     for l in layers:
-        base = frequency_terms_from_qk(ad, stores[l]["q"][:, :, t], stores[l]["k"], t)  # [B, H, F, t+1]
-        win = _window_mask(ad, l, t, base.device)
-        if win is not None:
-            base = base.masked_fill(win, float("-inf"))
-        d = torch.softmax(base, dim=-1)[..., :t]
-        rows = []
-        cur: dict[str, Tensor] = {}
-
-        def swap_in(module, args, kwargs):
-            if args:
-                return (cur["x"],) + tuple(args[1:]), kwargs
-            kwargs = dict(kwargs)
-            kwargs["hidden_states"] = cur["x"]
-            return args, kwargs
-
-        for n0 in range(0, B * S, chunk_size):
-            flat = torch.arange(n0, min(n0 + chunk_size, B * S), device=ids.device)
-            b_idx, s_idx = flat // S, flat % S
-            cur["x"] = hidden[l][b_idx[:, None], perms[s_idx]]
-            st = {l: {}}
-            ad._run_capture(ids[b_idx], st, [ad.blocks[l].register_forward_pre_hook(swap_in, with_kwargs=True)])
-            terms = frequency_terms_from_qk(ad, st[l]["q"][:, :, t], st[l]["k"], t)
-            if win is not None:
-                terms = terms.masked_fill(win, float("-inf"))
-            rows.append(torch.softmax(terms, dim=-1))
-        rows = torch.cat(rows).reshape(B, S, *rows[0].shape[1:])  # [B, S, H, F, t+1]
-        # advanced indices separated by slices: the swap axis comes first -> [S, B, H, F]
+        d = torch.softmax(_masked_terms(ad, stores[l], t, l), dim=-1)[..., :t]
+        rows = rerun_swapped(ad, ids, hidden[l], perms, l, chunk_size,
+                             lambda x: torch.softmax(_masked_terms(ad, ad.capture(x, [l])[l], t, l), dim=-1))
+        # rows [B, S, H, F, t+1]; advanced indices separated by slices: the swap axis comes first -> [S, B, H, F]
         dp_i = rows[:, ar, ..., I].permute(1, 2, 3, 0)
         dp_j = rows[:, ar, ..., J].permute(1, 2, 3, 0)
         out.append((d, dp_i, dp_j))
@@ -317,12 +249,8 @@ def frequency_swap_attention(model, input_ids, query_pos: int | None = None, *,
     """
     if method not in ("fast", "reference"):
         raise PosymError(f"method must be 'fast' or 'reference', got {method!r}")
-    ad = get_adapter(model)
-    ids = _ids(input_ids, ad, min_len=3)
-    t = _query_pos(query_pos, ids.shape[1], min_t=2)
-    layers = ad._check_layers(layers)
-    bs = _batch_size(batch_size)
-    cs = _batch_size(chunk_size)
+    ad, ids, t, layers, bs = _prepare(model, input_ids, query_pos, layers, batch_size, min_t=2)
+    cs = positive_int(chunk_size, "chunk_size")
     parts = []
     with eval_mode(ad.model):
         for s in range(0, ids.shape[0], bs):
@@ -350,7 +278,7 @@ def frequency_scores(model, input_ids, taus: float | Sequence[float] = (DEFAULT_
     i, j = pairs[:, 0], pairs[:, 1]
     s_pos, s_sym = combine_scores(d[..., i], d[..., j], dp_i, dp_j, taus)  # [B, L, H, F, n_tau]
     ad = get_adapter(model)
-    layers = ad._check_layers(layers)
+    layers = ad.check_layers(layers)
     info = frequency_ids(ad)
     B, L, H, F, NT = s_pos.shape
     if mean_over_prompts:
@@ -387,11 +315,7 @@ def frequency_use_array(model, input_ids, query_pos: int | None = None, *, layer
     ``weighting="centered"`` subtracts each term's mean over those keys first (see :data:`WEIGHTINGS`)."""
     if weighting not in WEIGHTINGS:
         raise PosymError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
-    ad = get_adapter(model)
-    ids = _ids(input_ids, ad)
-    t = _query_pos(query_pos, ids.shape[1])
-    layers = ad._check_layers(layers)
-    bs = _batch_size(batch_size)
+    ad, ids, t, layers, bs = _prepare(model, input_ids, query_pos, layers, batch_size)
     parts = []
     with eval_mode(ad.model):
         for s in range(0, ids.shape[0], bs):
@@ -414,7 +338,7 @@ def frequency_use(model, input_ids, query_pos: int | None = None, *, layers: Seq
     freq_id, angle, rotary, use, use_frac, n_prompts`` (``use_frac`` = share among rotary terms,
     NaN on the non-rotary row). ``weighting``: see :data:`WEIGHTINGS` (default SPEC's ``max_abs``)."""
     ad = get_adapter(model)
-    layers = ad._check_layers(layers)
+    layers = ad.check_layers(layers)
     per = frequency_use_array(ad, input_ids, query_pos, layers=layers, batch_size=batch_size, weighting=weighting)
     return use_frame(ad, per.mean(0), per.shape[0], layers)
 
@@ -507,9 +431,9 @@ def qk_geometry(model, input_ids, layer: int, head: int = 0, freq_id: int | None
     see :func:`query_values` for queries; the position for keys.
     """
     ad = get_adapter(model)
-    ids = _ids(input_ids, ad)
-    t = _query_pos(query_pos, ids.shape[1])
-    layer = ad._check_layers([layer])[0]
+    ids = as_ids(input_ids, ad)
+    t = query_position(query_pos, ids.shape[1])
+    layer = ad.check_layers([layer])[0]
     if isinstance(head, bool) or not 0 <= int(head) < ad.n_heads:
         raise PosymError(f"head {head} out of range [0, {ad.n_heads})")
     head = int(head)
@@ -549,9 +473,9 @@ def qk_geometry(model, input_ids, layer: int, head: int = 0, freq_id: int | None
 
 
 # ================================================================================================
-# driver (posym freqs)
+# the q/k geometry head of the freqs verb
 # ================================================================================================
-def _pick_geometry_head(table: pd.DataFrame, layer: int | None) -> tuple[int, int]:
+def pick_geometry_head(table: pd.DataFrame, layer: int | None) -> tuple[int, int]:
     ok = table[np.isfinite(table["weighted_id"])]
     if layer is not None:
         if not (table["layer"] == layer).any():
@@ -565,74 +489,8 @@ def _pick_geometry_head(table: pd.DataFrame, layer: int | None) -> tuple[int, in
     return int(row["layer"]), int(row["head"])
 
 
-def run_freqs(path: str | os.PathLike, task: str | None = None, n: int = DEFAULT_N, out: str | os.PathLike | None = None,
-              layer_geometry: int | None = None, *, step: int | None = None, seed: int = 0, split: str = "test",
-              scores: bool = True, geometry_prompts: int = DEFAULT_GEOMETRY_PROMPTS, batch_size: int = 64,
-              weighting: str = "max_abs") -> pd.DataFrame:
-    """``posym freqs RUN_DIR|MODEL_DIR``: frequency use, Table 1 and Figs. 8 / 4B of one model.
-
-    ``path``: a run directory (newest checkpoint, or ``step``), a checkpoint directory or a plain
-    HF GPT-J directory (then ``task`` is required). Analyses the first ``n`` prompts of ``split``
-    (seed ``seed``) and writes, under ``out`` (default: ``path``): ``freq_use.csv`` (per layer, head,
-    frequency), ``freq_table.csv`` (Table 1), ``freq_scores.csv`` (per-frequency s_POS/s_SYM, τ =
-    1e-4; skipped with ``scores=False``), ``qk_geometry_L{l}.csv`` and the figures
-    ``figures/freq_use.png|pdf`` and ``figures/qk_geometry_L{l}.png|pdf`` (geometry on the first
-    ``geometry_prompts`` prompts, layer ``layer_geometry`` or the one with the smallest weighted ID,
-    in its dominant plane). ``weighting``: the ``u_k`` of :func:`frequency_use`. Returns the Table 1
-    frame (``attrs``: task, step, checkpoint, geometry_layer, geometry_head, files).
-    """
-    import matplotlib.pyplot as plt
-
-    from posym.heads.runs import resolve_model
-    from posym.report.figures import save_figure
-    from posym.report.freq_figures import plot_freq_use, plot_qk_geometry
-    from posym.tasks import make_split
-
-    if weighting not in WEIGHTINGS:
-        raise PosymError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
-    if isinstance(geometry_prompts, bool) or int(geometry_prompts) < 1:
-        raise PosymError(f"geometry_prompts must be a positive integer, got {geometry_prompts!r}")
-    rm = resolve_model(path, task=task, step=step)
-    model, task = rm.model, rm.task
-    batch = make_split(task, split, seed=seed, n=n)
-    ad = get_adapter(model)
-    if layer_geometry is not None:
-        ad._check_layers([layer_geometry])
-    out_dir = Path(out) if out is not None else Path(path)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files = []
-
-    use = frequency_use(ad, batch.input_ids, batch_size=batch_size, weighting=weighting)
-    table = weighted_frequency_id(use)
-    use.to_csv(out_dir / "freq_use.csv", index=False)
-    table.to_csv(out_dir / "freq_table.csv", index=False)
-    files += [out_dir / "freq_use.csv", out_dir / "freq_table.csv"]
-    if scores:
-        fs = frequency_scores(ad, batch.input_ids, batch_size=max(1, batch_size // 2))
-        fs.to_csv(out_dir / "freq_scores.csv", index=False)
-        files.append(out_dir / "freq_scores.csv")
-
-    label = f"{rm.path.parent.parent.name if rm.path.parent.name == 'checkpoints' else rm.path.name}"
-    label += f" ({task}" + (f", step {rm.step})" if rm.step is not None else ")")
-    fig = plot_freq_use(use, title=f"frequency use — {label}")
-    files += save_figure(fig, out_dir / "figures" / "freq_use")
-    plt.close(fig)
-
-    layer, head = _pick_geometry_head(table, layer_geometry)
-    dom = table.loc[(table["layer"] == layer) & (table["head"] == head), "dominant_id"].iloc[0]
-    pts = qk_geometry(ad, batch.input_ids[: int(geometry_prompts)], layer, head,
-                      freq_id=int(dom) if dom > 0 else None, task=task)
-    pts.to_csv(out_dir / f"qk_geometry_L{layer}.csv", index=False)
-    files.append(out_dir / f"qk_geometry_L{layer}.csv")
-    fig = plot_qk_geometry(pts)
-    files += save_figure(fig, out_dir / "figures" / f"qk_geometry_L{layer}")
-    plt.close(fig)
-    table.attrs.update(task=task, step=rm.step, checkpoint=str(rm.path), geometry_layer=layer, geometry_head=head,
-                       files=[str(p) for p in files])
-    return table
-
-
 __all__ = [
+    "DEFAULT_GEOMETRY_PROMPTS",
     "DEFAULT_N",
     "TABLE_COLUMNS",
     "WEIGHTINGS",
@@ -645,9 +503,9 @@ __all__ = [
     "frequency_use",
     "frequency_use_array",
     "n_terms",
+    "pick_geometry_head",
     "qk_geometry",
     "query_values",
-    "run_freqs",
     "use_frame",
     "weighted_frequency_id",
 ]

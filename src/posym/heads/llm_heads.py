@@ -1,10 +1,10 @@
 """``posym llm heads``: positional/symbolic scores of every head of a real RoPE LLM (SPEC §3, §4, §6).
 
-For each prompt set (:mod:`posym.heads.llm_prompts`: entity–attribute ``binding`` prompts and the
+For each prompt set (:mod:`posym.tasks.llm_prompts`: entity–attribute ``binding`` prompts and the
 1-hop ``number`` / ``letter`` prompts) and every (layer, head) of the model:
 
 * ``s_pos``, ``s_sym`` — Paper B's *block* version of SPEC §3 (whole blocks swapped; one block per
-  fact / per window token, see :mod:`posym.heads.llm_prompts`), fast exact path
+  fact / per window token, see :mod:`posym.tasks.llm_prompts`), fast exact path
   (:func:`posym.heads.scores.swap_attention` with ``blocks``, the engine of
   :func:`posym.heads.scores.scores_blocks_fast`), query = the prompt's last token, one τ
   (default 1e-4), averaged over the prompts of the set;
@@ -23,7 +23,7 @@ the first half of the layers (``0 .. L//2 - 1``) vs the second half, and Pearson
 s_SYM across all heads (Paper B: 0.83 vs 0.56 for gemma-2-2b; r ≈ −0.91).
 
 The adapter works with any attention implementation (it hooks the q/k projections and recomputes
-the attention), so the model is loaded as :func:`posym.lengthgen.hf_llm.load_llm` loads it; eager
+the attention), so the model is loaded as :func:`posym.model.llm.load_llm` loads it; eager
 attention is only needed by the literal reference path (tests). Prompts sharing a token length and
 block layout are batched together (``batch_size`` prompts per forward); each batch costs two
 forwards (the score capture, which stops after the last layer, and one full pass for frequency use
@@ -32,12 +32,10 @@ and the next-token prediction).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,7 +48,7 @@ from posym.heads.frequencies import (
     use_frame,
     weighted_frequency_id,
 )
-from posym.heads.llm_prompts import (
+from posym.tasks.llm_prompts import (
     DEFAULT_LENGTH,
     DEFAULT_N_ENTITIES,
     DEFAULT_N_EXAMPLES,
@@ -60,10 +58,9 @@ from posym.heads.llm_prompts import (
     group_prompts,
 )
 from posym.heads.scores import DEFAULT_TAU, _taus, swap_attention
-from posym.model.adapters import RopeAdapter, eval_mode, get_adapter
+from posym.model.adapters import RopeAdapter, get_adapter
 
 DEFAULT_N = 32
-DEFAULT_OUT = "runs/llm/heads"
 TABLE_COLUMNS = ["prompt_set", "layer", "head", "kv_head", "s_pos", "s_sym", "entropy", "block_mass", "tau",
                  "n_prompts", "weighted_id", "weighted_angle", "dominant_id", "dominant_angle", "nonrotary_share"]
 SUMMARY_COLUMNS = ["prompt_set", "n_prompts", "accuracy", "n_layers", "n_heads", "first_half", "second_half",
@@ -99,7 +96,7 @@ def _load(model: Any, gguf: Any, tokenizer: Any, device: str | None, dtype: Any)
             raise PosymError("an in-memory model needs its tokenizer (tokenizer=...)")
         name = getattr(model.config, "_name_or_path", "") or type(model).__name__
         return model, tokenizer, str(name)
-    from posym.lengthgen.hf_llm import load_llm, model_label
+    from posym.model.llm import load_llm, model_label
 
     lm, tok = load_llm(model, gguf, device=device, dtype=dtype)
     return lm, tok, model_label(model, gguf)
@@ -113,16 +110,8 @@ def _full_pass(ad: RopeAdapter, ids: torch.Tensor) -> tuple[np.ndarray, np.ndarr
     """One full forward: frequency use ``max_j |λ^(k)_{t,j}|`` [B, L, H, F] of the last token and the
     greedy next token [B]."""
     L = ad.n_layers
-    stores: dict[int, dict] = {l: {} for l in range(L)}
-    handles = []
-    try:
-        for l in range(L):
-            handles += ad._qk_hooks(l, stores[l])
-        with eval_mode(ad.model):
-            logits = ad.model(input_ids=ids, use_cache=False).logits[:, -1]
-    finally:
-        for h in handles:
-            h.remove()
+    with ad.capturing(range(L)) as stores:
+        logits = ad.run(ids).logits[:, -1]
     t = ids.shape[1] - 1
     use = []
     for l in range(L):
@@ -159,7 +148,7 @@ def score_prompt_set(ad: RopeAdapter, prompts: Sequence[LLMPrompt], tau: float =
     use = None
     correct = known = 0
     for blocks, idx in _batches(prompts, batch_size):
-        ids = ad._check_ids(torch.tensor([prompts[i].input_ids for i in idx]))
+        ids = ad.check_ids(torch.tensor([prompts[i].input_ids for i in idx]))
         sw = swap_attention(ad, ids, blocks=list(blocks), batch_size=len(idx))  # one query position t = T-1
         s_pos, s_sym = sw.scores(tau)
         sp += s_pos[..., 0].sum(0)
@@ -251,22 +240,20 @@ def layer_medians(table: pd.DataFrame) -> pd.DataFrame:
 def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, tokenizer: Any = None,
               prompts: str | Sequence[str] = "all", n: int = DEFAULT_N, seed: int = 0,
               length: int = DEFAULT_LENGTH, n_entities: int = DEFAULT_N_ENTITIES,
-              n_examples: int = DEFAULT_N_EXAMPLES, tau: float = DEFAULT_TAU, out: str | os.PathLike | None = None,
+              n_examples: int = DEFAULT_N_EXAMPLES, tau: float = DEFAULT_TAU,
               device: str | None = None, dtype: Any = None, batch_size: int = 8,
               progress: bool = True) -> pd.DataFrame:
     """s_POS, s_SYM (block swaps), entropy and frequency use of every head of a RoPE LLM (SPEC §3, §4, §6).
 
-    ``model``/``gguf``: as :func:`posym.lengthgen.hf_llm.load_llm` (default SmolLM2-135M-Instruct
+    ``model``/``gguf``: as :func:`posym.model.llm.load_llm` (default SmolLM2-135M-Instruct
     GGUF; GPT-J, Llama-family and GPT-NeoX supported through the adapter), or an in-memory HF model
     with ``tokenizer``. ``prompts``: ``"all"`` | ``"binding"`` | ``"number"`` | ``"letter"`` (or a
     comma list); ``n`` prompts per set, data ``seed``; ``length`` = 1-hop target-window length;
     ``n_entities`` = facts per binding prompt; ``n_examples`` = worked examples in 1-hop prompts.
 
     Returns one row per (prompt_set, layer, head) with :data:`TABLE_COLUMNS`; ``attrs``: ``model``,
-    ``accuracy`` (per set), ``files``. With ``out`` (a directory) writes ``llm_heads.csv``,
-    ``llm_heads_freq_use.csv``, ``llm_heads_layers.csv`` (per-layer medians),
-    ``llm_heads_summary.csv`` (:func:`summarize_llm_heads`), ``llm_heads.json`` (settings) and
-    ``figures/llm_heads_plane.png|pdf``.
+    ``accuracy`` (per set), ``freq_use`` (per layer, head, frequency) and ``meta`` (the settings).
+    The verb ``posym llm heads`` (``posym.verbs.llm``) writes them.
     """
     t0 = time.time()
     sets = parse_prompt_sets(prompts)
@@ -293,42 +280,16 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, token
             uses.append(use)
             accuracy[s] = acc
     table = pd.concat(tables, ignore_index=True)[TABLE_COLUMNS]
-    table.attrs.update(model=label, accuracy=accuracy, files=[])
-    if out is not None:
-        meta = {"model": label, "family": ad.family, "n_layers": ad.n_layers, "n_heads": ad.n_heads,
-                "n_kv_heads": ad.n_kv_heads, "prompts": list(sets), "n": n, "seed": int(seed), "length": int(length),
-                "n_entities": int(n_entities), "n_examples": int(n_examples), "tau": tau, "batch_size": batch_size,
-                "dtype": str(next(lm.parameters()).dtype), "accuracy": accuracy,
-                "seconds": round(time.time() - t0, 1)}
-        table.attrs["files"] = _write(table, pd.concat(uses, ignore_index=True), Path(out), meta)
+    meta = {"model": label, "family": ad.family, "n_layers": ad.n_layers, "n_heads": ad.n_heads,
+            "n_kv_heads": ad.n_kv_heads, "prompts": list(sets), "n": n, "seed": int(seed), "length": int(length),
+            "n_entities": int(n_entities), "n_examples": int(n_examples), "tau": tau, "batch_size": batch_size,
+            "dtype": str(next(lm.parameters()).dtype), "accuracy": accuracy, "seconds": round(time.time() - t0, 1)}
+    table.attrs.update(model=label, accuracy=accuracy, freq_use=pd.concat(uses, ignore_index=True), meta=meta)
     return table
-
-
-def _write(table: pd.DataFrame, use: pd.DataFrame, out: Path, meta: dict) -> list[str]:
-    import matplotlib.pyplot as plt
-
-    from posym.report.figures import save_figure
-    from posym.report.llm_heads_figures import plot_llm_heads_plane
-
-    out.mkdir(parents=True, exist_ok=True)
-    files = [out / "llm_heads.csv", out / "llm_heads_freq_use.csv", out / "llm_heads_layers.csv",
-             out / "llm_heads_summary.csv", out / "llm_heads.json"]
-    table.to_csv(files[0], index=False)
-    use.to_csv(files[1], index=False)
-    layer_medians(table).to_csv(files[2], index=False)
-    summarize_llm_heads(table).to_csv(files[3], index=False)
-    files[4].write_text(json.dumps(meta, indent=2, default=str) + "\n")
-    fig = plot_llm_heads_plane(table, title=str(meta.get("model", "")))
-    try:
-        files += save_figure(fig, out / "figures" / "llm_heads_plane")
-    finally:
-        plt.close(fig)
-    return [str(f) for f in files]
 
 
 __all__ = [
     "DEFAULT_N",
-    "DEFAULT_OUT",
     "SUMMARY_COLUMNS",
     "TABLE_COLUMNS",
     "layer_medians",

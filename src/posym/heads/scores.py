@@ -17,16 +17,16 @@ Two paths compute the same numbers:
 * **reference** (:func:`scores_reference`, :func:`scores_blocks_reference`): the literal re-run. A
   forward pre-hook captures each block's input hidden states; every swapped version is then run
   through the model with a pre-hook on block ``ℓ`` substituting the swapped hidden states, a hook on
-  the attention module reading its (eager) attention weights, and a hook raising a private exception
-  right after block ``ℓ`` so only layers ``<= ℓ`` run. Needs ``attn_implementation="eager"``.
+  the attention module reading its (eager) attention weights, and the forward stopped right after
+  block ``ℓ`` so only layers ``<= ℓ`` run (:mod:`posym.heads.swaps`). Needs ``attn_implementation="eager"``.
 * **fast exact** (:func:`scores_fast`, :func:`scores_blocks_fast`): layer norm acts per token and the
   query is never swapped, so a swap only exchanges the pre-rotary keys of ``i`` and ``j`` while
   positions stay fixed. From one forward pass (pre-rotary q, k via :mod:`posym.model.adapters`),
   ``M[a, b] = scaling · q_rot(t) · rotate(k_b, a)`` is the logit of content ``b`` placed at position
   ``a``; the unswapped logits are ``diag(M)`` (the query's own logit ``M[t, t]`` included); swap
   ``(i, j)`` replaces entries ``i, j`` by ``M[i, j]`` and ``M[j, i]``. All swaps are evaluated at once
-  in float64 in the log domain (the softmax denominator of every swap is assembled from prefix /
-  middle / suffix log-cum-sum-exps, so nothing cancels).
+  in float64 in the log domain (:func:`posym.heads.swaps.token_swaps`: the softmax denominator of
+  every swap is assembled from prefix / middle / suffix log-cum-sum-exps, so nothing cancels).
 
 Choices where SPEC is silent (documented, tested):
 
@@ -67,7 +67,18 @@ import torch
 from torch import Tensor
 
 from posym.errors import PosymError
-from posym.model.adapters import RopeAdapter, _Stop, eval_mode, get_adapter
+from posym.heads.swaps import (
+    as_ids,
+    block_inputs,
+    lse,
+    positive_int,
+    query_positions,
+    rerun_swapped,
+    swap_perms,
+    token_perms,
+    token_swaps,
+)
+from posym.model.adapters import RopeAdapter, eval_mode, get_adapter, hook_handles
 
 DEFAULT_TAU = 1e-4
 DEFAULT_BLOCKS = 16
@@ -263,30 +274,6 @@ def normalised_entropy(p: Tensor) -> Tensor:
 # ================================================================================================
 # argument handling
 # ================================================================================================
-def _as_ids(input_ids: Any, ad: RopeAdapter) -> Tensor:
-    if hasattr(input_ids, "input_ids") and not isinstance(input_ids, (Tensor, np.ndarray)):
-        input_ids = input_ids.input_ids  # a posym.tasks.TaskBatch
-    ids = ad._check_ids(np.asarray(input_ids) if not isinstance(input_ids, Tensor) else input_ids)
-    if ids.shape[1] < 3:
-        raise PosymError(f"prompts must have at least 3 tokens (two keys to swap and a query), got {ids.shape[1]}")
-    return ids
-
-
-def _query_positions(query_pos: Any, B: int, T: int) -> np.ndarray:
-    if query_pos is None:
-        return np.full(B, T - 1, dtype=np.int64)
-    qp = np.asarray(query_pos)
-    if qp.dtype.kind not in "iu":
-        raise PosymError(f"query_pos must be an integer or one integer per prompt, got {query_pos!r}")
-    qp = np.broadcast_to(qp, (B,)).astype(np.int64) if qp.ndim == 0 else qp.astype(np.int64)
-    if qp.shape != (B,):
-        raise PosymError(f"query_pos must be one integer or {B} integers (one per prompt), got shape {qp.shape}")
-    qp = np.where(qp < 0, qp + T, qp)
-    if qp.min() < 2 or qp.max() > T - 1:
-        raise PosymError(f"query_pos must lie in [2, {T - 1}] (at least two earlier keys to swap)")
-    return qp
-
-
 def _resolve_blocks(blocks: BlockSpec, t: int) -> tuple[tuple[int, int], ...]:
     """Blocks over keys ``0..t-1`` as sorted, disjoint ``(start, stop)`` pairs (module doc, Blocks)."""
     if isinstance(blocks, (int, np.integer)):
@@ -335,10 +322,6 @@ def _block_pairs(blocks: tuple[tuple[int, int], ...]) -> np.ndarray:
 # ================================================================================================
 # fast exact path
 # ================================================================================================
-def _lse(*xs: Tensor) -> Tensor:
-    return torch.logsumexp(torch.stack(torch.broadcast_tensors(*xs), dim=-1), dim=-1)
-
-
 def _flusher(dtype: torch.dtype):
     """Flush probabilities that the model's attention dtype cannot represent (below half its smallest
     subnormal; float32: 7e-46) to exactly 0, so the fast path sees the same zeros as the reference."""
@@ -353,8 +336,7 @@ def _flusher(dtype: torch.dtype):
 
 def _capture_truncated(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> tuple[dict, dict]:
     """Pre-rotary query at ``t`` [B, H, hd] and keys ``0..t`` [B, Hkv, t+1, hd] of each layer."""
-    stores = {l: {} for l in layers}
-    ad._run_capture(ids[:, : t + 1], stores)
+    stores = ad.capture(ids[:, : t + 1], layers)
     return {l: stores[l]["q"][:, :, t] for l in layers}, {l: stores[l]["k"] for l in layers}
 
 
@@ -382,27 +364,13 @@ def position_content_logits(ad: RopeAdapter, q: Tensor, k: Tensor, t: int, layer
 def _token_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> dict[int, tuple]:
     """Per layer: (D [B,H,t], D'_i, D'_j [B,H,S], entropy [B,H]) for all token swaps, all float64."""
     qs, ks = _capture_truncated(ad, ids, t, layers)
-    I, J = torch.triu_indices(t, t, 1, device=ids.device)
     out = {}
     for l in layers:
         m = position_content_logits(ad, qs[l], ks[l], t, l)  # [B, H, t+1, t+1]
-        lg = torch.diagonal(m, dim1=-2, dim2=-1)  # [B, H, t+1] unswapped logits (self at t)
-        logp = torch.log_softmax(lg, dim=-1)
-        p = logp.exp()
-        ninf = torch.full_like(lg[..., :1], float("-inf"))
-        # log-sum-exp of logits strictly before i / strictly after j (self included) / strictly between
-        pre = torch.cat((ninf, torch.logcumsumexp(lg, dim=-1)[..., :-1]), dim=-1)  # pre[i] = lse(l[:i])
-        suf = torch.cat((torch.logcumsumexp(lg.flip(-1), dim=-1).flip(-1)[..., 1:], ninf), dim=-1)  # lse(l[j+1:])
-        idx = torch.arange(t + 1, device=lg.device)
-        after = idx[None, :] > idx[:, None]  # [i, k]: k > i
-        mid = torch.logcumsumexp(lg[..., None, :].masked_fill(~after, float("-inf")), dim=-1)  # mid[i,k]=lse(l[i+1..k])
-        mid_ij = mid[..., I, J - 1]  # lse(l[i+1..j-1]) ( -inf when j = i+1 )
-        rest = _lse(pre[..., I], mid_ij, suf[..., J])
-        a = m[..., I, J]  # content j at position i
-        b = m[..., J, I]  # content i at position j
-        den = _lse(rest, a, b)
+        lg, dp_i, dp_j = token_swaps(m, t)
+        p = torch.log_softmax(lg, dim=-1).exp()
         fl = _flusher(qs[l].dtype)
-        out[l] = (fl(p[..., :t]), fl((a - den).exp()), fl((b - den).exp()), normalised_entropy(p))
+        out[l] = (fl(p[..., :t]), fl(dp_i), fl(dp_j), normalised_entropy(p))
     return out
 
 
@@ -443,7 +411,7 @@ def _block_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
         for sel, rows_a, rows_b in groups.values():
             new_a[..., sel] = torch.logsumexp(m[..., rows_a, rows_b], dim=-1)  # block b's contents at a's positions
             new_b[..., sel] = torch.logsumexp(m[..., rows_b, rows_a], dim=-1)
-        den = _lse(rest, new_a, new_b)
+        den = lse(rest, new_a, new_b)
         fl = _flusher(qs[l].dtype)
         out[l] = (fl(d), fl((new_a - den).exp()), fl((new_b - den).exp()), normalised_entropy(logp.exp()))
     return out
@@ -452,10 +420,6 @@ def _block_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
 # ================================================================================================
 # reference path (literal re-run)
 # ================================================================================================
-def _hidden_arg(args: tuple, kwargs: dict) -> Tensor:
-    return args[0] if args else kwargs["hidden_states"]
-
-
 def _attn_weights(output: Any, T: int) -> Tensor | None:
     """The [B, H, T, T] attention weights in an attention module's output tuple (eager), else None."""
     items = output if isinstance(output, (tuple, list)) else (output,)
@@ -472,109 +436,47 @@ def _check_eager(ad: RopeAdapter) -> None:
                          f"load/build the model with attn_implementation='eager' (got {impl!r})")
 
 
-def _forward(ad: RopeAdapter, ids: Tensor) -> None:
-    try:
-        ad.model(input_ids=ids, use_cache=False, output_attentions=True)
-    except _Stop:
-        pass
-
-
-def _reference_base(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> tuple[dict, dict]:
-    """One unswapped forward: input hidden states [B, T, D] and the query's attention [B, H, t+1] per layer."""
+def _attention_rows(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> dict[int, Tensor]:
+    """One forward of ids [B, T] stopped after the last of ``layers``: the query's attention [B, H, t+1]
+    (float64) in each layer, read from the attention modules' eager weights."""
     T = ids.shape[1]
-    hidden, att = {}, {}
-    handles = []
-
-    def pre(l):
-        def hook(module, args, kwargs):
-            hidden[l] = _hidden_arg(args, kwargs).detach().clone()
-        return hook
+    rows = {}
 
     def post(l):
         def hook(module, args, output):
             w = _attn_weights(output, T)
             if w is None:
                 raise PosymError("the attention module returned no weights; use attn_implementation='eager'")
-            att[l] = w[:, :, t, : t + 1].double()
+            rows[l] = w[:, :, t, : t + 1].double()
         return hook
 
-    def stop(module, args, output):
-        raise _Stop
-
-    try:
+    with hook_handles() as handles:
         for l in layers:
-            handles.append(ad.blocks[l].register_forward_pre_hook(pre(l), with_kwargs=True))
             handles.append(ad.attention_module(l).register_forward_hook(post(l)))
-        handles.append(ad.blocks[max(layers)].register_forward_hook(stop))
-        _forward(ad, ids)
-    finally:
-        for h in handles:
-            h.remove()
+        ad.run(ids, stop_after=max(layers), output_attentions=True)
+    return rows
+
+
+def _reference_base(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> tuple[dict, dict]:
+    """One unswapped forward: input hidden states [B, T, D] and the query's attention [B, H, t+1] per layer."""
+    with block_inputs(ad, layers) as hidden:
+        att = _attention_rows(ad, ids, t, layers)
     return hidden, att
 
 
 def _rerun_layer(ad: RopeAdapter, ids: Tensor, hidden: Tensor, perms: Tensor, layer: int, t: int,
                  chunk_size: int) -> Tensor:
-    """Re-run ``layer`` on every swapped copy of every prompt; the query's attention rows.
-
-    ids [B, T] prompts; hidden [B, T, D] their layer-``layer`` input hidden states; perms [S, T] one
-    position permutation per swap (``x'[p] = x[perms[s, p]]``). Copies are built lazily,
-    ``chunk_size`` at a time: prompt ids feed the layers below ``layer`` (whose output the pre-hook
-    replaces by the swapped hidden states); a hook on block ``layer`` stops the forward.
-    Returns float64 [B, H, S, t+1].
-    """
-    B, T = ids.shape
-    S = perms.shape[0]
-    rows = []
-    cur: dict[str, Tensor] = {}
-
-    def pre(module, args, kwargs):
-        if args:
-            return (cur["x"],) + tuple(args[1:]), kwargs
-        kwargs = dict(kwargs)
-        kwargs["hidden_states"] = cur["x"]
-        return args, kwargs
-
-    def post(module, args, output):
-        w = _attn_weights(output, T)
-        if w is None:
-            raise PosymError("the attention module returned no weights; use attn_implementation='eager'")
-        rows.append(w[:, :, t, : t + 1].double())
-
-    def stop(module, args, output):
-        raise _Stop
-
-    handles = [ad.blocks[layer].register_forward_pre_hook(pre, with_kwargs=True),
-               ad.attention_module(layer).register_forward_hook(post),
-               ad.blocks[layer].register_forward_hook(stop)]
-    try:
-        for n0 in range(0, B * S, chunk_size):
-            flat = torch.arange(n0, min(n0 + chunk_size, B * S), device=ids.device)
-            b_idx, s_idx = flat // S, flat % S
-            cur["x"] = hidden[b_idx[:, None], perms[s_idx]]  # [c, T, D] swapped copies
-            _forward(ad, ids[b_idx])
-    finally:
-        for h in handles:
-            h.remove()
-    return torch.cat(rows).reshape(B, S, ad.n_heads, t + 1).permute(0, 2, 1, 3)
-
-
-def _swap_perms(T: int, swaps: list[tuple[Sequence[int], Sequence[int]]], device) -> Tensor:
-    """[S, T] position permutations exchanging positions ``a[k] <-> b[k]`` for each swap ``(a, b)``."""
-    perms = torch.arange(T, device=device).repeat(len(swaps), 1)
-    for s, (a, b) in enumerate(swaps):
-        a = torch.as_tensor(a, device=device)
-        b = torch.as_tensor(b, device=device)
-        perms[s, a], perms[s, b] = b, a
-    return perms
+    """The query's attention rows after re-running ``layer`` on every swapped copy (perms [S, T]) of every
+    prompt (:func:`posym.heads.swaps.rerun_swapped`): float64 [B, H, S, t+1]."""
+    rows = rerun_swapped(ad, ids, hidden, perms, layer, chunk_size, lambda x: _attention_rows(ad, x, t, [layer])[layer])
+    return rows.permute(0, 2, 1, 3)
 
 
 def _token_swaps_reference(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], chunk_size: int) -> dict[int, tuple]:
     """Literal re-run of every token swap; same outputs as :func:`_token_swaps_fast`."""
-    T = ids.shape[1]
     I, J = (x.tolist() for x in torch.triu_indices(t, t, 1))
     ar = np.arange(len(I))
-    perms = _swap_perms(T, [([i], [j]) for i, j in zip(I, J)], ids.device)
+    perms = token_perms(ids.shape[1], t, ids.device)
     hidden, att = _reference_base(ad, ids, t, layers)
     out = {}
     for l in layers:
@@ -589,7 +491,7 @@ def _block_swaps_reference(ad: RopeAdapter, ids: Tensor, t: int, layers: list[in
     """Literal re-run of every (equal-length) block swap; same outputs as :func:`_block_swaps_fast`."""
     T = ids.shape[1]
     rng = [range(a, b) for a, b in blocks]
-    perms = _swap_perms(T, [(list(rng[a]), list(rng[b])) for a, b in pairs], ids.device)
+    perms = swap_perms(T, [(list(rng[a]), list(rng[b])) for a, b in pairs], ids.device)
     hidden, att = _reference_base(ad, ids, t, layers)
     out = {}
     for l in layers:
@@ -632,16 +534,16 @@ def _swap_attention(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], met
 
 def _prepare(model, input_ids, layers, method):
     ad = get_adapter(model)
-    ids = _as_ids(input_ids, ad)
-    layers = ad._check_layers(layers)
+    ids = as_ids(input_ids, ad, min_len=3)
+    layers = ad.check_layers(layers)
     if method == "reference":
         _check_eager(ad)
     return ad, ids, layers
 
 
 def _check_sizes(batch_size: int, chunk_size: int) -> None:
-    if int(batch_size) < 1 or int(chunk_size) < 1:
-        raise PosymError("batch_size and chunk_size must be positive")
+    positive_int(batch_size, "batch_size")
+    positive_int(chunk_size, "chunk_size")
 
 
 def _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_size, chunk_size,
@@ -651,7 +553,7 @@ def _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_siz
     _check_sizes(batch_size, chunk_size)
     ad, ids, layers = _prepare(model, input_ids, layers, method)
     B, T = ids.shape
-    qp = _query_positions(query_pos, B, T)
+    qp = query_positions(query_pos, B, T)
     L, H, K = len(layers), ad.n_heads, len(taus)
     s_pos = np.empty((B, L, H, K))
     s_sym = np.empty((B, L, H, K))
@@ -734,7 +636,7 @@ def swap_attention(model, input_ids, query_pos: int | None = None, *, blocks: Bl
         raise PosymError(f"method must be 'fast' or 'reference', got {method!r}")
     _check_sizes(batch_size, chunk_size)
     ad, ids, layers = _prepare(model, input_ids, layers, method)
-    qp = _query_positions(query_pos, ids.shape[0], ids.shape[1])
+    qp = query_positions(query_pos, ids.shape[0], ids.shape[1])
     if len(np.unique(qp)) != 1:
         raise PosymError("swap_attention needs one query position for all prompts (use scores_fast for several)")
     return _swap_attention(ad, ids, int(qp[0]), layers, method, blocks, int(batch_size), int(chunk_size))

@@ -1,6 +1,7 @@
-"""Scores over training (SPEC §3): in-process tracking at evaluation steps and offline scoring of a
-run's checkpoints or any HF GPT-J directory. Both write the tidy ``scores.csv`` table
-(step, layer, head, tau, s_pos, s_sym, entropy, swap_mass, n_prompts)."""
+"""Scores over training (SPEC §3): the tidy ``scores.csv`` table (step, layer, head, tau, s_pos, s_sym,
+entropy, swap_mass, n_prompts) of one model (:func:`score_table`) and the training callback that
+appends it at every evaluation step (:class:`HeadTracker`). Offline scoring of a run's checkpoints is
+the verb ``posym.verbs.scores``."""
 
 from __future__ import annotations
 
@@ -11,12 +12,11 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
-from posym.errors import PosymError
 from posym.heads.scores import DEFAULT_TAU, scores_fast
+from posym.runs import layout
 
-SCORES_FILE = "scores.csv"
+SCORES_FILE = layout.SCORES
 COLUMNS = ["step", "layer", "head", "tau", "s_pos", "s_sym", "entropy", "swap_mass", "n_prompts"]
 
 
@@ -35,12 +35,18 @@ def score_table(model: torch.nn.Module, input_ids: np.ndarray | torch.Tensor, ta
 
 
 class HeadTracker:
-    """Evaluation-step callback of ``posym.train.train``: appends the scores of a fixed prompt set."""
+    """Evaluation-step callback of ``posym.train.train``: appends the scores of a fixed prompt set
+    (``prompts`` [P, n] token ids) to ``RUN/scores.csv``; on resume it first drops the rows written
+    after the checkpoint the run continues from."""
 
     def __init__(self, prompts: np.ndarray, taus: Sequence[float] = (DEFAULT_TAU,), batch_size: int = 128):
         self.prompts = torch.as_tensor(np.asarray(prompts))  # [P, n]
         self.taus = tuple(taus)
         self.batch_size = batch_size
+
+    def on_start(self, run_dir: Path, start_step: int, resume: bool) -> None:
+        if resume:
+            truncate_scores(run_dir, start_step)
 
     def __call__(self, step: int, model: torch.nn.Module, run_dir: Path) -> None:
         device = next(model.parameters()).device
@@ -64,52 +70,4 @@ def truncate_scores(run_dir: str | os.PathLike, max_step: int) -> None:
         os.replace(tmp, path)
 
 
-def load_prompts(path: str | os.PathLike, task: str) -> np.ndarray:
-    """Token ids [P, n] of a JSONL prompt file written by ``posym data export`` (all of one length)."""
-    from posym.tasks import get_vocab, read_jsonl
-
-    rows = read_jsonl(path)
-    if not rows:
-        raise PosymError(f"no prompts in {path}")
-    lengths = {len(r["tokens"]) for r in rows}
-    if len(lengths) != 1:
-        raise PosymError(f"prompts in {path} have different lengths {sorted(lengths)}; score one length at a time")
-    vocab = get_vocab(task)
-    try:
-        return np.stack([vocab.encode(r["tokens"]) for r in rows])
-    except (KeyError, ValueError) as exc:
-        raise PosymError(f"{path}: token not in the {task} vocabulary ({exc})") from exc
-
-
-def score_checkpoints(path: str | os.PathLike, task: str | None = None, prompts: str | os.PathLike | None = None,
-                      n_prompts: int = 512, taus: Sequence[float] = (DEFAULT_TAU,), per_prompt: bool = False,
-                      steps: Sequence[int] | None = None, seed: int = 0, progress: bool = True,
-                      device: str = "cpu") -> pd.DataFrame:
-    """``posym scores``: scores of every checkpoint of a run directory (one block of rows per step), or
-    of one HF GPT-J checkpoint directory (``step`` column omitted). Prompts: a JSONL file, else the
-    first ``n_prompts`` validation prompts of the task (the set head tracking uses). ``device``: where
-    the models run (e.g. "cuda"); scores are float32/float64 on every device."""
-    from posym.heads.runs import resolve_model
-    from posym.model.gptj import read_meta
-    from posym.tasks import make_split
-    from posym.train.checkpoints import list_checkpoints
-
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise PosymError("--device cuda requested but CUDA is not available")
-    path = Path(path)
-    ckpts = list_checkpoints(path)
-    if ckpts and steps is not None:
-        wanted = set(steps)
-        ckpts = [(s, p) for s, p in ckpts if s in wanted]
-        if not ckpts:
-            raise PosymError(f"none of the steps {sorted(wanted)} has a checkpoint in {path}")
-    targets = [(s, p) for s, p in ckpts] if ckpts else [(None, path)]
-    task = task or read_meta(path).get("task") or (read_meta(targets[0][1]).get("task") if ckpts else None)
-    if task is None:
-        raise PosymError(f"cannot tell the task of {path}: pass --task number|letter")
-    ids = load_prompts(prompts, task) if prompts else make_split(task, "val", seed=seed, n=n_prompts).input_ids
-    frames = []
-    for step, p in tqdm(targets, desc="scoring checkpoints", disable=not progress or len(targets) == 1):
-        model, _, _ = resolve_model(p, task=task, device=device)
-        frames.append(score_table(model, ids, taus, step=step, per_prompt=per_prompt))
-    return pd.concat(frames, ignore_index=True)
+__all__ = ["COLUMNS", "HeadTracker", "append_rows", "score_table", "truncate_scores"]

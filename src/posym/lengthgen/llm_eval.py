@@ -2,7 +2,7 @@
 
 :func:`llm_eval` asks a local Hugging Face model (:mod:`posym.lengthgen.hf_llm`) or an
 OpenAI-compatible endpoint (:mod:`posym.lengthgen.api`) every sample of
-``tasks × lengths × runs × n`` (:mod:`posym.lengthgen.prompts`) and writes to ``out``:
+``tasks × lengths × runs × n`` (:mod:`posym.tasks.prompts`) and writes to ``out``:
 
 * ``answers.jsonl`` — one line per answered sample (model, task, length, run, index, prompt digest,
   target, raw output, parsed prediction, correct, wall seconds per prompt of its call). It is the cache: a rerun (or a resumed,
@@ -31,7 +31,8 @@ from typing import Any, Callable, Iterable, Sequence
 import pandas as pd
 
 from posym.errors import PosymError
-from posym.lengthgen.prompts import (
+from posym.runs import layout
+from posym.tasks.prompts import (
     DEFAULT_LENGTHS,
     PROMPT_VERSION,
     TASKS,
@@ -44,7 +45,8 @@ from posym.lengthgen.prompts import (
 
 DEFAULT_N = 40  # samples per (task, length, run)
 DEFAULT_RUNS = 5
-CACHE_NAME = "answers.jsonl"
+CACHE_NAME = layout.LLM_ANSWERS
+DEFAULT_OUT_ROOT = "runs/llm"  # default output: runs/llm/<model>
 
 AnswerFn = Callable[[list[list[dict[str, str]]]], list[str]]
 
@@ -167,7 +169,7 @@ def run_protocol(answer_fn: AnswerFn, model: str, out: str | os.PathLike, *,
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(keys), initial=n_cached, desc=f"llm eval ({_short(model)})", unit="q",
+        bar = tqdm(total=len(keys), initial=n_cached, desc=f"llm eval ({short_label(model)})", unit="q",
                    dynamic_ncols=True)
 
     def ask(batch: list[tuple]) -> list[dict]:
@@ -249,7 +251,7 @@ def run_protocol(answer_fn: AnswerFn, model: str, out: str | os.PathLike, *,
             "seconds_per_new_answer": round(seconds / n_new, 4) if n_new else None,
             "cpu_seconds": round(cpu, 2),  # process CPU time (all threads): robust to a busy machine
             **(meta or {})}
-    paths["meta"] = out_dir / "llm_eval.json"
+    paths["meta"] = out_dir / layout.LLM_EVAL_JSON
     paths["meta"].write_text(json.dumps(info, indent=2, default=str) + "\n")
     paths["cache"] = cache_path
     return LLMEvalResult(out_dir, model, table, runs_df, n_new, n_cached, seconds, paths)
@@ -297,7 +299,7 @@ def write_tables(out_dir: str | os.PathLike, runs_df: pd.DataFrame, table: pd.Da
                  model: str) -> dict[str, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"runs": out / "llm_runs.csv", "table": out / "llm_table.csv", "markdown": out / "llm_table.md"}
+    paths = {"runs": out / layout.LLM_RUNS, "table": out / layout.LLM_TABLE, "markdown": out / layout.LLM_TABLE_MD}
     runs_df.assign(model=model).to_csv(paths["runs"], index=False)
     table.assign(model=model).to_csv(paths["table"], index=False)
     paths["markdown"].write_text(table_markdown(table, title=model))
@@ -307,20 +309,20 @@ def write_tables(out_dir: str | os.PathLike, runs_df: pd.DataFrame, table: pd.Da
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
     """``llm_table.csv`` of an output directory (or the file itself)."""
     p = Path(path)
-    p = p / "llm_table.csv" if p.is_dir() else p
+    p = p / layout.LLM_TABLE if p.is_dir() else p
     if not p.is_file():
         raise PosymError(f"no LLM table at {str(p)!r}; run `posym llm eval` first")
     return pd.read_csv(p)
 
 
-def _short(label: str) -> str:
+def short_label(label: str) -> str:
     """Readable model name of a cache label (last path part, without a parenthesised note)."""
     s = str(label).split("::")[-1].split(" (")[0].rstrip("/")
     return s.rsplit("/", 1)[-1][:40] or "model"
 
 
 def _slug(label: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9._-]+", "-", _short(label)).strip("-._")
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", short_label(label)).strip("-._")
     return s.lower() or "model"
 
 
@@ -367,7 +369,8 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
         bs = batch_size or 1
         meta.update(api_base=api_base, api_model=api_model, api_key_env=api_key_env)
     else:
-        from posym.lengthgen.hf_llm import HFChat, load_llm, model_label
+        from posym.lengthgen.hf_llm import HFChat
+        from posym.model.llm import load_llm, model_label
 
         label = model_label(model, gguf)
         lm, tok = load_llm(model, gguf, device_map=device_map, dtype=dtype, device=device,
@@ -386,7 +389,7 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
                         torch_threads=torch.get_num_threads())
         except Exception:  # noqa: BLE001
             pass
-    out_dir = Path(out) if out is not None else Path("runs") / "llm" / _slug(label)
+    out_dir = Path(out) if out is not None else Path(DEFAULT_OUT_ROOT) / _slug(label)
     return run_protocol(answer_fn, label, out_dir, tasks=tasks, lengths=lengths, runs=runs, n=n,
                         n_examples=n_examples, batch_size=bs, concurrency=concurrency,
                         progress=progress, meta=meta)

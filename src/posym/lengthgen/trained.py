@@ -8,10 +8,8 @@ handled by rebuilding the rotary tables (no weight changes; ``extend_positions``
 
 from __future__ import annotations
 
-import os
 import resource
 import time
-from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
@@ -105,33 +103,3 @@ def largest_length_above(summary: pd.DataFrame, threshold: float = 0.9) -> int |
             break
         best = int(r["extra_tokens"])
     return best
-
-
-def run_lengthgen(path: str | os.PathLike, task: str | None = None, grid: str | Sequence[int] | None = None,
-                  n: int = 200, seeds: int = 1, out: str | os.PathLike | None = None, force: bool = False,
-                  device: str = "cpu", progress: bool = True, extra_rule: str = "window",
-                  step: int | str | None = None) -> pd.DataFrame:
-    """``posym lengthgen``: evaluate the model a run stands for (or ``step``: an int, "last", "best"), or
-    any HF GPT-J dir with ``task``, on the grid and write ``lengthgen.csv`` (per seed) and
-    ``lengthgen_summary.csv`` (mean, sd). The letter data follow the run's own distractor rule."""
-    from posym.heads.runs import resolve_model
-    from posym.model.gptj import read_meta
-
-    grid_values = parse_grid(grid)
-    model, task, step = resolve_model(path, task=task, step=step)
-    stored = read_meta(path).get("config") or {}
-    distractors = stored.get("distractors", "uniform" if stored else "pool")
-    out = Path(out) if out else Path(path) / "lengthgen.csv"
-    if out.suffix != ".csv":
-        raise PosymError(f"--out must be a .csv file, got {out}")
-    if out.exists() and not force:
-        raise PosymError(f"{out} exists; pass --force to overwrite")
-    table = lengthgen(model, task, grid_values, n=n, seeds=seeds, device=device, progress=progress,
-                      extra_rule=extra_rule, distractors=distractors)
-    table.insert(0, "task", task)
-    table.insert(1, "step", step)
-    table.insert(2, "extra_rule", extra_rule)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out, index=False)
-    summarize_lengthgen(table).to_csv(out.with_name(out.stem + "_summary.csv"), index=False)
-    return table

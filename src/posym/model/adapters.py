@@ -20,7 +20,8 @@ re-implements the causal eager attention. The contract (tested in ``tests/model/
 
 from __future__ import annotations
 
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -30,7 +31,22 @@ from posym.model import rope
 
 
 class _Stop(Exception):
-    """Raised from a forward hook to end a forward pass early (caught by the caller)."""
+    """Raised from a forward hook to end a forward pass early (caught by :meth:`RopeAdapter.run`)."""
+
+
+def _stop(module, args, output):
+    raise _Stop
+
+
+@contextmanager
+def hook_handles() -> Iterator[list]:
+    """Context manager yielding a list: every hook handle put in it is removed on exit, error or not."""
+    handles: list = []
+    try:
+        yield handles
+    finally:
+        for h in handles:
+            h.remove()
 
 
 #: Llama-layout ``config.model_type`` values (q_proj/k_proj/v_proj, model.model.rotary_emb, half pairs).
@@ -134,11 +150,15 @@ class RopeAdapter:
         return rope.apply_rotary_transpose(y, cos.to(y.dtype), sin.to(y.dtype), self.pair_convention)
 
     # ---- capture -------------------------------------------------------------------------------------
-    def _qk_hooks(self, layer: int, store: dict) -> list:
-        """Register hooks storing pre-rotary q [B,H,T,hd] and k [B,Hkv,T,hd] of ``layer`` in ``store``."""
+    def qk_hooks(self, layer: int, store: dict) -> list:
+        """Register hooks storing pre-rotary q [B,H,T,hd] and k [B,Hkv,T,hd] of ``layer`` in ``store``.
+
+        Returns the hook handles (remove them, e.g. inside :func:`hook_handles`).
+        """
         raise NotImplementedError
 
-    def _check_layers(self, layers: Sequence[int] | None) -> list[int]:
+    def check_layers(self, layers: Sequence[int] | None) -> list[int]:
+        """Validated layer indices (None = all layers, in order); PosymError on out-of-range or duplicates."""
         if layers is None:
             return list(range(self.n_layers))
         out = [int(l) for l in layers]
@@ -149,7 +169,11 @@ class RopeAdapter:
             raise PosymError("duplicate layers requested")
         return out
 
-    def _check_ids(self, input_ids) -> Tensor:
+    def check_ids(self, input_ids) -> Tensor:
+        """Unpadded prompts [B, T] (or one prompt [T]) -> LongTensor [B, T] on the model's device.
+
+        PosymError unless integer ids with ``1 <= T <= max_positions``.
+        """
         ids = torch.as_tensor(input_ids)
         if ids.ndim == 1:
             ids = ids[None]
@@ -162,6 +186,51 @@ class RopeAdapter:
             raise PosymError(f"sequence length {ids.shape[1]} exceeds the model's {mp} positions")
         return ids.to(self.device, torch.long)
 
+    def run(self, ids: Tensor, *, stop_after: int | None = None, output_attentions: bool = False) -> Any:
+        """One eval-mode forward ``model(input_ids=ids, use_cache=False)`` with the hooks currently registered.
+
+        ``stop_after=l`` ends the pass right after block ``l`` (higher layers never run) and returns
+        None; otherwise returns the model's output. The training flag is restored afterwards.
+        """
+        kwargs = {"output_attentions": True} if output_attentions else {}
+        with hook_handles() as handles, eval_mode(self.model):
+            if stop_after is not None:
+                handles.append(self.blocks[stop_after].register_forward_hook(_stop))
+            try:
+                return self.model(input_ids=ids, use_cache=False, **kwargs)
+            except _Stop:
+                return None
+
+    @contextmanager
+    def capturing(self, layers: Sequence[int]) -> Iterator[dict[int, dict[str, Tensor]]]:
+        """Context manager: q/k hooks (:meth:`qk_hooks`) on ``layers``, removed on exit.
+
+        Yields ``stores = {layer: {"q": [B,H,T,hd], "k": [B,Hkv,T,hd]}}``, filled by every forward run
+        inside (the last one wins); PosymError on exit if a layer's q/k were not captured.
+        """
+        stores: dict[int, dict[str, Tensor]] = {l: {} for l in layers}
+        with hook_handles() as handles:
+            for l, st in stores.items():
+                handles += self.qk_hooks(l, st)
+            yield stores
+        for l, st in stores.items():
+            if "q" not in st or "k" not in st:
+                raise PosymError(f"could not capture q/k of layer {l} (unsupported module layout)")
+
+    def capture(self, input_ids, layers: Sequence[int] | None = None, *,
+                stop_after_last: bool = True) -> dict[int, dict[str, Tensor]]:
+        """Pre-rotary q/k of each (requested) layer from one forward: ``{layer: {"q": [B,H,T,hd], "k": [B,Hkv,T,hd]}}``.
+
+        input_ids [B, T] (checked by :meth:`check_ids`); layers default all. The forward stops after
+        the last requested layer unless ``stop_after_last=False``. Hooks registered by the caller
+        (e.g. block pre-hooks) stay active during the pass. Eval mode, restored afterwards.
+        """
+        ids = self.check_ids(input_ids)
+        layers = self.check_layers(layers)
+        with self.capturing(layers) as stores:
+            self.run(ids, stop_after=max(layers) if stop_after_last else None)
+        return stores
+
     @torch.no_grad()
     def capture_qk(self, input_ids, layers: Sequence[int] | None = None) -> tuple[Tensor, Tensor]:
         """Pre-rotary per-head queries and keys of every (requested) layer from one forward pass.
@@ -170,38 +239,12 @@ class RopeAdapter:
         model's dtype, ``L = len(layers)`` (all layers by default, in the given order). The forward
         stops after the last requested layer. Runs in eval mode (dropout off), restoring the mode.
         """
-        ids = self._check_ids(input_ids)
-        layers = self._check_layers(layers)
-        stores = {l: {} for l in layers}
-        self._run_capture(ids, stores)
+        ids = self.check_ids(input_ids)
+        layers = self.check_layers(layers)
+        stores = self.capture(ids, layers)
         q = torch.stack([stores[l]["q"] for l in layers])
         k = torch.stack([stores[l]["k"] for l in layers])
         return q, k
-
-    def _run_capture(self, ids: Tensor, stores: dict[int, dict], extra_hooks: Sequence = ()) -> None:
-        """One forward of ``ids`` with q/k hooks for each layer in ``stores``, stopped after the last."""
-        handles = []
-        last = max(stores)
-
-        def stop(module, args, output):
-            raise _Stop
-
-        try:
-            for l, st in stores.items():
-                handles += self._qk_hooks(l, st)
-            handles += list(extra_hooks)
-            handles.append(self.blocks[last].register_forward_hook(stop))
-            with eval_mode(self.model):
-                try:
-                    self.model(input_ids=ids, use_cache=False)
-                except _Stop:
-                    pass
-        finally:
-            for h in handles:
-                h.remove()
-        for l, st in stores.items():
-            if "q" not in st or "k" not in st:
-                raise PosymError(f"could not capture q/k of layer {l} (unsupported module layout)")
 
     # ---- attention -----------------------------------------------------------------------------------
     def logits_from_qk(self, q: Tensor, k: Tensor, layer: int) -> Tensor:
@@ -309,7 +352,7 @@ class GPTJAdapter(RopeAdapter):
         sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
         return cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
 
-    def _qk_hooks(self, layer: int, store: dict) -> list:
+    def qk_hooks(self, layer: int, store: dict) -> list:
         attn = self.attention_module(layer)
         H, hd = self.n_heads, self.head_dim
 
@@ -389,7 +432,7 @@ class LlamaAdapter(_HFRotaryMixin, RopeAdapter):
             return getattr(self.config, "sliding_window", None) or None
         return None
 
-    def _qk_hooks(self, layer: int, store: dict) -> list:
+    def qk_hooks(self, layer: int, store: dict) -> list:
         attn = self.attention_module(layer)
         H, Hkv, hd = self.n_heads, self.n_kv_heads, self.head_dim
         qmod = getattr(attn, "q_norm", None) or attn.q_proj  # q_norm (Qwen3/OLMo2/Gemma3) acts pre-rotary
@@ -428,7 +471,7 @@ class GPTNeoXAdapter(_HFRotaryMixin, RopeAdapter):
         self.inv_freq, self.rotary_dim = self._inv_freq_and_dim()
 
 
-    def _qk_hooks(self, layer: int, store: dict) -> list:
+    def qk_hooks(self, layer: int, store: dict) -> list:
         attn = self.attention_module(layer)
         H, hd = self.n_heads, self.head_dim
 
@@ -458,4 +501,5 @@ def get_adapter(model: nn.Module) -> RopeAdapter:
                      + ", ".join(LLAMA_LIKE) + " (causal-LM classes)")
 
 
-__all__ = ["RopeAdapter", "GPTJAdapter", "LlamaAdapter", "GPTNeoXAdapter", "LLAMA_LIKE", "get_adapter", "eval_mode"]
+__all__ = ["RopeAdapter", "GPTJAdapter", "LlamaAdapter", "GPTNeoXAdapter", "LLAMA_LIKE", "get_adapter", "eval_mode",
+           "hook_handles"]

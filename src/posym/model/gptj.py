@@ -128,25 +128,28 @@ def build_model(config: GPTJConfig, seed: int = 0) -> GPTJForCausalLM:
     return model
 
 
-def save_model(model: GPTJForCausalLM, directory: str | os.PathLike, meta: dict | None = None) -> None:
-    """Write ``model.safetensors`` + ``config.json`` (HF format) and, if given, ``posym.json``."""
+#: HF checkpoint files (the format of every model directory, posym's or anyone's).
+HF_CONFIG = "config.json"
+HF_WEIGHTS = "model.safetensors"
+
+
+def save_model(model: GPTJForCausalLM, directory: str | os.PathLike) -> None:
+    """Write ``model.safetensors`` + ``config.json`` (HF format) into ``directory``."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     with quiet_hf():
         model.save_pretrained(directory, safe_serialization=True)
-    if meta is not None:
-        (directory / "posym.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
 
 
 def load_model(directory: str | os.PathLike, device: str | torch.device = "cpu") -> GPTJForCausalLM:
     """Load an HF GPT-J checkpoint directory (posym's or anyone's) in eval mode with eager attention."""
     directory = Path(directory)
-    if not (directory / "config.json").is_file():
-        raise PosymError(f"no HF checkpoint at {directory} (config.json missing)")
+    if not (directory / HF_CONFIG).is_file():
+        raise PosymError(f"no HF checkpoint at {directory} ({HF_CONFIG} missing)")
     try:
-        model_type = json.loads((directory / "config.json").read_text()).get("model_type")
+        model_type = json.loads((directory / HF_CONFIG).read_text()).get("model_type")
     except (ValueError, OSError, AttributeError) as exc:
-        raise PosymError(f"cannot load checkpoint {directory}: config.json is not valid JSON ({exc})") from exc
+        raise PosymError(f"cannot load checkpoint {directory}: {HF_CONFIG} is not valid JSON ({exc})") from exc
     if model_type not in (None, "gptj"):
         raise PosymError(f"{directory} holds a {model_type!r} model; this verb needs a GPT-J checkpoint "
                          "(posym's trained models)")
@@ -158,17 +161,6 @@ def load_model(directory: str | os.PathLike, device: str | torch.device = "cpu")
         raise PosymError(f"cannot load checkpoint {directory}: {str(exc).splitlines()[0]}") from exc
     check_loading_info(info, directory)
     return model.to(device).eval()
-
-
-def read_meta(directory: str | os.PathLike) -> dict:
-    """The ``posym.json`` beside a checkpoint or in a run directory ({} if absent)."""
-    path = Path(directory) / "posym.json"
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise PosymError(f"corrupt {path}: {exc}") from exc
 
 
 def extend_positions(model: torch.nn.Module, n_positions: int) -> torch.nn.Module:
@@ -197,4 +189,5 @@ def extend_positions(model: torch.nn.Module, n_positions: int) -> torch.nn.Modul
     return model
 
 
-__all__ = ["PRESETS", "model_config", "build_model", "save_model", "load_model", "read_meta", "extend_positions"]
+__all__ = ["HF_CONFIG", "HF_WEIGHTS", "PRESETS", "model_config", "build_model", "save_model", "load_model",
+           "extend_positions"]

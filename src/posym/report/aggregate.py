@@ -1,4 +1,4 @@
-"""Multi-seed aggregation of a reproduction directory (issue 6, item 3): mean ± sd over seeds.
+"""Multi-seed aggregation of a reproduction directory: mean ± sd over seeds.
 
 Reads only saved tables of the per-seed run directories ``DIR/<task>/seed<k>/`` written by
 ``posym reproduce`` (metrics.csv, purity_gamma*.csv, freq_table.csv, ablation.csv,
@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -29,6 +28,9 @@ import numpy as np
 import pandas as pd
 
 from posym.errors import PosymError
+from posym.lengthgen.trained import largest_length_above as _largest
+from posym.runs import layout
+from posym.runs.layout import find_runs
 from posym.report import paper
 from posym.report.paper import PAPER_DISCREPANCY, PAPER_LETTER_09_LENGTH, PAPER_TABLE3
 
@@ -38,31 +40,11 @@ ACC_COLS = ["acc"] + HOPS
 KINDS = ("positional", "symbolic", "mixed")
 THRESHOLD = 0.9
 
-_SEED_DIR = re.compile(r"^seed(\d+)$")
 
 
 # ------------------------------------------------------------------------------------------------
 # discovery and small helpers
 # ------------------------------------------------------------------------------------------------
-def find_runs(out_dir: str | os.PathLike, complete_only: bool = True) -> dict[str, dict[int, Path]]:
-    """``{task: {seed: run_dir}}`` for every ``DIR/<task>/seed<k>/`` (with ``results.json``, i.e. a
-    finished training, unless ``complete_only=False``), tasks in the order number, letter."""
-    out = Path(out_dir)
-    runs: dict[str, dict[int, Path]] = {}
-    for task in ("number", "letter"):
-        tdir = out / task
-        if not tdir.is_dir():
-            continue
-        seeds = {}
-        for d in tdir.iterdir():
-            m = _SEED_DIR.match(d.name)
-            if m and d.is_dir() and (not complete_only or (d / "results.json").is_file()):
-                seeds[int(m.group(1))] = d
-        if seeds:
-            runs[task] = dict(sorted(seeds.items()))
-    return runs
-
-
 def mean_sd(values: Iterable) -> tuple[float, float, int]:
     """``(mean, sd, n)`` over the finite values; sd with ddof = 1, NaN when n < 2; mean NaN when n = 0."""
     v = np.array([float(x) if x is not None else np.nan for x in values], dtype=float)
@@ -104,7 +86,7 @@ def training_summary(runs: dict[str, dict[int, Path]], threshold: float = THRESH
     Columns: task, quantity, mean, sd, n, n_missing, per_seed, paper."""
     rows = []
     for task, seeds in runs.items():
-        ms = {s: _read_csv(d / "metrics.csv") for s, d in seeds.items()}
+        ms = {s: _read_csv(d / layout.METRICS) for s, d in seeds.items()}
         ms = {s: m for s, m in ms.items() if m is not None}
         if not ms:
             continue
@@ -135,7 +117,7 @@ def accuracy_curves(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
     for task, seeds in runs.items():
         parts = []
         for s, d in seeds.items():
-            m = _read_csv(d / "metrics.csv")
+            m = _read_csv(d / layout.METRICS)
             if m is not None:
                 parts.append(m[m["split"] == "val"].assign(seed=s))
         if not parts:
@@ -158,7 +140,7 @@ def purity_counts(runs: dict[str, dict[int, Path]], gamma: float = 0.1) -> pd.Da
     quantity, mean, sd, n, n_missing, per_seed, paper."""
     rows = []
     for task, seeds in runs.items():
-        tables = [_read_csv(d / f"purity_gamma{gamma:g}.csv") for d in seeds.values()]
+        tables = [_read_csv(d / layout.purity(gamma)) for d in seeds.values()]
         tables = [t for t in tables if t is not None]
         if not tables:
             continue
@@ -188,7 +170,7 @@ def purity_layers(runs: dict[str, dict[int, Path]], gamma: float = 0.1) -> pd.Da
     it is), and Paper A's kind of that layer."""
     rows = []
     for task, seeds in runs.items():
-        tables = [(s, _read_csv(d / f"purity_gamma{gamma:g}.csv")) for s, d in seeds.items()]
+        tables = [(s, _read_csv(d / layout.purity(gamma))) for s, d in seeds.items()]
         tables = [(s, t) for s, t in tables if t is not None]
         if not tables:
             continue
@@ -215,7 +197,7 @@ def initial_scores(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
     for task, seeds in runs.items():
         vals = []
         for d in seeds.values():
-            sc = _read_csv(d / "scores.csv")
+            sc = _read_csv(d / layout.SCORES)
             if sc is None or not (sc["step"] == 0).any():
                 vals.append(math.nan)
                 continue
@@ -237,7 +219,7 @@ def freq_summary(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
     (mean ± sd), with Paper A's ID of the layer (number task only; letter: range 18–42)."""
     rows = []
     for task, seeds in runs.items():
-        allt = _concat_seeds(seeds, "freq_table.csv")
+        allt = _concat_seeds(seeds, layout.FREQ_TABLE)
         if allt is None:
             continue
         for (layer, head), g in allt.groupby(["layer", "head"], sort=True):
@@ -257,7 +239,7 @@ def ablation_summary(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
     """Accuracy with one head ablated (Fig. 3 right), mean ± sd over seeds per (task, mode, layer, head)."""
     frames = []
     for task, seeds in runs.items():
-        allt = _concat_seeds(seeds, "ablation.csv")
+        allt = _concat_seeds(seeds, layout.ABLATION)
         if allt is None:
             continue
         cols = [c for c in ACC_COLS if c in allt]
@@ -279,7 +261,7 @@ def lengthgen_summary(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
     for task, seeds in runs.items():
         parts = []
         for s, d in seeds.items():
-            t = _read_csv(d / "lengthgen_summary.csv")
+            t = _read_csv(layout.summary_path(d / layout.LENGTHGEN))
             if t is not None:
                 parts.append(t.assign(model_seed=s))
         if not parts:
@@ -298,19 +280,15 @@ def lengthgen_summary(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
 
 
 def largest_length_above(curve: pd.DataFrame, threshold: float = THRESHOLD) -> float:
-    """Largest added length with mean accuracy >= threshold there and at every shorter length."""
-    best = math.nan
-    for _, r in curve.sort_values("extra_tokens").iterrows():
-        if not r["acc_mean"] >= threshold:
-            break
-        best = float(r["extra_tokens"])
-    return best
+    """:func:`posym.lengthgen.trained.largest_length_above` as a float (NaN when no length qualifies)."""
+    v = _largest(curve, threshold)
+    return math.nan if v is None else float(v)
 
 
 def lengthgen_per_seed_largest(runs: dict[str, dict[int, Path]], task: str) -> list[float]:
     vals = []
     for d in runs.get(task, {}).values():
-        t = _read_csv(d / "lengthgen_summary.csv")
+        t = _read_csv(layout.summary_path(d / layout.LENGTHGEN))
         vals.append(largest_length_above(t) if t is not None else math.nan)
     return vals
 
@@ -375,7 +353,7 @@ def paper_vs_posym(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] |
                 float(let["weighted_id_mean"].mean()), math.nan, int(let["n"].min()),
                 note=f"posym range {lo:.1f}–{hi:.1f}: {'inside' if inside else 'outside'} the paper's range",
                 paper_text="18–42")
-    disc = _read_csv(out / "theory" / "discrepancy.csv")
+    disc = _read_csv(out / layout.THEORY / f"{layout.DISCREPANCY}.csv")
     if disc is not None:
         for mech, pts in PAPER_DISCREPANCY.items():
             for n_, pv in pts.items():
@@ -422,7 +400,7 @@ def _fmt_num(v) -> str:
 
 
 def _run_config(run_dir: Path) -> dict:
-    p = run_dir / "posym.json"
+    p = run_dir / layout.POSYM_JSON
     if not p.is_file():
         return {}
     try:
@@ -492,15 +470,15 @@ def aggregate(out_dir: str | os.PathLike, write: bool = True) -> dict[str, pd.Da
         "ablation": ablation_summary(runs),
         "lengthgen": lengthgen_summary(runs),
     }
-    llm = _read_csv(out / "llm" / "llm_table.csv")
+    llm = _read_csv(out / layout.LLM / layout.LLM_TABLE)
     tables["llm"] = llm if llm is not None else pd.DataFrame(columns=["task", "length", "mean", "sd"])
     tables["paper_vs_posym"] = paper_vs_posym(out, tables)
     if write:
-        adir = out / "aggregate"
+        adir = out / layout.AGGREGATE
         adir.mkdir(parents=True, exist_ok=True)
         for name, df in tables.items():
-            df.to_csv(adir / f"{name}.csv", index=False)
-        _write_figures(adir / "figures", tables, runs)
+            df.to_csv(layout.aggregate_table(out, name), index=False)
+        _write_figures(adir / layout.FIGURES, tables, runs)
     return tables
 
 

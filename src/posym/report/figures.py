@@ -33,6 +33,11 @@ def save_figure(fig: plt.Figure, path: str | os.PathLike) -> list[Path]:
     return out
 
 
+def close_figure(fig: plt.Figure) -> None:
+    """Release a figure drawn by one of the ``plot_*`` functions (pyplot keeps them otherwise)."""
+    plt.close(fig)
+
+
 def plot_accuracy(metrics: pd.DataFrame, ax: plt.Axes | None = None, title: str | None = None) -> plt.Figure:
     """Fig. 2A: validation accuracy per hop (and global) over training steps."""
     fig, ax = _fig_ax(ax)

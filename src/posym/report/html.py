@@ -1,4 +1,4 @@
-"""The self-contained HTML report of a reproduction directory (issue 6, item 2).
+"""The self-contained HTML report of a reproduction directory.
 
 :func:`write_report` builds ``DIR/report.html`` from saved tables and figures only (no model is run):
 every figure and table of Paper A that ``posym reproduce`` reproduces, each beside the paper's
@@ -7,9 +7,7 @@ posym" with the difference, the run configurations and the software versions. Fi
 as base64 PNG ``data:`` URIs and the CSS is inline, so the file has no external resource and can be
 mailed or archived alone.
 
-:func:`screenshot` and :func:`image_check` render a report in headless Chromium (Debian package
-``chromium``), used by the tests and, when Chromium is installed, by ``posym reproduce``
-(``DIR/report_screenshot.png``).
+:mod:`posym.report.render` renders it in headless Chromium.
 """
 
 from __future__ import annotations
@@ -19,11 +17,6 @@ import html
 import json
 import math
 import os
-import platform
-import re
-import shutil
-import subprocess
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -32,7 +25,10 @@ import pandas as pd
 
 from posym.errors import PosymError
 from posym.report import paper
-from posym.report.aggregate import PAPER_DISCREPANCY, aggregate, find_runs, paper_vs_posym
+from posym.report.aggregate import PAPER_DISCREPANCY, aggregate, paper_vs_posym
+from posym.runs import layout
+from posym.runs.layout import find_runs, stage_table
+from posym.runs.provenance import versions
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -56,41 +52,6 @@ pre{background:#f7f7f7;border:1px solid #e4e4e4;padding:8px;overflow-x:auto;font
 details{margin:.4em 0}summary{cursor:pointer;color:#0b57d0}
 nav ol{columns:2;font-size:.92em}
 """
-
-
-# ------------------------------------------------------------------------------------------------
-# versions
-# ------------------------------------------------------------------------------------------------
-def versions() -> dict[str, str]:
-    """Python, platform, library versions, posym and its git commit (when in a git checkout)."""
-    from importlib import metadata
-
-    import posym
-
-    out = {"python": platform.python_version(), "platform": platform.platform(),
-           "cpus": str(os.cpu_count()), "posym": posym.__version__}
-    for pkg in ("torch", "transformers", "numpy", "pandas", "matplotlib", "safetensors", "gguf", "accelerate"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = "not installed"
-    out["git commit"] = git_commit(Path(posym.__file__).resolve().parent)
-    return out
-
-
-def git_commit(where: str | os.PathLike) -> str:
-    """``<hash>`` of the checkout containing ``where`` (``+ uncommitted changes`` when dirty), or
-    ``unavailable``."""
-    try:
-        head = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10)
-        if head.returncode != 0:
-            return "unavailable"
-        dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
-        return head.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unavailable"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -252,14 +213,14 @@ def _fig2(out: Path, runs: dict, t: dict) -> str:
              "C: cumulative pure heads, γ = 0.1).</p>"]
     for task, seeds in runs.items():
         parts.append(f"<h3>{_e(task)} task</h3>")
-        parts.append(_img(out / "aggregate" / "figures" / f"accuracy_{task}.png",
+        parts.append(_img(out / layout.AGGREGATE / layout.FIGURES / f"accuracy_{task}.png",
                           f"{task}: validation accuracy per hop, mean ± sd over seeds", out))
         parts.append(_quantity_table(t["training"], task))
         ini = t["initial_scores"]
         parts.append(_quantity_table(ini, task))
         items = list(seeds.items())
         for i, (s, d) in enumerate(items):
-            fig = _img(d / "figures" / "fig2_gamma0.1.png", f"Fig. 2, {task} task, seed {s} (γ = 0.1)", out)
+            fig = _img(layout.png(d, layout.fig2(0.1)), f"Fig. 2, {task} task, seed {s} (γ = 0.1)", out)
             parts.append(fig if i == 0 else f"<details><summary>Fig. 2, seed {s}</summary>{fig}</details>")
     return "".join(parts)
 
@@ -299,7 +260,7 @@ def _flow(out: Path, runs: dict, t: dict) -> str:
     for task, seeds in runs.items():
         parts.append(f"<h3>{_e(task)} task</h3>")
         s0, d0 = next(iter(seeds.items()))
-        flows = _read_json(d0 / "flow.json")
+        flows = _read_json(d0 / layout.FLOW_JSON)
         if flows:
             figs = [_img(d0 / e["figure"], f"{task}, seed {s0}, {h}-hop test prompt {e['example']}: "
                          f"{e.get('tokens', '')} → {e.get('label')} (predicted {e.get('prediction')})", out)
@@ -307,7 +268,7 @@ def _flow(out: Path, runs: dict, t: dict) -> str:
             parts.append(f'<div class="grid">{"".join(figs)}</div>')
         else:
             parts.append(_note(f"no flow figures for the {task} task (flow stage not run)", "missing"))
-        parts.append(_img(d0 / "figures" / "ablation.png", f"{task}, seed {s0}: accuracy with one head ablated",
+        parts.append(_img(layout.png(d0, layout.FIG_ABLATION), f"{task}, seed {s0}: accuracy with one head ablated",
                           out))
         sub = ab[(ab["task"] == task) & (ab["mode"] != "none")] if len(ab) else ab
         if len(sub):
@@ -347,8 +308,8 @@ def _freqs(out: Path, runs: dict, t: dict) -> str:
         else:
             parts.append(_note(f"no frequency table for the {task} task (freqs stage not run)", "missing"))
         s0, d0 = next(iter(seeds.items()))
-        figs = [_img(d0 / "figures" / "freq_use.png", f"Fig. 8: frequency use per layer, {task}, seed {s0}", out)]
-        for g in sorted((d0 / "figures").glob("qk_geometry_L*.png")):
+        figs = [_img(layout.png(d0, layout.FIG_FREQ_USE), f"Fig. 8: frequency use per layer, {task}, seed {s0}", out)]
+        for g in sorted((d0 / layout.FIGURES).glob(layout.qk_geometry("*") + ".png")):
             figs.append(_img(g, f"Fig. 4B: query/key geometry, {task}, seed {s0}, {g.stem.split('_')[-1]}", out))
         parts.append(f'<div class="grid">{"".join(figs)}</div>')
     return "".join(parts)
@@ -360,10 +321,10 @@ def _discrepancy(out: Path) -> str:
              "inputs of length n, for the Index (θ = 0.8) and Retrieval (θ = 0.0027, |ALPH| = 8) "
              "constructions, with Theorem 3.2's bounds. Paper A: Index flat at 0.303 up to n ≈ 8 then "
              "≈ 2π²/n² (≈ 0.003 at n = 80); Retrieval falls slowly from 0.29 to ≈ 0.16 at n = 80.</p>"]
-    d = _csv(out / "theory" / "discrepancy.csv")
+    d = _csv(out / layout.THEORY / f"{layout.DISCREPANCY}.csv")
     if d is None:
         return "".join(parts) + _note("discrepancy stage not run", "missing")
-    parts.append(_img(out / "theory" / "discrepancy.png", "Fig. 5A: Δ(n) and Theorem 3.2 bounds", out))
+    parts.append(_img(out / layout.THEORY / f"{layout.DISCREPANCY}.png", "Fig. 5A: Δ(n) and Theorem 3.2 bounds", out))
     rows = []
     for n in (2, 8, 9, 20, 40, 80, 100):
         r = {m: d[(d["mechanism"] == m) & (d["n"] == n)] for m in ("index", "retrieval")}
@@ -387,7 +348,7 @@ def _lengthgen(out: Path, runs: dict, t: dict) -> str:
     lg = t["lengthgen"]
     if not len(lg):
         return "".join(parts) + _note("lengthgen stage not run", "missing")
-    parts.append(_img(out / "aggregate" / "figures" / "fig5b_lengthgen.png",
+    parts.append(_img(out / layout.AGGREGATE / layout.FIGURES / "fig5b_lengthgen.png",
                       "Fig. 5B: accuracy vs added tokens (mean ± sd over seeds)", out))
     tasks = [x for x in runs if (lg["task"] == x).any()]
     grid = sorted(set(lg["extra_tokens"]) | {x for task in tasks for x in paper.LENGTHGEN[task]})
@@ -403,7 +364,8 @@ def _lengthgen(out: Path, runs: dict, t: dict) -> str:
     header = ["added tokens"] + [h for task in tasks for h in (f"{task}: posym", f"{task}: paper")]
     parts.append(_table(header, rows, num_cols=tuple(range(1, len(header)))))
     for task, seeds in runs.items():
-        figs = [_img(d / "figures" / "lengthgen_fig5b.png", f"{task}, seed {s}", out) for s, d in seeds.items()]
+        figs = [_img(layout.png(d, layout.FIG_LENGTHGEN), f"{task}, seed {s}", out)
+                for s, d in seeds.items()]
         parts.append(f"<details><summary>per-run figures, {task}</summary><div class=\"grid\">{''.join(figs)}"
                      "</div></details>")
     return "".join(parts)
@@ -415,8 +377,8 @@ def _llm(out: Path, meta: dict) -> str:
              "SmolLM2-135M-Instruct (GGUF, offline). Paper A's Table 3 (frontier API models): number "
              "accuracy &lt; 0.5 at length 32 and &lt; 0.1 at 100 for all models; letter &gt; 0.88 at 32 and "
              "&gt; 0.65 at 100.</p>"]
-    table = _csv(out / "llm" / "llm_table.csv")
-    skipped = _read_json(out / "llm" / "skipped.json")
+    table = _csv(out / layout.LLM / layout.LLM_TABLE)
+    skipped = _read_json(out / layout.LLM / layout.SKIPPED_JSON)
     if table is None:
         why = skipped.get("reason") or meta.get("llm_note") or "the llm stage has not run"
         return "".join(parts) + _note(f"Table 3 not reproduced here — {why}")
@@ -431,13 +393,11 @@ def _llm(out: Path, meta: dict) -> str:
     n = int(table["n"].min()) if "n" in table else 0
     parts.append(f"<p>{_e(model)}: accuracy, mean ± sd over {runs} run(s) of {n} prompts each.</p>")
     parts.append(_table(["task"] + [f"length {x}" for x in lengths], rows, num_cols=tuple(range(1, len(lengths) + 1))))
-    parts.append(_img(out / "llm" / "figures" / "llm_lengthgen.png", "accuracy vs target-window length", out))
+    parts.append(_img(layout.png(out / layout.LLM, layout.FIG_LLM), "accuracy vs target-window length", out))
     return "".join(parts)
 
 
 def _configs(out: Path, runs: dict, meta: dict) -> str:
-    from posym.reproduce import stage_table
-
     parts = ['<h2 id="configs">Run configurations</h2>']
     if meta:
         shown = {k: meta.get(k) for k in ("preset", "tasks", "seeds", "device", "jobs", "llm", "created", "updated",
@@ -457,7 +417,7 @@ def _configs(out: Path, runs: dict, meta: dict) -> str:
     chosen = []
     for task, seeds in runs.items():
         for s, d in seeds.items():
-            res = _read_json(d / "results.json")
+            res = _read_json(d / layout.RESULTS)
             if res:
                 chosen.append([task, s, res.get("final_model", "last"), res.get("final_step", res.get("steps")),
                                res.get("best_step", ""), fmt_num(res.get("best_val_acc")),
@@ -470,8 +430,8 @@ def _configs(out: Path, runs: dict, meta: dict) -> str:
                              "test acc"], chosen, num_cols=(3, 4, 5, 6)))
     for task, seeds in runs.items():
         for s, d in seeds.items():
-            cfg = _read_json(d / "posym.json")
-            res = _read_json(d / "results.json")
+            cfg = _read_json(d / layout.POSYM_JSON)
+            res = _read_json(d / layout.RESULTS)
             parts.append(f"<details><summary>{_e(task)} seed {s}: <code>{_e(_rel(d / 'posym.json', out))}</code>"
                          f"</summary><pre>{_e(json.dumps({**cfg, 'results': res}, indent=2))}</pre></details>")
     return "".join(parts)
@@ -495,7 +455,7 @@ def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = No
     out = Path(out_dir)
     if not out.is_dir():
         raise PosymError(f"no such reproduction directory: {out}")
-    meta = _read_json(out / "reproduce.json")
+    meta = _read_json(out / layout.REPRODUCE_JSON)
     t = aggregate(out, write=True)
     runs = find_runs(out)
     seeds = sorted({s for v in runs.values() for s in v})
@@ -504,7 +464,7 @@ def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = No
     notes = []
     if not runs:
         notes.append(_note("No finished training run in this directory yet.", "missing"))
-    if meta.get("llm_note") and not (out / "llm" / "llm_table.csv").is_file():
+    if meta.get("llm_note") and not (out / layout.LLM / layout.LLM_TABLE).is_file():
         notes.append(_note(meta["llm_note"]))
     if preset == "quick":
         notes.append(_note("Quick preset: 8-layer models, 1,500 steps at learning rate 1e-3 (Paper A: 12 layers, "
@@ -530,75 +490,11 @@ def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = No
     doc = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
            f"<style>{CSS}</style></head><body><main>{''.join(body)}</main></body></html>\n")
-    target = Path(path) if path is not None else out / "report.html"
+    target = Path(path) if path is not None else out / layout.REPORT_HTML
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(doc, encoding="utf-8")
     os.replace(tmp, target)
     return target
 
 
-# ------------------------------------------------------------------------------------------------
-# headless Chromium
-# ------------------------------------------------------------------------------------------------
-CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--hide-scrollbars")
-
-_CHECK_SCRIPT = ("<script>window.addEventListener('load',function(){var a=Array.prototype.slice.call("
-                 "document.images);var ok=a.filter(function(i){return i.complete&&i.naturalWidth>0;}).length;"
-                 "document.body.setAttribute('data-images-decoded',ok+'/'+a.length);});</script>")
-
-
-def find_chromium() -> str | None:
-    """Path of a Chromium executable (Debian package ``chromium``), or None."""
-    for c in CHROMIUM_CANDIDATES:
-        p = c if os.path.isabs(c) and os.access(c, os.X_OK) else shutil.which(c)
-        if p:
-            return p
-    return None
-
-
-def _chromium(args: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
-    exe = find_chromium()
-    if exe is None:
-        raise PosymError("Chromium is not installed (Debian: apt-get install -y chromium)")
-    with tempfile.TemporaryDirectory(prefix="posym-chromium-") as profile:
-        try:
-            return subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                                  capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            raise PosymError(f"Chromium did not finish within {timeout:.0f} s") from exc
-
-
-def screenshot(html_path: str | os.PathLike, png_path: str | os.PathLike, width: int = 1280, height: int = 4000,
-               timeout: float = 120) -> Path:
-    """Render ``html_path`` in headless Chromium and save a ``width`` × ``height`` PNG screenshot."""
-    src, dst = Path(html_path).resolve(), Path(png_path).resolve()
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    dst.unlink(missing_ok=True)
-    res = _chromium([f"--screenshot={dst}", f"--window-size={width},{height}", "--virtual-time-budget=10000",
-                     src.as_uri()], timeout)
-    if not dst.is_file():
-        raise PosymError(f"Chromium wrote no screenshot (exit {res.returncode}): {res.stderr.strip()[-300:]}")
-    return dst
-
-
-def image_check(html_path: str | os.PathLike, timeout: float = 120) -> tuple[int, int]:
-    """``(decoded, total)`` images of a page after it loads in headless Chromium: an inline script,
-    added to a temporary copy, records how many ``<img>`` are ``complete`` with ``naturalWidth > 0``."""
-    src = Path(html_path)
-    text = src.read_text(encoding="utf-8")
-    with tempfile.TemporaryDirectory(prefix="posym-report-check-") as tmp:
-        copy = Path(tmp) / "report.html"
-        copy.write_text(text.replace("</body>", _CHECK_SCRIPT + "</body>", 1), encoding="utf-8")
-        res = _chromium(["--virtual-time-budget=15000", "--dump-dom", copy.resolve().as_uri()], timeout)
-    m = re.search(r'data-images-decoded="(\d+)/(\d+)"', res.stdout)
-    if not m:
-        raise PosymError(f"the page did not finish loading in Chromium (exit {res.returncode}): "
-                         f"{res.stderr.strip()[-300:]}")
-    return int(m.group(1)), int(m.group(2))
-
-
-__all__ = ["find_chromium", "fmt_ms", "fmt_num", "git_commit", "image_check", "screenshot", "versions",
-           "write_report"]
+__all__ = ["fmt_ms", "fmt_num", "quantity_format", "summary_markdown", "summary_rows", "write_report"]

@@ -3,14 +3,11 @@
 * :func:`plot_llm_lengthgen` — accuracy vs target-window length, one line per task (number vs
   letter), a band of ± one sd over runs; several models (a ``model`` column with more than one value)
   get one line style each.
-* :func:`write_llm_figure` — reads ``<out>/llm_table.csv`` and saves ``<out>/figures/llm_lengthgen``
-  (PNG + PDF).
+The verb ``posym llm eval`` saves it as ``<out>/figures/llm_lengthgen`` (PNG + PDF).
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import matplotlib
 
@@ -20,7 +17,6 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from posym.errors import PosymError  # noqa: E402
-from posym.report.figures import save_figure  # noqa: E402
 
 TASK_COLORS = {"number": "#d95f02", "letter": "#1b9e77"}
 _STYLES = ["-", "--", ":", "-."]
@@ -63,19 +59,7 @@ def plot_llm_lengthgen(table: pd.DataFrame, ax: plt.Axes | None = None, title: s
     return fig
 
 
-def write_llm_figure(out_dir: str | os.PathLike, name: str = "llm_lengthgen") -> list[Path]:
-    """Draw ``<out_dir>/llm_table.csv`` and save ``<out_dir>/figures/<name>.png|pdf``."""
-    from posym.lengthgen.llm_eval import read_table
-
-    out = Path(out_dir)
-    fig = plot_llm_lengthgen(read_table(out))
-    try:
-        return save_figure(fig, out / "figures" / name)
-    finally:
-        plt.close(fig)
-
-
 def _short(model: str) -> str:
-    from posym.lengthgen.llm_eval import _short as short
+    from posym.lengthgen.llm_eval import short_label
 
-    return short(model)
+    return short_label(model)

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from posym.errors import PosymError
+from posym.runs import layout
 
 #: The rows of the paper-vs-posym table the study compares (sections and quantity prefixes).
 STUDY_ROWS: tuple[tuple[str, str], ...] = (
@@ -40,7 +41,7 @@ def _variant_dirs(variants: Mapping[str, str | os.PathLike]) -> dict[str, Path]:
     out = {}
     for name, d in variants.items():
         p = Path(d)
-        if not (p / "aggregate" / "paper_vs_posym.csv").is_file():
+        if not layout.aggregate_table(p, "paper_vs_posym").is_file():
             raise PosymError(f"variant {name}: {p} has no aggregate/paper_vs_posym.csv (run posym reproduce or "
                              "posym report on it first)")
         out[name] = p
@@ -51,7 +52,7 @@ def sensitivity_table(variants: Mapping[str, str | os.PathLike]) -> pd.DataFrame
     """Long table: variant, section, task, quantity, paper_text, posym_mean, posym_sd, n."""
     frames = []
     for name, d in _variant_dirs(variants).items():
-        pv = pd.read_csv(d / "aggregate" / "paper_vs_posym.csv")
+        pv = pd.read_csv(layout.aggregate_table(d, "paper_vs_posym"))
         keep = np.zeros(len(pv), dtype=bool)
         for section, prefix in STUDY_ROWS:
             keep |= (pv["section"] == section) & pv["quantity"].astype(str).str.startswith(prefix)
@@ -99,16 +100,15 @@ def extrapolation_prediction(variants: Mapping[str, str | os.PathLike], gamma: f
                              progress: bool = True) -> pd.DataFrame:
     """One row per model: variant, task, seed, delta_positional, delta_symbolic (mean Δ at +0 over the
     model's pure heads of each kind; NaN without such heads), n_positional, n_symbolic, largest_09."""
-    from posym.heads.runs import resolve_model
-    from posym.report.aggregate import find_runs
+    from posym.runs.resolve import resolve_model
     from posym.theory.trained import trained_discrepancy
 
     rows = []
     for name, d in _variant_dirs(variants).items():
-        for task, seeds in find_runs(d).items():
+        for task, seeds in layout.find_runs(d).items():
             for seed, run in seeds.items():
-                purity_path = run / f"purity_gamma{gamma:g}.csv"
-                lg_path = run / "lengthgen_summary.csv"
+                purity_path = run / layout.purity(gamma)
+                lg_path = layout.summary_path(run / layout.LENGTHGEN)
                 if not (purity_path.is_file() and lg_path.is_file()):
                     raise PosymError(f"{run} lacks {purity_path.name} or {lg_path.name} (run its analyses first)")
                 purity = pd.read_csv(purity_path)
@@ -180,31 +180,5 @@ def plot_prediction(table: pd.DataFrame, ax=None):
     return fig
 
 
-def run_sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, *, predict: bool = True,
-                    n: int = 256, force: bool = False, progress: bool = True) -> dict[str, pd.DataFrame]:
-    """``posym sensitivity``: write ``OUT/sensitivity.csv`` + ``.md`` and, with ``predict``,
-    ``OUT/prediction.csv`` + ``prediction.png|pdf`` (Spearman rho in the figure titles)."""
-    from posym.report.figures import save_figure
-
-    out = Path(out)
-    if out.exists() and any(out.iterdir()) and not force:
-        raise PosymError(f"{out} exists; pass --force to overwrite")
-    table = sensitivity_table(variants)
-    res = {"sensitivity": table}
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "sensitivity.csv", index=False)
-    (out / "sensitivity.md").write_text(sensitivity_markdown(table) + "\n")
-    if predict:
-        pred = extrapolation_prediction(variants, n=n, progress=progress)
-        pred.to_csv(out / "prediction.csv", index=False)
-        import matplotlib.pyplot as plt
-
-        fig = plot_prediction(pred)
-        save_figure(fig, out / "prediction")
-        plt.close(fig)
-        res["prediction"] = pred
-    return res
-
-
-__all__ = ["STUDY_ROWS", "extrapolation_prediction", "plot_prediction", "rank_correlation", "run_sensitivity",
+__all__ = ["STUDY_ROWS", "extrapolation_prediction", "plot_prediction", "rank_correlation",
            "sensitivity_markdown", "sensitivity_table"]

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from posym.errors import PosymError
 from posym.tasks._common import check_count
 from posym.tasks.dataset import SPLIT_SIZES, TaskBatch, generate, make_split, split_seed
@@ -68,19 +70,52 @@ def export_jsonl(task: str, split: str, n: int | None, path: str | os.PathLike[s
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Read a JSONL file written by :func:`export_jsonl` (one dict per line)."""
+    """Read a JSONL file written by :func:`export_jsonl` (one JSON object per line); PosymError naming
+    the line for anything else (broken JSON, a value that is not an object, bytes that are not UTF-8)."""
     path = Path(path)
     if not path.is_file():
-        raise PosymError(f"{path} does not exist")
+        raise PosymError(f"{path} does not exist" if not path.exists() else f"{path} is not a file")
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise PosymError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        rec = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise PosymError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+                    if not isinstance(rec, dict):
+                        raise PosymError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+                    out.append(rec)
+    except UnicodeDecodeError as exc:
+        raise PosymError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise PosymError(f"cannot read {path}: {exc.strerror or exc}") from None
     return out
+
+
+def read_prompt_ids(path: str | os.PathLike[str], task: str) -> np.ndarray:
+    """Token ids ``[P, n]`` of a JSONL prompt file (``posym data export`` format: each line an object
+    with a ``tokens`` list of strings; all prompts of one length). PosymError naming the line otherwise."""
+    from posym.tasks.vocab import get_vocab
+
+    rows = read_jsonl(path)
+    if not rows:
+        raise PosymError(f"no prompts in {path}")
+    vocab = get_vocab(task)
+    ids = []
+    for lineno, r in enumerate(rows, 1):
+        toks = r.get("tokens")
+        if not isinstance(toks, list) or not toks or not all(isinstance(t, str) for t in toks):
+            raise PosymError(f"{path}: prompt {lineno} needs a non-empty 'tokens' list of strings")
+        try:
+            ids.append(vocab.encode(toks))
+        except (KeyError, ValueError, PosymError) as exc:
+            raise PosymError(f"{path}: prompt {lineno}: token not in the {task} vocabulary ({exc})") from None
+    lengths = sorted({len(x) for x in ids})
+    if len(lengths) != 1:
+        raise PosymError(f"prompts in {path} have different lengths {lengths}; score one length at a time")
+    return np.stack(ids)
 
 
 def _segment(tokens: list[str], max_shown: int | None = None) -> str:

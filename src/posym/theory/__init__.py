@@ -1,21 +1,14 @@
 """RoPE theory (SPEC §4, §6): exact constructions, discrepancy (Thm 3.2, Fig. 5A), frequency-restricted heads.
+Compute only: the verb ``posym theory`` (``posym.verbs.theory``) writes the tables and figures.
 
 * :mod:`posym.theory.constructions` — T_Index / T_Retrieval as one-head RoPE attention modules, a stacked
   Index model for the number task.
-* :mod:`posym.theory.discrepancy` — ``Δ`` of logits, exact ``Δ(n)`` of both constructions, the bounds,
-  :func:`run_discrepancy` (``posym theory discrepancy``).
-* :mod:`posym.theory.restricted` — one-layer attention-only toys with a restricted RoPE frequency band,
-  :func:`run_restricted` (``posym theory restricted``), and :func:`restrict_frequencies` for HF GPT-J.
+* :mod:`posym.theory.discrepancy` — ``Δ`` of logits, exact ``Δ(n)`` of both constructions, the bounds.
+* :mod:`posym.theory.trained` — ``Δ`` of every head of a trained GPT-J vs added tokens.
+* :mod:`posym.theory.restricted` — one-layer attention-only toys with a restricted RoPE frequency band
+  (:func:`~posym.theory.restricted.restricted_table`) and ``restrict_frequencies`` for HF GPT-J.
 """
 
-from posym.theory.discrepancy import discrepancy_of_logits, discrepancy_table, run_discrepancy
+from posym.theory.discrepancy import discrepancy_of_logits, discrepancy_table
 
-__all__ = ["discrepancy_of_logits", "discrepancy_table", "run_discrepancy", "run_restricted", "restrict_frequencies"]
-
-
-def __getattr__(name):  # lazy: restricted pulls in training code
-    if name in ("run_restricted", "restrict_frequencies"):
-        from posym.theory import restricted
-
-        return getattr(restricted, name)
-    raise AttributeError(name)
+__all__ = ["discrepancy_of_logits", "discrepancy_table"]

@@ -93,7 +93,7 @@ class RopeHead(nn.Module):
     def vocab_size(self) -> int:
         return int(self.embed.shape[0])
 
-    def _check_ids(self, ids) -> Tensor:
+    def _token_ids(self, ids) -> Tensor:
         ids = torch.as_tensor(ids, dtype=torch.long)
         if ids.ndim == 1:
             ids = ids[None]
@@ -110,7 +110,7 @@ class RopeHead(nn.Module):
 
     def scores(self, ids) -> Tensor:
         """Pre-``beta`` causal RoPE logits ``[B, n (query t), n (key j)]``; ``-inf`` for ``j > t``."""
-        ids = self._check_ids(ids)
+        ids = self._token_ids(ids)
         # x W = E[ids] W = (E W)[ids]: project the (one-hot) embedding table once, then look up
         q = self._rotate((self.embed @ self.w_q)[ids])
         k = self._rotate((self.embed @ self.w_k)[ids])
@@ -120,7 +120,7 @@ class RopeHead(nn.Module):
         return s.masked_fill(future, float("-inf"))
 
     def forward(self, ids, return_attention: bool = False):
-        ids = self._check_ids(ids)
+        ids = self._token_ids(ids)
         att = torch.softmax(self.beta * self.scores(ids), dim=-1)
         a = att @ (self.embed @ self.w_v)[ids]
         logits = self.embed[ids][..., : self.vocab_size] + a
@@ -129,7 +129,7 @@ class RopeHead(nn.Module):
     @torch.no_grad()
     def predict(self, ids, chunk: int = 2048) -> Tensor:
         """Output symbol at every position, ``[B, n]`` long (argmax of the read-out), in chunks."""
-        ids = self._check_ids(ids)
+        ids = self._token_ids(ids)
         out = [self(ids[i:i + chunk]).argmax(-1) for i in range(0, ids.shape[0], chunk)]
         return torch.cat(out) if out else ids.clone()
 

@@ -148,12 +148,22 @@ def retrieval_bound(n: int, theta: float, n_letters: int = 8) -> float:
 # ---- table, run -----------------------------------------------------------------------------------
 
 
+def check_parameters(theta_index: float, theta_retrieval: float, alphabet: int, n_max: int, n_min: int = 2) -> None:
+    """Refuse (PosymError) parameters :func:`discrepancy_table` cannot use, before any work: finite
+    angles, ``2 <= n_min <= n_max`` and Retrieval's ``0 <= θ < ω/(2 n_max)`` (Theorem 3.2)."""
+    for name, v in (("theta_index", theta_index), ("theta_retrieval", theta_retrieval)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise PosymError(f"{name} must be a finite number, got {v!r}")
+    if n_min < 2 or n_max < n_min:
+        raise PosymError(f"need 2 <= n_min <= n_max, got n_min={n_min}, n_max={n_max}")
+    _retrieval_check(n_max, theta_retrieval, alphabet)
+
+
 def discrepancy_table(theta_index: float = 0.8, theta_retrieval: float = 0.0027, alphabet: int = 8,
                       n_max: int = 100, n_min: int = 2) -> pd.DataFrame:
     """Tidy table: ``mechanism`` (index / retrieval), ``n``, ``delta`` (worst case), ``bound``
     (Theorem 3.2), ``delta_best`` (best case over inputs), ``theta``, ``alphabet`` (Retrieval's |ALPH|)."""
-    if n_min < 2 or n_max < n_min:
-        raise PosymError(f"need 2 <= n_min <= n_max, got n_min={n_min}, n_max={n_max}")
+    check_parameters(theta_index, theta_retrieval, alphabet, n_max, n_min)
     rows = []
     for n in range(n_min, n_max + 1):
         d = index_deltas(n, theta_index)
@@ -165,16 +175,8 @@ def discrepancy_table(theta_index: float = 0.8, theta_retrieval: float = 0.0027,
     return pd.DataFrame(rows, columns=["mechanism", "n", "delta", "bound", "delta_best", "theta", "alphabet"])
 
 
-def run_discrepancy(out_dir, theta_index: float = 0.8, theta_retrieval: float = 0.0027, alphabet: int = 8,
-                    n_max: int = 100) -> pd.DataFrame:
-    """Fig. 5A: write ``out_dir/discrepancy.csv`` and ``out_dir/discrepancy.png|pdf``; return the table."""
-    from posym.theory.figures import plot_discrepancy, write_table_and_figure
-
-    table = discrepancy_table(theta_index, theta_retrieval, alphabet, n_max)
-    return write_table_and_figure(table, plot_discrepancy, out_dir, "discrepancy")
-
-
 __all__ = [
+    "check_parameters",
     "discrepancy_of_logits",
     "index_query_logits",
     "index_deltas",
@@ -184,5 +186,4 @@ __all__ = [
     "retrieval_delta",
     "retrieval_bound",
     "discrepancy_table",
-    "run_discrepancy",
 ]

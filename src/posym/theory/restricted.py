@@ -25,7 +25,7 @@ Bands (``band_frequencies``): ``"high"`` = the ``band_size`` fastest frequencies
   bound to ``k`` (answer position = the pair's position). Pairs are single tokens because a one-layer
   attention-only model cannot bind two separate tokens.
 
-:func:`run_restricted` trains each (task, band, mode) with Adam on fresh samples each step and
+:func:`restricted_table` trains each (task, band, mode) with Adam on fresh samples each step and
 measures accuracy per answer position on a held-out balanced set.
 
 **HF GPT-J.** :func:`restrict_frequencies` zeroes the rotation (sin = 0, cos = 1) of the non-kept
@@ -258,20 +258,21 @@ def train_toy(cfg: ToyConfig) -> tuple[RestrictedAttention, dict]:
     return model, {"final_loss": loss_v, "train_seconds": time.perf_counter() - t0}
 
 
-def run_restricted(out_dir, steps: int = 1500, seed: int = 0, tasks: Sequence[str] = TASKS,
-                   bands: Sequence[str] = BANDS, modes: Sequence[str] = MODES, **config) -> pd.DataFrame:
-    """Train every (task, band, mode) toy; write ``out_dir/restricted.csv`` and ``restricted.png|pdf``.
+def restricted_table(steps: int = 1500, seed: int = 0, tasks: Sequence[str] = TASKS, bands: Sequence[str] = BANDS,
+                     modes: Sequence[str] = MODES, progress: bool = False, **config) -> pd.DataFrame:
+    """Train and evaluate every (task, band, mode) toy (Paper B's frequency-restricted heads).
 
     Returns the tidy table ``task, band, mode, answer_pos, acc`` plus ``final_loss`` and ``keep``
     (the kept frequency IDs). ``config``: any other :class:`ToyConfig` field (sizes, lr, ...).
     Defaults: 2 tasks x 2 modes x 3 bands = 12 runs of 1,500 Adam steps (~10-20 s each on one thread).
     """
-    from posym.theory.figures import plot_restricted, write_table_and_figure
+    from tqdm.auto import tqdm
 
     bad = sorted(set(config) - set(ToyConfig.__dataclass_fields__) | ({"task", "band", "mode"} & set(config)))
     if bad:
         raise PosymError(f"unknown toy option(s): {', '.join(bad)}")
     frames = []
+    bar = tqdm(total=len(tasks) * len(modes) * len(bands), desc="restricted toys", unit="toy", disable=not progress)
     for task in tasks:
         for mode in modes:
             for band in bands:
@@ -285,8 +286,9 @@ def run_restricted(out_dir, steps: int = 1500, seed: int = 0, tasks: Sequence[st
                 df["final_loss"] = info["final_loss"]
                 df["keep"] = " ".join(map(str, keep))
                 frames.append(df)
-    table = pd.concat(frames, ignore_index=True)
-    return write_table_and_figure(table, plot_restricted, out_dir, "restricted")
+                bar.update(1)
+    bar.close()
+    return pd.concat(frames, ignore_index=True)
 
 
 # ---- HF GPT-J -------------------------------------------------------------------------------------
@@ -371,7 +373,7 @@ __all__ = [
     "build_toy",
     "train_toy",
     "evaluate_toy",
-    "run_restricted",
+    "restricted_table",
     "FrequencyRestriction",
     "restrict_frequencies",
 ]

@@ -13,7 +13,6 @@ inputs, so ``delta_min`` is its empirical counterpart on the sampled inputs).
 
 from __future__ import annotations
 
-import os
 from typing import Sequence
 
 import numpy as np
@@ -38,7 +37,7 @@ def last_query_logits(model, input_ids, layers: Sequence[int] | None = None) -> 
     to their positions; causal and sliding-window masks give ``-inf``.
     """
     ad = get_adapter(model)
-    layers = ad._check_layers(layers)
+    layers = ad.check_layers(layers)
     q, k = ad.capture_qk(input_ids, layers)  # [L, B, H, T, hd], [L, B, Hkv, T, hd]
     T = q.shape[-2]
     pos = torch.arange(T, device=q.device)
@@ -99,20 +98,4 @@ def trained_discrepancy(model, task: str, grid: Sequence[int] = DEFAULT_GRID, n:
     return pd.DataFrame(rows)
 
 
-def run_trained_discrepancy(paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike,
-                            grid: Sequence[int] = DEFAULT_GRID, n: int = 64, seed: int = 0,
-                            task: str | None = None, progress: bool = True) -> pd.DataFrame:
-    """``posym theory discrepancy --run``: measure every given run/checkpoint and write
-    ``out_dir/trained_discrepancy.csv`` and ``out_dir/trained_discrepancy.png|pdf``."""
-    from posym.heads.runs import resolve_model
-    from posym.theory.figures import plot_trained_discrepancy, write_table_and_figure
-
-    frames = []
-    for p in paths:
-        model, t, _ = resolve_model(p, task=task)
-        frames.append(trained_discrepancy(model, t, grid=grid, n=n, seed=seed, progress=progress).assign(run=str(p)))
-    table = pd.concat(frames, ignore_index=True)
-    return write_table_and_figure(table, plot_trained_discrepancy, out_dir, "trained_discrepancy")
-
-
-__all__ = ["DEFAULT_GRID", "last_query_logits", "head_discrepancy", "trained_discrepancy", "run_trained_discrepancy"]
+__all__ = ["DEFAULT_GRID", "last_query_logits", "head_discrepancy", "trained_discrepancy"]

@@ -14,9 +14,7 @@ Trainer's ``load_best_model_at_end`` rule (SPEC §2). Every run keeps it; a run 
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 import uuid
 from pathlib import Path
@@ -27,27 +25,10 @@ from transformers import GPTJForCausalLM
 
 from posym.errors import PosymError
 from posym.model.gptj import save_model
+from posym.runs import layout
+from posym.runs.layout import best_dir, list_checkpoints, step_dir, write_meta
 
-_STEP_DIR = re.compile(r"^step-(\d{6,})$")
-TRAINER_STATE = "trainer_state.pt"
-BEST_DIR = "best"
-
-
-def step_dir(run_dir: str | os.PathLike, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step-{step:06d}"
-
-
-def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint of a run, sorted by step."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
-    out = []
-    for p in root.iterdir():
-        m = _STEP_DIR.match(p.name)
-        if m and p.is_dir() and (p / "config.json").is_file() and (p / "model.safetensors").is_file():
-            out.append((int(m.group(1)), p))
-    return sorted(out)
+TRAINER_STATE = layout.TRAINER_STATE
 
 
 def save_checkpoint(run_dir: str | os.PathLike, step: int, model: GPTJForCausalLM, meta: dict,
@@ -56,7 +37,8 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: GPTJForCausalL
     final = step_dir(run_dir, step)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
-    save_model(model, tmp, meta={**meta, "step": step})
+    save_model(model, tmp)
+    write_meta(tmp, {**meta, "step": step})
     if trainer_state is not None:
         torch.save(trainer_state, tmp / TRAINER_STATE)
     if final.exists():  # re-saving a step after resume: swap atomically, then drop the old copy
@@ -73,33 +55,21 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: GPTJForCausalL
     return final
 
 
-def best_dir(run_dir: str | os.PathLike) -> Path:
-    return Path(run_dir) / "checkpoints" / BEST_DIR
-
-
 def save_best(run_dir: str | os.PathLike, step: int, model: GPTJForCausalLM, meta: dict, val_acc: float) -> Path:
     """Atomically replace ``RUN/checkpoints/best/`` by the weights of ``step`` (validation accuracy ``val_acc``)."""
     final = best_dir(run_dir)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".tmp-{BEST_DIR}-{uuid.uuid4().hex[:8]}"
-    save_model(model, tmp, meta={**meta, "step": step, "val_acc": float(val_acc), "selection": "best"})
+    tmp = final.parent / f".tmp-{layout.BEST}-{uuid.uuid4().hex[:8]}"
+    save_model(model, tmp)
+    write_meta(tmp, {**meta, "step": step, "val_acc": float(val_acc), "selection": "best"})
     if final.exists():
-        trash = final.parent / f".old-{BEST_DIR}-{uuid.uuid4().hex[:8]}"
+        trash = final.parent / f".old-{layout.BEST}-{uuid.uuid4().hex[:8]}"
         os.replace(final, trash)
         os.replace(tmp, final)
         shutil.rmtree(trash, ignore_errors=True)
     else:
         os.replace(tmp, final)
     return final
-
-
-def best_checkpoint(run_dir: str | os.PathLike) -> tuple[int, Path] | None:
-    """(step, path) of the run's best-validation checkpoint, or None when the run has none."""
-    path = best_dir(run_dir)
-    if not ((path / "config.json").is_file() and (path / "model.safetensors").is_file()):
-        return None
-    step = read_checkpoint_meta(path).get("step")
-    return (int(step), path) if step is not None else None
 
 
 def latest_resumable(run_dir: str | os.PathLike) -> tuple[int, Path] | None:
@@ -123,13 +93,8 @@ def load_trainer_state(path: str | os.PathLike) -> dict[str, Any]:
 
 def clean_temporaries(run_dir: str | os.PathLike) -> None:
     """Remove leftovers of interrupted checkpoint writes."""
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / layout.CHECKPOINTS
     if root.is_dir():
         for p in root.iterdir():
             if p.name.startswith((".tmp-", ".old-")):
                 shutil.rmtree(p, ignore_errors=True)
-
-
-def read_checkpoint_meta(path: str | os.PathLike) -> dict:
-    f = Path(path) / "posym.json"
-    return json.loads(f.read_text()) if f.is_file() else {}

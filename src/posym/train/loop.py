@@ -27,10 +27,11 @@ from tqdm.auto import tqdm
 
 import posym
 from posym.errors import PosymError
-from posym.locking import LOCK_FILE, DirLock
+from posym.runs.lock import DirLock
 from posym.model.fast import last_token_logits
 from posym.model.gptj import build_model, model_config
 from posym.tasks import get_vocab, make_split
+from posym.runs import layout
 from posym.train import checkpoints as ckpt
 from posym.train import distributed as dist
 from posym.train.config import TrainConfig
@@ -40,15 +41,25 @@ from posym.train.schedule import checkpoint_steps, eval_steps, linear_warmup_dec
 METRIC_COLUMNS = ["split", "step", "train_loss", "lr", "loss", "acc"] + [
     f"acc_hop{h}" for h in range(1, MAX_HOPS + 1)] + ["time_s"]
 
-#: Called at every evaluation step with (step, model, run_dir); used for head tracking.
+#: Called at every evaluation step with (step, model, run_dir), after the validation row is written
+#: (head tracking: ``posym.heads.tracking.HeadTracker``). An optional ``on_start(run_dir, start_step,
+#: resume)`` method runs once before training (e.g. to drop rows written after a resumed checkpoint).
 EvalCallback = Callable[[int, torch.nn.Module, Path], None]
 
 
 @dataclass
 class RunResult:
+    """A finished training run: its directory, configuration and final test metrics."""
+
     run_dir: Path
     config: TrainConfig
     test: dict[str, float]
+
+    @property
+    def summary(self) -> str:
+        t = self.test
+        hops = " ".join(f"hop{h}={t[f'acc_hop{h}']:.3f}" for h in range(1, 5))
+        return f"test accuracy {t['acc']:.4f} ({hops}); run in {self.run_dir}"
 
 
 def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -199,7 +210,7 @@ def _check_run_dir(out: Path, resume: bool, force: bool) -> None:
         raise PosymError("--resume and --force exclude each other")
     if out.exists() and not out.is_dir():
         raise PosymError(f"{out} exists and is not a directory")
-    if resume and not (out / "posym.json").is_file():
+    if resume and not (out / layout.POSYM_JSON).is_file():
         raise PosymError(f"cannot resume: {out} is not a posym run directory (no posym.json)")
 
 
@@ -220,11 +231,11 @@ def _prepare_run_dir(out: Path, resume: bool, force: bool) -> None:
     _check_run_dir(out, resume, force)
     if resume:
         return
-    entries = [p for p in out.iterdir() if p.name != LOCK_FILE] if out.is_dir() else []
+    entries = [p for p in out.iterdir() if p.name != layout.LOCK] if out.is_dir() else []
     if entries:
         if not force:
             raise PosymError(f"run directory {out} already exists; use --resume to continue it or --force to overwrite")
-        if not (out / "posym.json").is_file():
+        if not (out / layout.POSYM_JSON).is_file():
             raise PosymError(f"{out} is not a posym run (no posym.json); --force only replaces posym runs, "
                              "so choose another --out")
         if _is_cwd_or_above(out):
@@ -274,7 +285,7 @@ def _load_weights(path: Path, model: torch.nn.Module, device: str) -> None:
     from safetensors.torch import load_file
 
     try:
-        weights = load_file(str(path / "model.safetensors"), device=str(device))
+        weights = load_file(str(path / layout.WEIGHTS), device=str(device))
         missing, unexpected = model.load_state_dict(weights, strict=False)
     except Exception as exc:
         raise PosymError(f"corrupt checkpoint {path}: {str(exc).splitlines()[0]}") from exc
@@ -285,7 +296,7 @@ def _load_weights(path: Path, model: torch.nn.Module, device: str) -> None:
 def _best_so_far(out: Path, start_step: int) -> dict[str, Any]:
     """Best validation step/accuracy among the kept metric rows (steps <= ``start_step``) on resume."""
     best: dict[str, Any] = {"step": None, "acc": None}
-    for r in _read_metrics(out / "metrics.csv"):
+    for r in _read_metrics(out / layout.METRICS):
         if r["split"] == "val" and int(r["step"]) <= start_step:
             acc = float(r["acc"])
             if best["acc"] is None or acc > best["acc"]:
@@ -313,7 +324,7 @@ def _restore_rng(state: dict[str, Any], rank: int, world_size: int, device: str,
 
 def _restore_metrics(out: Path, config: TrainConfig, start_step: int) -> None:
     """Drop metric rows written after the resumed checkpoint (and refuse to resume a finished run)."""
-    metrics_path = out / "metrics.csv"
+    metrics_path = out / layout.METRICS
     old_rows = _read_metrics(metrics_path)
     if start_step >= config.steps and any(r["split"] == "test" for r in old_rows):
         raise PosymError(f"run {out} is already complete ({config.steps} steps)")
@@ -386,11 +397,11 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
         if not resume:
             return None
         try:
-            stored = json.loads((out / "posym.json").read_text())
+            stored = json.loads((out / layout.POSYM_JSON).read_text())
             TrainConfig.from_dict(stored["config"])  # validates the field names and types it can
             return {**stored["config"], "task": stored.get("task", stored["config"].get("task"))}
         except (ValueError, KeyError, TypeError, OSError) as exc:
-            raise PosymError(f"cannot resume: {out / 'posym.json'} is corrupt ({type(exc).__name__}: {exc})") from exc
+            raise PosymError(f"cannot resume: {out / layout.POSYM_JSON} is corrupt ({type(exc).__name__}: {exc})") from exc
 
     stored = dist.run_on_main(prepare)
     if threads:
@@ -409,13 +420,13 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
     if world > 1:
         meta["world_size"] = world
     if not resume and main:
-        (out / "posym.json").write_text(json.dumps(meta, indent=2))
+        (out / layout.POSYM_JSON).write_text(json.dumps(meta, indent=2))
 
     optimizer, scheduler = make_optimizer(model, config)
     scaler = make_grad_scaler(config.precision, device)
 
     start_step, loss_sum, loss_count = 0, 0.0, 0
-    metrics_path = out / "metrics.csv"
+    metrics_path = out / layout.METRICS
     dropout_seed = config.seed + 1_000_003 + 7_919 * rank  # dropout stream, separate from the init stream
     if resume:
         start_step, path = dist.run_on_main(lambda: _find_resumable(out))
@@ -439,13 +450,9 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
     lo, hi = dist.shard_bounds(config.batch_size, rank, world)
 
     callbacks = list(callbacks) if main else []
-    if config.track_heads and main:
-        from posym.heads.tracking import HeadTracker, truncate_scores
-
-        if resume:
-            truncate_scores(out, start_step)
-        n_track = min(config.track_prompts, len(val_set))
-        callbacks.insert(0, HeadTracker(val_set.input_ids[:n_track], config.track_taus))
+    for cb in callbacks:
+        if hasattr(cb, "on_start"):
+            cb.on_start(out, start_step, resume)
 
     # The objective DDP/compile wrap; `model` stays the plain HF module (evaluated, scored, saved).
     objective: Any = LastTokenLoss(model, reduction="sum" if world > 1 else "mean")
@@ -544,7 +551,7 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
         t = time.perf_counter()
         test_set = make_split(config.task, "test", seed=config.data_seed, n=config.n_test, **data_rule)
         if config.final_model == "best":
-            found = ckpt.best_checkpoint(out)
+            found = layout.best_checkpoint(out)
             if found is None:
                 raise PosymError(f"run {out} has no best checkpoint to select (final_model='best')")
             _load_weights(found[1], model, device)
@@ -560,7 +567,7 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
         timing.update({k: round(v, 3) for k, v in timing.items() if isinstance(v, float)})
         final = {"final_model": config.final_model, "final_step": timing.pop("final_step"),
                  "best_step": best["step"], "best_val_acc": best["acc"]}
-        (out / "results.json").write_text(json.dumps({"test": test, "steps": config.steps, **final,
+        (out / layout.RESULTS).write_text(json.dumps({"test": test, "steps": config.steps, **final,
                                                       "timing": timing}, indent=2))
         return test
 

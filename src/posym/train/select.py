@@ -20,8 +20,8 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from posym.errors import PosymError
-from posym.locking import DirLock
-from posym.train.checkpoints import best_checkpoint, list_checkpoints
+from posym.runs.lock import DirLock
+from posym.runs.layout import best_checkpoint, list_checkpoints
 from posym.train.config import FINAL_MODELS, TrainConfig
 
 

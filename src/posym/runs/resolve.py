@@ -13,18 +13,17 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import GPTJForCausalLM
 
 from posym.errors import PosymError
-from posym.model.gptj import load_model, read_meta
+from posym.model.gptj import load_model
+from posym.runs.layout import read_meta
 from posym.tasks.vocab import check_task, get_vocab
-from posym.train.checkpoints import best_checkpoint, list_checkpoints
-
-_STEP_NAME = re.compile(r"^step-(\d+)$")
+from posym.runs import layout
+from posym.runs.layout import best_checkpoint, list_checkpoints, step_of_name
 
 
 @dataclass
@@ -75,7 +74,7 @@ def resolve_checkpoint(run_or_model_dir: str | os.PathLike, step: StepChoice = N
             if s == step:
                 return p
         raise PosymError(f"run {path} has no checkpoint at step {step} (have: {', '.join(str(s) for s, _ in ckpts)})")
-    if (path / "config.json").is_file():
+    if (path / layout.CONFIG_JSON).is_file():
         if isinstance(step, str):
             raise PosymError(f"{path} is a single checkpoint; step {step!r} needs a run directory")
         if step is not None:
@@ -83,7 +82,7 @@ def resolve_checkpoint(run_or_model_dir: str | os.PathLike, step: StepChoice = N
             if meta_step is not None and int(meta_step) != step:
                 raise PosymError(f"checkpoint {path} is step {meta_step}, not {step}")
         return path
-    if (path / "checkpoints").is_dir() or (path / "posym.json").is_file():
+    if (path / layout.CHECKPOINTS).is_dir() or (path / layout.POSYM_JSON).is_file():
         raise PosymError(f"run {path} has no complete checkpoint yet")
     raise PosymError(f"{path} is neither a posym run directory nor a model checkpoint (no config.json)")
 
@@ -92,8 +91,7 @@ def _checkpoint_step(ckpt: Path) -> int | None:
     meta_step = read_meta(ckpt).get("step")
     if meta_step is not None:
         return int(meta_step)
-    m = _STEP_NAME.match(ckpt.name)
-    return int(m.group(1)) if m else None
+    return step_of_name(ckpt.name)
 
 
 def resolve_task(run_or_model_dir: str | os.PathLike, ckpt: Path, task: str | None = None) -> str:

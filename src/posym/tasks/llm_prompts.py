@@ -16,7 +16,7 @@ may exchange. The query is always the prompt's last token.
   and the word lists. **Equal block lengths** (the swap machinery only swaps equal-length blocks):
   the word lists are filtered at run time to words that the tokenizer encodes as *one* token after
   a space (:func:`single_token_words`), so every fact has the same token length.
-* **number** / **letter** — the 1-hop task prompts of :mod:`posym.lengthgen.prompts` (SPEC §1.5:
+* **number** / **letter** — the 1-hop task prompts of :mod:`posym.tasks.prompts` (SPEC §1.5:
   ``make_sample(task, length, run=seed, index)``), as *plain text* (instructions, ``n_examples``
   worked examples, the test item, ending in ``Output:``; no chat template, so every model sees the
   same text). One block per target-window token of the test item (a letter, or a letter–digit
@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from posym.errors import PosymError
-from posym.lengthgen.prompts import TASKS as ONEHOP_TASKS
-from posym.lengthgen.prompts import build_messages, make_sample, render_plain
+from posym.tasks.prompts import TASKS as ONEHOP_TASKS
+from posym.tasks.prompts import build_messages, make_sample, render_plain
 
 PROMPT_SETS: tuple[str, ...] = ("binding", "number", "letter")
 DEFAULT_N_ENTITIES = 6

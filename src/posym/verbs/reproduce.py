@@ -1,4 +1,4 @@
-"""One command reproduces Paper A (issue 6): ``posym reproduce --preset quick --out DIR``.
+"""One command reproduces Paper A: ``posym reproduce --preset quick --out DIR``.
 
 :func:`reproduce` runs a list of named **stages**, each writing into ``DIR`` and, on success only,
 an atomic marker ``DIR/stages/<name>.done`` (JSON: timing, outputs). A re-run skips every stage whose
@@ -46,7 +46,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from posym.errors import PosymError
-from posym.locking import DirLock
+from posym.runs import layout
+from posym.runs.layout import run_dir
+from posym.runs.lock import DirLock
+from posym.runs.provenance import versions
+from posym.verbs.pool import Inline, call_stage, worker_init
 
 TASKS = ("number", "letter")
 QUICK_LENGTHGEN_GRID = tuple(range(0, 101, 10)) + tuple(range(200, 1001, 100))
@@ -62,7 +66,7 @@ QUICK_LENGTHGEN_GRID = tuple(range(0, 101, 10)) + tuple(range(200, 1001, 100))
 #: * ``lengthgen_grid`` ("paper" = 0,10..100,200..1000,1500..5000) / ``lengthgen_n`` (samples per
 #:   length and data seed) / ``lengthgen_data_seeds`` / ``lengthgen_extra_rule`` (what the added
 #:   tokens are: "window", "distractor" or "copies"; SPEC §1.4, our choice);
-#: * ``discrepancy`` — keywords of ``posym.theory.discrepancy.run_discrepancy`` (Fig. 5A values);
+#: * ``discrepancy`` — keywords of ``posym.verbs.theory.discrepancy`` (Fig. 5A values);
 #: * ``llm`` — keywords of ``posym.lengthgen.llm_eval`` (lengths None = SPEC §1.5's 11 lengths).
 PRESETS: dict[str, dict[str, Any]] = {
     # ≤ 20 min on a 2-core CPU: 1,500-step quick models (8 layers, ≈ 5–9 min per task, both trained
@@ -136,6 +140,20 @@ def preset_settings(preset: str, overrides: dict[str, Any] | None = None) -> dic
     return s
 
 
+def overrides_from_pairs(pairs: dict[str, Any]) -> dict[str, Any]:
+    """Dotted ``--set`` keys to nested settings: ``{"llm.n": 3}`` -> ``{"llm": {"n": 3}}``."""
+    overrides: dict[str, Any] = {}
+    for key, value in pairs.items():
+        *parents, leaf = key.split(".")
+        node = overrides
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise PosymError(f"--set {key}: {part!r} is set to a value elsewhere, not a group of settings")
+        node[leaf] = value
+    return overrides
+
+
 #: The settings each kind of stage reads (a changed setting invalidates only these stages).
 STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
     "train": ("train_preset", "train"), "dynamics": ("gammas",), "flow": ("flow_hops",),
@@ -156,7 +174,10 @@ def _keywords(key: str, value: Any, fn: Callable) -> None:
     if not isinstance(value, dict):
         raise PosymError(f"bad reproduction setting {key}={value!r}: expected a JSON object of keywords")
     params = inspect.signature(fn).parameters
-    unknown = sorted(k for k in value if k not in params or k in ("out", "out_dir", "progress", "threads"))
+    not_settings = {"out", "out_dir", "progress", "threads", "force"}
+    if key == "discrepancy":  # the trained-model part of the verb is not a reproduction setting
+        not_settings |= {"runs", "grid", "n", "seed", "task"}
+    unknown = sorted(k for k in value if k not in params or k in not_settings)
     if unknown:
         raise PosymError(f"bad reproduction setting {key}: unknown keyword(s) {', '.join(unknown)}")
 
@@ -165,7 +186,7 @@ def validate_settings(settings: dict[str, Any], tasks: Sequence[str]) -> None:
     """Check every setting of a reproduction before any stage runs (PosymError naming the bad one)."""
     from posym.lengthgen.llm_eval import llm_eval
     from posym.lengthgen.trained import parse_grid
-    from posym.theory.discrepancy import run_discrepancy
+    from posym.verbs.theory import discrepancy
     from posym.train import make_config
 
     train = settings.get("train", {})
@@ -201,7 +222,7 @@ def validate_settings(settings: dict[str, Any], tasks: Sequence[str]) -> None:
     if settings["lengthgen_extra_rule"] not in EXTRA_RULES:
         raise PosymError(f"bad reproduction setting lengthgen_extra_rule={settings['lengthgen_extra_rule']!r}: "
                          f"choose one of {list(EXTRA_RULES)}")
-    _keywords("discrepancy", settings["discrepancy"], run_discrepancy)
+    _keywords("discrepancy", settings["discrepancy"], discrepancy)
     for k, v in settings["discrepancy"].items():
         if k in ("alphabet", "n_max"):
             _positive_int(f"discrepancy.{k}", v)
@@ -218,11 +239,6 @@ def validate_settings(settings: dict[str, Any], tasks: Sequence[str]) -> None:
                 _positive_int("llm.lengths", x)
 
 
-def run_dir(out: str | os.PathLike, task: str, seed: int) -> Path:
-    """``DIR/<task>/seed<k>``: the training run directory of one (task, seed); analyses write there too."""
-    return Path(out) / task / f"seed{int(seed)}"
-
-
 # ------------------------------------------------------------------------------------------------
 # the [llm] extra
 # ------------------------------------------------------------------------------------------------
@@ -230,13 +246,13 @@ def llm_available() -> tuple[bool, str]:
     """Whether the offline SmolLM2 evaluation can run: ``(True, gguf path)`` or ``(False, reason)``."""
     import importlib.util
 
-    from posym.lengthgen.hf_llm import INSTALL_HINT
+    from posym.model.llm import INSTALL_HINT
 
     if importlib.util.find_spec("gguf") is None:
         return False, ("the [llm] extra is not installed (no 'gguf' package); install it with "
                        f"pip install -e '.[llm]' && {INSTALL_HINT}")
     try:
-        from posym.lengthgen.hf_llm import default_gguf
+        from posym.model.llm import default_gguf
 
         return True, str(default_gguf())
     except PosymError as exc:
@@ -255,22 +271,17 @@ class Context:
     threads: int | None = None  # torch threads inside a worker (None: leave as is)
 
 
-def _close(fig) -> None:
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-
-
 def stage_train(ctx: Context, task: str, seed: int) -> dict:
-    from posym.train import make_config, train
+    from posym.train import make_config
     from posym.train.checkpoints import latest_resumable
+    from posym.verbs.train import train
 
     out = run_dir(ctx.out, task, seed)
-    if (out / "results.json").is_file():
-        res = json.loads((out / "results.json").read_text())
+    if (out / layout.RESULTS).is_file():
+        res = layout.read_json(out / layout.RESULTS)
         return {"run_dir": str(out), "test": res.get("test"), "note": "already trained"}
     s = ctx.settings
-    resume = (out / "posym.json").is_file() and latest_resumable(out) is not None
+    resume = (out / layout.POSYM_JSON).is_file() and latest_resumable(out) is not None
     cfg = make_config(task, s["train_preset"], seed=seed, data_seed=seed, order_seed=seed, track_heads=True,
                       **s.get("train", {}))
     result = train(cfg, out, resume=resume, force=not resume, device=ctx.device, threads=ctx.threads,
@@ -279,163 +290,68 @@ def stage_train(ctx: Context, task: str, seed: int) -> dict:
 
 
 def stage_dynamics(ctx: Context, task: str, seed: int) -> dict:
-    from posym.heads.dynamics import run_dynamics
+    from posym.verbs.dynamics import dynamics
 
-    out = run_dir(ctx.out, task, seed)
-    counts = {}
-    for gamma in ctx.settings["gammas"]:
-        purity = run_dynamics(out, gamma=gamma)
-        counts[f"{gamma:g}"] = {k: int((purity["kind"] == k).sum()) for k in ("positional", "symbolic", "mixed")}
-    return {"pure_heads": counts}
+    res = dynamics(run_dir(ctx.out, task, seed), gammas=ctx.settings["gammas"], force=True)
+    return {"pure_heads": {f"{g:g}": {k: int((t["kind"] == k).sum()) for k in ("positional", "symbolic", "mixed")}
+                           for g, t in res.data["purity"].items()}}
 
 
 def stage_flow(ctx: Context, task: str, seed: int) -> dict:
-    import numpy as np
+    from posym.verbs.flow import flow
 
-    from posym.heads.flow import flow_for_example
-    from posym.report.flow_figures import plot_flow, save_figure
-    from posym.tasks import make_split
-
-    out = run_dir(ctx.out, task, seed)
-    batch = make_split(task, "test", seed=seed, n=256)
-    examples = {}
-    for h in ctx.settings["flow_hops"]:
-        idx = np.flatnonzero(np.asarray(batch.hops) == int(h))
-        if not len(idx):
-            continue
-        i = int(idx[0])
-        edges, tokens, chain, _ = flow_for_example(out, i, task=task, split="test", seed=seed)
-        name = f"flow-{task}-test-{i}"
-        fig = plot_flow(edges, tokens, chain)
-        save_figure(fig, out / "figures" / name)
-        _close(fig)
-        edges.to_csv(out / "figures" / f"{name}.csv", index=False)
-        examples[str(h)] = {"example": i, "figure": f"figures/{name}.png", "tokens": " ".join(tokens),
-                            "chain": [int(c) for c in chain], "label": edges.attrs.get("label"),
-                            "prediction": edges.attrs.get("prediction")}
-    (out / "flow.json").write_text(json.dumps(examples, indent=2))
-    return {"examples": {h: e["example"] for h, e in examples.items()}}
+    res = flow(run_dir(ctx.out, task, seed), hops=ctx.settings["flow_hops"], task=task, split="test", seed=seed,
+               force=True)
+    return {"examples": {h: e["example"] for h, e in res.data["examples"].items()}}
 
 
 def stage_ablate(ctx: Context, task: str, seed: int) -> dict:
-    from posym.heads.ablate import ablation_for_run
-    from posym.report.flow_figures import plot_ablation, save_figure
+    from posym.verbs.ablate import ablate
 
-    out = run_dir(ctx.out, task, seed)
-    table = ablation_for_run(out, task=task, n=ctx.settings["ablation_n"], seed=seed)
-    table.to_csv(out / "ablation.csv", index=False)
-    fig = plot_ablation(table)
-    save_figure(fig, out / "figures" / "ablation")
-    _close(fig)
-    return {"rows": len(table)}
+    res = ablate(run_dir(ctx.out, task, seed), task=task, n=ctx.settings["ablation_n"], seed=seed, force=True,
+                 progress=ctx.progress)
+    return {"rows": len(res.table)}
 
 
 def stage_freqs(ctx: Context, task: str, seed: int) -> dict:
-    from posym.heads.frequencies import run_freqs
+    from posym.verbs.freqs import freqs
 
-    out = run_dir(ctx.out, task, seed)
-    table = run_freqs(out, task=task, n=ctx.settings["freqs_n"], seed=seed, scores=ctx.settings["freqs_scores"])
-    return {"geometry_layer": table.attrs.get("geometry_layer")}
+    res = freqs(run_dir(ctx.out, task, seed), task=task, n=ctx.settings["freqs_n"], seed=seed,
+                scores=ctx.settings["freqs_scores"], force=True, progress=ctx.progress)
+    return {"geometry_layer": res.data["geometry_layer"]}
 
 
 def stage_lengthgen(ctx: Context, task: str, seed: int) -> dict:
-    from posym.lengthgen.trained import run_lengthgen, summarize_lengthgen
-    from posym.report.figures import plot_lengthgen, save_figure
-    from posym.report.paper import LENGTHGEN
+    from posym.verbs.lengthgen import lengthgen
 
     s = ctx.settings
-    out = run_dir(ctx.out, task, seed)
-    table = run_lengthgen(out, task=task, grid=s["lengthgen_grid"], n=s["lengthgen_n"],
-                          seeds=s["lengthgen_data_seeds"], extra_rule=s["lengthgen_extra_rule"],
-                          out=out / "lengthgen.csv", force=True,
-                          device=ctx.device, progress=ctx.progress)
-    fig = plot_lengthgen({task: summarize_lengthgen(table)}, paper=LENGTHGEN)
-    save_figure(fig, out / "figures" / "lengthgen_fig5b")
-    _close(fig)
-    return {"points": len(table), "seconds": round(float(table["seconds"].sum()), 1)}
+    res = lengthgen(run_dir(ctx.out, task, seed), task=task, grid=s["lengthgen_grid"], n=s["lengthgen_n"],
+                    seeds=s["lengthgen_data_seeds"], extra_rule=s["lengthgen_extra_rule"], device=ctx.device,
+                    force=True, progress=ctx.progress)
+    return {"points": len(res.table), "seconds": round(float(res.table["seconds"].sum()), 1)}
 
 
 def stage_discrepancy(ctx: Context) -> dict:
-    from posym.theory.discrepancy import run_discrepancy
+    from posym.verbs.theory import discrepancy
 
-    table = run_discrepancy(Path(ctx.out) / "theory", **ctx.settings["discrepancy"])
-    return {"rows": len(table)}
+    res = discrepancy(Path(ctx.out) / layout.THEORY, force=True, **ctx.settings["discrepancy"])
+    return {"rows": len(res.table)}
 
 
 def stage_llm(ctx: Context) -> dict:
-    from posym.lengthgen.llm_eval import llm_eval
-    from posym.report.llm_figures import write_llm_figure
+    from posym.verbs.llm import llm_eval
 
-    s = dict(ctx.settings["llm"])
-    kw = {k: v for k, v in s.items() if v is not None}
-    out = Path(ctx.out) / "llm"
-    res = llm_eval(out=out, threads=ctx.threads, progress=ctx.progress, **kw)
-    write_llm_figure(res.out_dir)
-    (out / "skipped.json").unlink(missing_ok=True)
+    kw = {k: v for k, v in dict(ctx.settings["llm"]).items() if v is not None}
+    out = Path(ctx.out) / layout.LLM
+    res = llm_eval(out=out, threads=ctx.threads, progress=ctx.progress, **kw).data["result"]
+    (out / layout.SKIPPED_JSON).unlink(missing_ok=True)
     return {"model": res.model, "answered": res.n_new, "cached": res.n_cached, "seconds": round(res.seconds, 1)}
 
 
-_STAGE_FUNCS: dict[str, Callable[..., dict]] = {
+STAGE_FUNCS: dict[str, Callable[..., dict]] = {
     "train": stage_train, "dynamics": stage_dynamics, "flow": stage_flow, "ablate": stage_ablate,
     "freqs": stage_freqs, "lengthgen": stage_lengthgen, "discrepancy": stage_discrepancy, "llm": stage_llm,
 }
-
-
-def _call_stage(kind: str, ctx: Context, args: tuple) -> dict:
-    """Run one stage; never raises (the error, with its traceback, comes back in the result)."""
-    t0 = time.perf_counter()
-    try:
-        if ctx.threads:
-            import torch
-
-            torch.set_num_threads(ctx.threads)
-        info = _STAGE_FUNCS[kind](ctx, *args)
-        return {"ok": True, "info": info, "seconds": time.perf_counter() - t0}
-    except BaseException as exc:  # reported by the parent, which decides
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        user_error = isinstance(exc, PosymError)
-        msg = str(exc) if user_error else f"{type(exc).__name__}: {exc}"
-        return {"ok": False, "error": msg, "traceback": "" if user_error else traceback.format_exc(),
-                "seconds": time.perf_counter() - t0}
-
-
-def _die_with_parent(parent: int) -> None:
-    """Make this worker exit when the reproduce process that started it dies, even by SIGKILL: the
-    kernel's parent-death signal where available (Linux), and a watchdog thread everywhere."""
-    import signal
-    import threading
-
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):  # pragma: no cover - no libc prctl
-            pass
-    if os.getppid() != parent:  # the parent died before the signal was armed
-        os._exit(1)
-
-    def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent:
-                os._exit(1)
-
-    threading.Thread(target=watch, name="posym-parent-watch", daemon=True).start()
-
-
-def _worker_init(counter, tty: bool, parent: int | None = None) -> None:
-    """Worker process start: die with the parent; give its tqdm bars their own terminal line (when
-    stderr is a terminal)."""
-    if parent is not None:
-        _die_with_parent(parent)
-    with counter.get_lock():
-        idx = counter.value
-        counter.value += 1
-    if tty:
-        os.environ["TQDM_POSITION"] = str(idx)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -498,52 +414,14 @@ def select_stages(stages: list[Stage], selectors: Sequence[str] | None) -> list[
 # ------------------------------------------------------------------------------------------------
 # markers
 # ------------------------------------------------------------------------------------------------
-def marker_path(out: str | os.PathLike, name: str) -> Path:
-    return Path(out) / "stages" / f"{name}.done"
-
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
-    os.replace(tmp, path)
-
-
-def _json_default(o):
-    try:
-        import numpy as np
-
-        if isinstance(o, np.generic):
-            return o.item()
-    except ImportError:  # pragma: no cover
-        pass
-    return str(o)
-
-
-def read_marker(out: str | os.PathLike, name: str) -> dict | None:
-    p = marker_path(out, name)
-    if not p.is_file():
-        return None
-    try:
-        return json.loads(p.read_text())
-    except (json.JSONDecodeError, OSError):
-        return None  # a torn marker counts as not done
-
-
 def _now() -> str:
     return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
-
-
-def _versions() -> dict[str, str]:
-    from posym.report.html import versions
-
-    return versions()
 
 
 def _check_settings(out: Path, preset: str, settings: dict) -> None:
     """Refuse settings that contradict a finished stage of ``out``; a setting that only unfinished
     stages read may change (so a failed stage can be re-run with a corrected value)."""
-    path = out / "reproduce.json"
+    path = out / layout.REPRODUCE_JSON
     if not path.is_file():
         return
     try:
@@ -561,7 +439,7 @@ def _check_settings(out: Path, preset: str, settings: dict) -> None:
         kinds = [k for k, keys in STAGE_SETTINGS.items() if key in keys]
         if "train" in kinds:
             kinds = list(STAGE_SETTINGS)  # every analysis reads the trained models
-        sdir = out / "stages"
+        sdir = out / layout.STAGES
         done = sorted(p.stem for p in sdir.glob("*.done") if p.stem.split("-")[0] in kinds) if sdir.is_dir() else []
         if done:
             raise PosymError(
@@ -575,21 +453,6 @@ def _check_settings(out: Path, preset: str, settings: dict) -> None:
 # ------------------------------------------------------------------------------------------------
 def _say(msg: str) -> None:
     print(f"[reproduce] {msg}", flush=True)
-
-
-class _Inline:
-    """A stand-in executor running each job at submit time, in this process."""
-
-    def submit(self, fn, *args) -> Future:
-        f: Future = Future()
-        try:
-            f.set_result(fn(*args))
-        except BaseException as exc:  # noqa: BLE001
-            f.set_exception(exc)
-        return f
-
-    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
-        pass
 
 
 def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", seeds: int = 1,
@@ -630,7 +493,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
     with DirLock(out, "reproduction"):  # one reproduction per directory at a time
         _check_settings(out, preset, settings)
         try:
-            (out / "stages").mkdir(parents=True, exist_ok=True)
+            (out / layout.STAGES).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise PosymError(f"cannot write to {out}: {exc.strerror or exc}") from exc
         return _reproduce(out, preset, settings, tasks, seeds, device, chosen, llm, progress, jobs, t_start)
@@ -640,7 +503,7 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
                chosen: list[Stage], llm: bool, progress: bool, jobs: int | None, t_start: float) -> Path:
     llm_note = None if llm else "not run: --no-llm"
     llm_stage = next((s for s in chosen if s.kind == "llm"), None)
-    if llm_stage is not None and read_marker(out, "llm") is None:
+    if llm_stage is not None and layout.read_marker(out, "llm") is None:
         ok, why = llm_available()
         if not ok:
             llm_stage.skip_note = f"SmolLM2 evaluation skipped: {why}"
@@ -652,12 +515,12 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
     if jobs < 1:
         raise PosymError(f"jobs must be >= 1, got {jobs}")
 
-    meta_path = out / "reproduce.json"
+    meta_path = out / layout.REPRODUCE_JSON
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"created": _now()}
     meta.update(preset=preset, settings=settings, device=device, tasks=list(tasks), seeds=seeds, jobs=jobs,
-                llm=llm, llm_note=llm_note, updated=_now(), versions=_versions(),
+                llm=llm, llm_note=llm_note, updated=_now(), versions=versions(),
                 command=" ".join(sys.argv) if sys.argv and "posym" in Path(sys.argv[0]).name else None)
-    _write_json_atomic(meta_path, meta)
+    layout.write_json_atomic(meta_path, meta)
     _say(f"preset {preset}, tasks {', '.join(tasks)}, seeds 0..{seeds - 1}, device {device}, "
          f"{jobs} job{'s' if jobs > 1 else ''}; output {out}")
 
@@ -670,17 +533,17 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
     todo: list[Stage] = []
     new_notes = False  # a skip note the report does not show yet
     for st in chosen:
-        m = read_marker(out, st.name)
+        m = layout.read_marker(out, st.name)
         if m is not None and st.kind != "report":
             state[st.name] = "done"
             _say(f"skip  {st.name} (done, {m.get('seconds', 0):.1f} s)")
         elif st.skip_note:
             state[st.name] = "skipped"
-            note_path = out / "llm" / "skipped.json"
+            note_path = out / layout.LLM / layout.SKIPPED_JSON
             old_note = json.loads(note_path.read_text()).get("reason") if note_path.is_file() else None
             if old_note != st.skip_note:
                 new_notes = True
-                _write_json_atomic(note_path, {"reason": st.skip_note, "time": _now()})
+                layout.write_json_atomic(note_path, {"reason": st.skip_note, "time": _now()})
             _say(f"skip  {st.name} — {st.skip_note}")
         else:
             todo.append(st)
@@ -694,7 +557,7 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
                     return "wait"
                 if s in ("failed", "blocked"):
                     return f"blocked: {d} {s}"
-            elif read_marker(out, d) is None:
+            elif layout.read_marker(out, d) is None:
                 return f"blocked: needs stage {d}, which is not done (add it to --stages)"
         return "ready"
 
@@ -706,10 +569,10 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
 
         mpc = mp.get_context("spawn")
         pool = ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=mpc,
-                                   initializer=_worker_init, initargs=(mpc.Value("i", 0), tty, os.getpid()))
+                                   initializer=worker_init, initargs=(mpc.Value("i", 0), tty, os.getpid()))
         run_ctx = ctx
     else:
-        pool = _Inline()
+        pool = Inline()
         run_ctx = Context(out=ctx.out, settings=settings, device=device, progress=progress, threads=None)
     running: dict[Future, tuple[Stage, float]] = {}
     pending = list(work)
@@ -729,7 +592,7 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
                     _say(f"skip  {st.name} ({ds})")
                     continue
                 _say(f"start {st.name}")
-                running[pool.submit(_call_stage, st.kind, run_ctx, st.args)] = (st, time.time())
+                running[pool.submit(call_stage, STAGE_FUNCS[st.kind], run_ctx, st.args)] = (st, time.time())
             if not running:
                 if pending and not progressed:  # cannot happen with a valid plan; be safe
                     for st in pending:
@@ -748,7 +611,7 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
                 executed.append(st.name)
                 if res["ok"]:
                     state[st.name] = "done"
-                    _write_json_atomic(marker_path(out, st.name), {
+                    layout.write_json_atomic(layout.marker_path(out, st.name), {
                         "stage": st.name, "status": "done", "seconds": round(res["seconds"], 2),
                         "started": datetime.fromtimestamp(started, timezone.utc).astimezone().isoformat(
                             timespec="seconds"),
@@ -766,17 +629,17 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
     finally:
         pool.shutdown(wait=True)
 
-    report_path = out / "report.html"
+    report_path = out / layout.REPORT_HTML
     if report is not None:
         if failed:  # the report cannot be up to date: let the next run write it again
-            marker_path(out, "report").unlink(missing_ok=True)
-        if read_marker(out, "report") is None or executed or failed or new_notes:
+            layout.marker_path(out, "report").unlink(missing_ok=True)
+        if layout.read_marker(out, "report") is None or executed or failed or new_notes:
             _say("start report")
             t0 = time.perf_counter()
             res = _run_report(out)
             executed.append("report")
             if res["ok"] and not failed:
-                _write_json_atomic(marker_path(out, "report"), {
+                layout.write_json_atomic(layout.marker_path(out, "report"), {
                     "stage": "report", "status": "done", "seconds": round(res["seconds"], 2), "finished": _now(),
                     "info": res.get("info", {})})
             if res["ok"]:
@@ -788,7 +651,7 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
         else:
             _say("skip  report (done, nothing changed)")
     total = time.perf_counter() - t_start
-    _write_json_atomic(out / "stages" / "last_run.json", {
+    layout.write_json_atomic(out / layout.STAGES / layout.LAST_RUN, {
         "finished": _now(), "seconds": round(total, 2), "executed": executed,
         "skipped": [n for n, s in state.items() if s in ("done", "skipped") and n not in executed],
         "blocked": [n for n, s in state.items() if s == "blocked"], "failed": failed})
@@ -809,13 +672,14 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
 def _run_report(out: Path) -> dict:
     t0 = time.perf_counter()
     try:
-        from posym.report.html import find_chromium, screenshot, write_report
+        from posym.report.html import write_report
+        from posym.report.render import find_chromium, screenshot
 
         path = write_report(out)
         info: dict[str, Any] = {"report": str(path), "bytes": path.stat().st_size}
         if find_chromium():
             try:
-                info["screenshot"] = str(screenshot(path, out / "report_screenshot.png"))
+                info["screenshot"] = str(screenshot(path, out / layout.REPORT_PNG))
             except PosymError as exc:  # best effort: the report itself is written
                 info["screenshot_error"] = str(exc)
         return {"ok": True, "info": info, "seconds": time.perf_counter() - t0}
@@ -824,19 +688,5 @@ def _run_report(out: Path) -> dict:
                 "seconds": time.perf_counter() - t0}
 
 
-def stage_table(out: str | os.PathLike) -> list[dict]:
-    """The markers of a reproduction directory (name, seconds, started, finished), for the report."""
-    rows = []
-    sdir = Path(out) / "stages"
-    for p in sorted(sdir.glob("*.done")) if sdir.is_dir() else []:
-        try:
-            m = json.loads(p.read_text())
-        except (json.JSONDecodeError, OSError):
-            continue
-        rows.append({"stage": m.get("stage", p.stem), "seconds": m.get("seconds", math.nan),
-                     "started": m.get("started", ""), "finished": m.get("finished", "")})
-    return rows
-
-
-__all__ = ["PRESETS", "STAGE_KINDS", "STAGE_SETTINGS", "Stage", "llm_available", "marker_path", "plan_stages",
-           "preset_settings", "read_marker", "reproduce", "run_dir", "select_stages", "stage_table", "validate_settings"]
+__all__ = ["PRESETS", "STAGE_FUNCS", "STAGE_KINDS", "STAGE_SETTINGS", "Stage", "llm_available", "overrides_from_pairs",
+           "plan_stages", "preset_settings", "reproduce", "select_stages", "validate_settings"]

@@ -4,12 +4,10 @@
   bounds dashed (table of :func:`posym.theory.discrepancy.discrepancy_table`).
 * :func:`plot_restricted` — accuracy vs answer position of frequency-restricted one-layer heads, one
   panel per task (and restriction mode), one line per band (table of
-  :func:`posym.theory.restricted.run_restricted`).
+  :func:`posym.theory.restricted.restricted_table`).
 """
 
 from __future__ import annotations
-
-import os
 
 import matplotlib
 
@@ -23,26 +21,6 @@ MECH_COLORS = {"index": "#d95f02", "retrieval": "#1b9e77"}
 BAND_COLORS = {"high": "#d95f02", "low": "#1b9e77", "all": "#7570b3"}
 BAND_STYLES = {"all": dict(ls=":", marker="s", lw=3.0), "high": dict(ls="-", marker="o", lw=1.5),
                "low": dict(ls="--", marker="^", lw=1.5)}
-
-
-def save_figure(fig: plt.Figure, path: str | os.PathLike):
-    """``posym.report.figures.save_figure`` (PNG + PDF), imported lazily to keep ``theory`` below ``report``."""
-    from posym.report.figures import save_figure as _save
-
-    return _save(fig, path)
-
-
-def write_table_and_figure(table: pd.DataFrame, plot, out_dir: str | os.PathLike, name: str) -> pd.DataFrame:
-    """Write ``out_dir/NAME.csv`` and ``plot(table)`` as ``out_dir/NAME.png|pdf``; return ``table``."""
-    from pathlib import Path
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / f"{name}.csv", index=False)
-    fig = plot(table)
-    save_figure(fig, out / name)
-    plt.close(fig)
-    return table
 
 
 def _need(table: pd.DataFrame, cols: set[str], what: str) -> None:
@@ -139,4 +117,4 @@ def plot_trained_discrepancy(table: pd.DataFrame, axes=None) -> plt.Figure:
     return fig
 
 
-__all__ = ["plot_discrepancy", "plot_restricted", "plot_trained_discrepancy", "save_figure", "write_table_and_figure"]
+__all__ = ["plot_discrepancy", "plot_restricted", "plot_trained_discrepancy"]

@@ -19,8 +19,7 @@ from pathlib import Path
 from types import TracebackType
 
 from posym.errors import PosymError
-
-LOCK_FILE = ".posym.lock"
+from posym.runs.layout import LOCK as LOCK_FILE
 
 
 def _alive(pid: int) -> bool:

@@ -46,7 +46,7 @@ import math
 import re
 import string
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -271,11 +271,3 @@ def is_correct(prediction: str, answer: str) -> bool:
     """Case-insensitive exact match of the parsed prediction with the target token."""
     return prediction.strip().lower() == answer.strip().lower()
 
-
-def iter_keys(tasks: Iterable[str], lengths: Iterable[int], runs: int, n: int):
-    """All ``(task, length, run, index)`` of a protocol, in evaluation order."""
-    for task in tasks:
-        for length in lengths:
-            for run in range(runs):
-                for i in range(n):
-                    yield (task, int(length), run, i)

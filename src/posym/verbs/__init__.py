@@ -1,0 +1,111 @@
+"""One public function per CLI verb: resolve the run, compute, write the tables, draw, return.
+
+``posym <verb>`` calls ``posym.verbs.<verb>.<verb>(...)`` (the module and the function share the
+verb's name) and prints its :class:`VerbResult`; ``posym reproduce`` schedules the same functions.
+This is the only layer that composes analyses (``heads``, ``theory``, ``lengthgen``) with the
+report's figures and the run directory's file names (``posym.runs.layout``).
+
+**One overwrite rule** (:class:`Outputs`): every output a verb would write is checked before any work
+starts; an existing one is refused without ``force``; with ``force`` it is replaced atomically
+(written to a temporary file beside it, then renamed), so an interrupted write never leaves a half
+file where a good one was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import pandas as pd
+
+from posym.errors import PosymError
+
+
+@dataclass
+class VerbResult:
+    """What a verb returns: its main table, every file it wrote, and the text the CLI prints."""
+
+    table: pd.DataFrame | None = None
+    files: list[Path] = field(default_factory=list)
+    summary: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def _writable_dir(d: Path) -> None:
+    """PosymError unless ``d`` is (or can become) a writable directory."""
+    probe = d
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise PosymError(f"cannot write under {d}: {probe} is a file, not a folder")
+    if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        raise PosymError(f"cannot write under {d}: {probe} is not writable")
+
+
+class Outputs:
+    """The files a verb writes, checked up front and written atomically (module doc)."""
+
+    def __init__(self, paths: Iterable[str | os.PathLike], force: bool = False):
+        self.paths = [Path(p) for p in paths]
+        self.force = force
+        self.written: list[Path] = []
+
+    def check(self) -> "Outputs":
+        """Refuse (PosymError) an existing output without ``force``, a folder where a file goes, or
+        an unwritable location — before any work is done."""
+        for p in self.paths:
+            if p.is_dir():
+                raise PosymError(f"{p} is a folder; give a file path")
+            if p.exists() and not self.force:
+                raise PosymError(f"{p} exists; pass --force to replace it")
+            _writable_dir(p.parent)
+        return self
+
+    def _write(self, path: Path, writer: Callable[[Path], None]) -> Path:
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+            try:
+                writer(tmp)
+                os.replace(tmp, path)
+            finally:
+                if tmp.exists():
+                    tmp.unlink()
+        except OSError as exc:
+            raise PosymError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        self.written.append(path)
+        return path
+
+    def csv(self, df: pd.DataFrame, path: str | os.PathLike) -> Path:
+        return self._write(Path(path), lambda p: df.to_csv(p, index=False))
+
+    def text(self, text: str, path: str | os.PathLike) -> Path:
+        return self._write(Path(path), lambda p: p.write_text(text))
+
+    def json(self, data: Any, path: str | os.PathLike) -> Path:
+        return self._write(Path(path), lambda p: p.write_text(json.dumps(data, indent=2) + "\n"))
+
+    def figure(self, fig, stem: str | os.PathLike) -> list[Path]:
+        """``stem.png`` and ``stem.pdf`` (the figure is closed afterwards)."""
+        from posym.report.figures import close_figure
+
+        out = [self._write(Path(f"{stem}{ext}"), lambda p, ext=ext: fig.savefig(p, dpi=150, bbox_inches="tight",
+                                                                               format=ext[1:]))
+               for ext in (".png", ".pdf")]
+        close_figure(fig)
+        return out
+
+
+def figure_paths(stem: str | os.PathLike) -> list[Path]:
+    """The two files a figure ``stem`` becomes (for :meth:`Outputs.check`)."""
+    return [Path(f"{stem}.png"), Path(f"{stem}.pdf")]
+
+
+__all__ = ["Outputs", "VerbResult", "figure_paths"]

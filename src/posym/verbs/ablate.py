@@ -1,0 +1,30 @@
+"""``posym ablate``: accuracy with each head zero- or mean-ablated (Paper A Fig. 3 right)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from posym.heads.ablate import MODES, ablation_for_run
+from posym.runs import layout
+from posym.runs.resolve import StepChoice
+from posym.verbs import Outputs, VerbResult, figure_paths
+
+
+def ablate(run: str | os.PathLike, *, task: str | None = None, n: int = 2000, seed: int = 0,
+           modes: Sequence[str] = MODES, step: StepChoice = None, out: str | os.PathLike | None = None,
+           force: bool = False, progress: bool = True) -> VerbResult:
+    """Write ``ablation.csv`` and ``figures/ablation.png|pdf`` in ``out`` (default: the run directory)."""
+    from posym.report.flow_figures import plot_ablation
+
+    out_dir = Path(out) if out is not None else Path(run)
+    stem = layout.figure(out_dir, layout.FIG_ABLATION)
+    outputs = Outputs([out_dir / layout.ABLATION, *figure_paths(stem)], force).check()
+    table = ablation_for_run(run, task=task, n=n, seed=seed, modes=tuple(modes), step=step, progress=progress)
+    outputs.csv(table, out_dir / layout.ABLATION)
+    outputs.figure(plot_ablation(table), stem)
+    return VerbResult(table, outputs.written, table.to_string(index=False))
+
+
+__all__ = ["ablate"]

@@ -1,0 +1,80 @@
+"""``posym freqs``: RoPE frequency use, Table 1, Fig. 8 and Fig. 4B of one model (Paper A §4, SPEC §4)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from posym.errors import PosymError
+from posym.heads.frequencies import (DEFAULT_GEOMETRY_PROMPTS, DEFAULT_N, WEIGHTINGS, frequency_scores, frequency_use,
+                                     pick_geometry_head, qk_geometry, weighted_frequency_id)
+from posym.model.adapters import get_adapter
+from posym.runs import layout
+from posym.runs.resolve import StepChoice, resolve_model
+from posym.verbs import Outputs, VerbResult, figure_paths
+
+
+def freqs(path: str | os.PathLike, *, task: str | None = None, n: int = DEFAULT_N, out: str | os.PathLike | None = None,
+          layer_geometry: int | None = None, step: StepChoice = None, seed: int = 0, split: str = "test",
+          scores: bool = True, geometry_prompts: int = DEFAULT_GEOMETRY_PROMPTS, batch_size: int = 64,
+          weighting: str = "max_abs", force: bool = False, progress: bool = True) -> VerbResult:
+    """Frequency analysis of the model a run stands for (or ``step``), a checkpoint or a plain HF GPT-J
+    directory (then ``task`` is required), on the first ``n`` prompts of ``split``.
+
+    Writes under ``out`` (default: ``path``): ``freq_use.csv`` (per layer, head, frequency),
+    ``freq_table.csv`` (Table 1), ``freq_scores.csv`` (per-frequency s_POS/s_SYM, τ = 1e-4; skipped
+    with ``scores=False``), ``qk_geometry_L{l}.csv`` and the figures ``figures/freq_use`` and
+    ``figures/qk_geometry_L{l}`` (geometry on the first ``geometry_prompts`` prompts, layer
+    ``layer_geometry`` or the one with the smallest weighted ID, in its dominant plane).
+    """
+    from tqdm.auto import tqdm
+
+    from posym.report.freq_figures import plot_freq_use, plot_qk_geometry
+    from posym.tasks import make_split
+
+    if weighting not in WEIGHTINGS:
+        raise PosymError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+    if isinstance(geometry_prompts, bool) or int(geometry_prompts) < 1:
+        raise PosymError(f"geometry_prompts must be a positive integer, got {geometry_prompts!r}")
+    rm = resolve_model(path, task=task, step=step)
+    model, task = rm.model, rm.task
+    ad = get_adapter(model)
+    if layer_geometry is not None:
+        ad.check_layers([layer_geometry])
+    out_dir = Path(out) if out is not None else Path(path)
+    files = [out_dir / layout.FREQ_USE, out_dir / layout.FREQ_TABLE, *figure_paths(layout.figure(out_dir, layout.FIG_FREQ_USE))]
+    if scores:
+        files.append(out_dir / layout.FREQ_SCORES)
+    outputs = Outputs(files, force).check()
+    batch = make_split(task, split, seed=seed, n=n)
+    bar = tqdm(total=3 if scores else 2, desc="frequency analysis", disable=not progress)
+    use = frequency_use(ad, batch.input_ids, batch_size=batch_size, weighting=weighting)
+    table = weighted_frequency_id(use)
+    bar.update(1)
+    outputs.csv(use, out_dir / layout.FREQ_USE)
+    outputs.csv(table, out_dir / layout.FREQ_TABLE)
+    if scores:
+        fs = frequency_scores(ad, batch.input_ids, batch_size=max(1, batch_size // 2))
+        outputs.csv(fs, out_dir / layout.FREQ_SCORES)
+        bar.update(1)
+    label = f"{rm.path.parent.parent.name if rm.path.parent.name == layout.CHECKPOINTS else rm.path.name}"
+    label += f" ({task}" + (f", step {rm.step})" if rm.step is not None else ")")
+    outputs.figure(plot_freq_use(use, title=f"frequency use — {label}"), layout.figure(out_dir, layout.FIG_FREQ_USE))
+    layer, head = pick_geometry_head(table, layer_geometry)
+    dom = table.loc[(table["layer"] == layer) & (table["head"] == head), "dominant_id"].iloc[0]
+    pts = qk_geometry(ad, batch.input_ids[: int(geometry_prompts)], layer, head,
+                      freq_id=int(dom) if dom > 0 else None, task=task)
+    geo = layout.qk_geometry(layer)
+    Outputs([out_dir / f"{geo}.csv", *figure_paths(layout.figure(out_dir, geo))], force).check()
+    outputs.csv(pts, out_dir / f"{geo}.csv")
+    outputs.figure(plot_qk_geometry(pts), layout.figure(out_dir, geo))
+    bar.update(1)
+    bar.close()
+    table.attrs.update(task=task, step=rm.step, checkpoint=str(rm.path), geometry_layer=layer, geometry_head=head,
+                       files=[str(p) for p in outputs.written])
+    text = (table.round(2).to_string(index=False) + f"\nq/k geometry: layer {layer}, head {head}; wrote {len(outputs.written)} "
+            f"files under {out_dir}")
+    return VerbResult(table, outputs.written, text, {"geometry_layer": layer, "geometry_head": head})
+
+
+__all__ = ["freqs"]

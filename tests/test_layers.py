@@ -1,0 +1,94 @@
+"""The layer rule of docs/architecture.md: every import inside ``src/posym`` (function-level ones
+included) points down the floors, so no package imports one above it and no two packages import
+each other."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "posym"
+
+#: Floor of each package (and top-level module); a package may import only lower floors and itself.
+FLOORS: dict[str, int] = {
+    "errors": 0,
+    "__init__": 1,  # the posym package itself: PosymError and __version__
+    "tasks": 2, "model": 2,
+    "runs": 3,
+    "train": 4,
+    "heads": 5, "theory": 5, "lengthgen": 5,
+    "report": 6,
+    "verbs": 7,
+    "cli": 8,
+}
+
+
+def _package(module: str) -> str:
+    """``posym.heads.scores`` -> ``heads``; ``posym`` -> ``__init__``."""
+    parts = module.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def imports_of(source: str) -> list[tuple[str, int]]:
+    """Every ``posym`` module a source imports (any nesting level), with its line number."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] == "posym":
+            if node.module == "posym":
+                out += [(f"posym.{a.name}", node.lineno) for a in node.names]
+            else:
+                out.append((node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "posym"]
+    return out
+
+
+def violations(package: str, source: str, where: str = "<source>") -> list[str]:
+    """The imports of ``source`` (a module of ``package``) that do not point down the floors."""
+    bad = []
+    for module, line in imports_of(source):
+        target = _package(module)
+        if target == package:
+            continue
+        if target not in FLOORS:
+            bad.append(f"{where}:{line}: imports {module} (package {target!r} has no floor)")
+        elif FLOORS[target] >= FLOORS[package]:
+            bad.append(f"{where}:{line}: {package} (floor {FLOORS[package]}) imports {module} "
+                       f"(floor {FLOORS[target]})")
+    return bad
+
+
+def _modules() -> list[tuple[str, Path]]:
+    out = []
+    for f in sorted(SRC.rglob("*.py")):
+        rel = f.relative_to(SRC)
+        package = rel.parts[0][:-3] if len(rel.parts) == 1 else rel.parts[0]
+        out.append((package, f))
+    return out
+
+
+def test_every_package_has_a_floor():
+    packages = {p for p, _ in _modules()}
+    assert packages <= set(FLOORS), sorted(packages - set(FLOORS))
+
+
+def test_imports_point_down():
+    bad = [v for package, f in _modules() for v in violations(package, f.read_text(), str(f.relative_to(SRC)))]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("package, source", [
+    ("heads", "def f():\n    from posym.report.figures import save_figure\n"),  # a function-level upward import
+    ("train", "import posym.heads.tracking\n"),
+    ("tasks", "from posym.model import gptj\n"),  # same floor, another package: would allow a cycle
+    ("runs", "from posym import verbs\n"),
+])
+def test_the_check_catches_an_upward_import(package, source):
+    assert violations(package, source)
+
+
+def test_the_check_allows_downward_and_own_imports():
+    assert not violations("verbs", "from posym.heads.scores import scores_fast\nfrom posym.verbs import Outputs\n")
+    assert not violations("heads", "def f():\n    from posym.runs.resolve import resolve_model\n")
