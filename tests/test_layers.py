@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "posym"
 
 #: Floor of each package (and top-level module); a package may import only lower floors and itself.
 FLOORS: dict[str, int] = {
-    "errors": 0,
+    "errors": 0, "resources": 0,
     "__init__": 1,  # the posym package itself: PosymError and __version__
     "tasks": 2, "model": 2,
     "runs": 3,

@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from posym.errors import PosymError
+from posym.resources import require_memory
 from posym.model.gptj import extend_positions
 from posym.tasks import DEFAULT_HOPS, generate
 from posym.tasks._common import make_layout
@@ -42,11 +43,21 @@ def parse_grid(spec: str | Sequence[int] | None) -> list[int]:
     return sorted(set(values))
 
 
+def check_memory(model: torch.nn.Module, extra_tokens: int, token_budget: int = 32768) -> None:
+    """PosymError before any work if evaluating at ``extra_tokens`` added tokens would not fit in memory:
+    the rebuilt rotary table (float32 sin|cos per position) plus one batch's attention scores per layer."""
+    seq_len = 8 + 8 + 1 + int(extra_tokens)
+    rd = getattr(model.config, "rotary_dim", None) or 64
+    require_memory(8.0 * seq_len * rd + 4.0 * seq_len * seq_len * max(1, token_budget // seq_len),
+                   f"evaluating at +{extra_tokens} tokens (length {seq_len})")
+
+
 def evaluate_length(model: torch.nn.Module, task: str, extra_tokens: int, n: int, seed: int,
                     token_budget: int = 32768, device: str | torch.device = "cpu", extra_rule: str = "window",
                     distractors: str = "pool") -> dict[str, float]:
     """Accuracy (global, per hop) on ``n`` test-layout samples with ``extra_tokens`` added tokens drawn
     by ``extra_rule`` (:data:`posym.tasks._common.EXTRA_RULES`; SPEC §1.4, our choice)."""
+    check_memory(model, extra_tokens, token_budget)
     batch = generate(task, n, seed, extra_tokens=extra_tokens, extra_rule=extra_rule, distractors=distractors)
     seq_len = batch.input_ids.shape[1]
     extend_positions(model, seq_len)
@@ -66,6 +77,8 @@ def lengthgen(model: torch.nn.Module, task: str, grid: Sequence[int] = PAPER_GRI
     if n < 1 or not seed_list:
         raise PosymError("need n >= 1 and at least one seed")
     make_layout(task, DEFAULT_HOPS, 8, 8, 0, distractors, extra_rule)  # validates the rules
+    if len(grid):
+        check_memory(model, max(int(x) for x in grid), token_budget)
     model = model.to(device).eval()
     rows = []
     bar = tqdm(total=len(grid) * len(seed_list), desc=f"lengthgen {task}", disable=not progress, unit="pt")

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from posym.errors import PosymError
+from posym.resources import require_memory
 from posym.tasks import letter as _letter
 from posym.tasks import number as _number
 from posym.tasks._common import Layout, check_count, check_seed, make_layout
@@ -124,6 +125,9 @@ def generate(
     if start_index + n > 2**62:
         raise PosymError(f"start_index + n must be <= 2**62, got {start_index + n}")
     layout = make_layout(task, hops, target_len, pretarget_len, extra_tokens, distractors, extra_rule)
+    # the int64 output plus per-chunk temporaries (bounded by _CHUNK_ELEMENTS)
+    require_memory(8.0 * n * layout.seq_len + 64.0 * _CHUNK_ELEMENTS + 8.0 * layout.seq_len * 1024,
+                   f"{n} {task} samples of length {layout.seq_len}")
     return _generate(task, n, seed, layout, start_index)
 
 

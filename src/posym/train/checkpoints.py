@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from transformers import GPTJForCausalLM
@@ -31,16 +32,40 @@ from posym.runs.layout import best_dir, list_checkpoints, step_dir, write_meta
 TRAINER_STATE = layout.TRAINER_STATE
 
 
+@contextmanager
+def _write_guard(tmp: Path, what: str) -> Iterator[None]:
+    """Remove the half-written temporary directory when a write fails, and turn a full disk or an
+    unwritable folder into a PosymError (torch.save reports them as RuntimeError); the previous
+    checkpoints are untouched, so ``--resume`` continues from the newest complete one."""
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            full = shutil.disk_usage(tmp.parent).free < (1 << 20)
+        except OSError:
+            full = False
+        if isinstance(exc, OSError):
+            why = exc.strerror or str(exc)
+        elif full:  # torch.save's stream writer reports a full disk as a RuntimeError
+            why = "No space left on device"
+        else:
+            raise
+        raise PosymError(f"cannot write {what}: {why}; the previous checkpoints are intact — free space and "
+                         "continue with --resume") from exc
+
+
 def save_checkpoint(run_dir: str | os.PathLike, step: int, model: GPTJForCausalLM, meta: dict,
                     trainer_state: dict[str, Any] | None = None) -> Path:
     """Atomically write checkpoint ``step``; with ``trainer_state``, older trainer states are pruned."""
     final = step_dir(run_dir, step)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
-    save_model(model, tmp)
-    write_meta(tmp, {**meta, "step": step})
-    if trainer_state is not None:
-        torch.save(trainer_state, tmp / TRAINER_STATE)
+    with _write_guard(tmp, f"checkpoint {final}"):
+        save_model(model, tmp)
+        write_meta(tmp, {**meta, "step": step})
+        if trainer_state is not None:
+            torch.save(trainer_state, tmp / TRAINER_STATE)
     if final.exists():  # re-saving a step after resume: swap atomically, then drop the old copy
         trash = final.parent / f".old-{final.name}-{uuid.uuid4().hex[:8]}"
         os.replace(final, trash)
@@ -60,8 +85,9 @@ def save_best(run_dir: str | os.PathLike, step: int, model: GPTJForCausalLM, met
     final = best_dir(run_dir)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{layout.BEST}-{uuid.uuid4().hex[:8]}"
-    save_model(model, tmp)
-    write_meta(tmp, {**meta, "step": step, "val_acc": float(val_acc), "selection": "best"})
+    with _write_guard(tmp, f"checkpoint {final}"):
+        save_model(model, tmp)
+        write_meta(tmp, {**meta, "step": step, "val_acc": float(val_acc), "selection": "best"})
     if final.exists():
         trash = final.parent / f".old-{layout.BEST}-{uuid.uuid4().hex[:8]}"
         os.replace(final, trash)

@@ -12,6 +12,8 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 #: Which model a finished run stands for (SPEC §2): the last step, or the authors' HF
 #: ``load_best_model_at_end``: the *first* evaluation step reaching the maximal validation accuracy.
 FINAL_MODELS = ("last", "best")
+#: Upper bound on optimizer steps: a sanity bound (the evaluation and checkpoint schedules are sets of steps).
+MAX_STEPS = 100_000_000
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,11 @@ def make_config(task: str, preset: str = "quick", **kwargs: Any) -> TrainConfig:
         cfg = replace(cfg, steps=steps_for_epochs(cfg.epochs, cfg.batch_size))
     if cfg.steps < 1:
         raise PosymError("steps must be positive")
+    if cfg.steps > MAX_STEPS:
+        raise PosymError(f"steps={cfg.steps} exceeds {MAX_STEPS:,} (at the paper preset's ≈ 5 steps/s on a CPU "
+                         f"that is over {MAX_STEPS // 5 // 86400:,} days); give a smaller --steps")
+    if cfg.track_prompts < 1 or cfg.n_val < 1 or cfg.n_test < 1:
+        raise PosymError("track_prompts, n_val and n_test must be positive")
     if cfg.precision not in PRECISIONS:
         raise PosymError(f"unknown precision {cfg.precision!r}; choose one of {list(PRECISIONS)}")
     if cfg.final_model not in FINAL_MODELS:

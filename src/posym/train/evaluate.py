@@ -14,13 +14,17 @@ MAX_HOPS = 4
 
 @torch.no_grad()
 def predict(model: GPTJForCausalLM, input_ids: np.ndarray, batch_size: int = 512,
-            device: str | torch.device = "cpu") -> tuple[np.ndarray, np.ndarray]:
-    """Argmax predictions and logits at the last position. input_ids [N, T] -> ([N], [N, V])."""
+            device: str | torch.device = "cpu", progress: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Argmax predictions and logits at the last position. input_ids [N, T] -> ([N], [N, V]).
+    ``progress``: a bar description (a bar over the batches), or None for none."""
+    from tqdm.auto import tqdm
+
     was_training = model.training
     model.eval()
     preds, logits_all = [], []
     try:
-        for start in range(0, len(input_ids), batch_size):
+        for start in tqdm(range(0, len(input_ids), batch_size), desc=progress, disable=progress is None,
+                          unit="batch", leave=False):
             x = torch.as_tensor(input_ids[start:start + batch_size], device=device)
             logits = last_token_logits(model, x).float()
             logits_all.append(logits.cpu())
@@ -44,8 +48,8 @@ def accuracy_table(pred: np.ndarray, labels: np.ndarray, hops: np.ndarray,
 
 
 def evaluate(model: GPTJForCausalLM, batch, batch_size: int = 512,
-             device: str | torch.device = "cpu") -> dict[str, float]:
+             device: str | torch.device = "cpu", progress: str | None = None) -> dict[str, float]:
     """Loss and accuracy (global, per hop) of ``model`` on a ``posym.tasks.TaskBatch``."""
-    pred, logits = predict(model, batch.input_ids, batch_size=batch_size, device=device)
+    pred, logits = predict(model, batch.input_ids, batch_size=batch_size, device=device, progress=progress)
     loss = F.cross_entropy(torch.from_numpy(logits), torch.as_tensor(batch.labels)).item() if len(pred) else float("nan")
     return {"loss": loss, **accuracy_table(pred, np.asarray(batch.labels), np.asarray(batch.hops))}

@@ -22,7 +22,9 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
     from posym.lengthgen.llm_eval import table_markdown
     from posym.report.llm_figures import plot_llm_lengthgen
 
-    res = run_eval(model, gguf, progress=progress, **kwargs)
+    if kwargs.get("out") is not None:  # refuse an unwritable output folder before loading any model
+        Outputs(figure_paths(layout.figure(kwargs["out"], layout.FIG_LLM)), force=True).check()
+    res = run_eval(model=model, gguf=gguf, progress=progress, **kwargs)
     outputs = Outputs(figure_paths(layout.figure(res.out_dir, layout.FIG_LLM)), force=True)
     outputs.figure(plot_llm_lengthgen(res.table.assign(model=res.model)), layout.figure(res.out_dir, layout.FIG_LLM))
     text = (table_markdown(res.table, title=res.model)

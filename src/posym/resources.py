@@ -1,0 +1,41 @@
+"""Sizes checked before allocation: a clear error with the estimate instead of an out-of-memory kill."""
+
+from __future__ import annotations
+
+import os
+
+from posym.errors import PosymError
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (``MemAvailable`` on Linux), or None if unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _fmt(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+def require_memory(nbytes: float, what: str, fraction: float = 0.8) -> None:
+    """PosymError if ``what`` needs more than ``fraction`` of the available memory (estimate ``nbytes``)."""
+    avail = available_memory()
+    if avail is not None and nbytes > fraction * avail:
+        raise PosymError(f"{what} needs about {_fmt(nbytes)} of memory, more than this machine has free "
+                         f"({_fmt(avail)}); use smaller sizes")
+
+
+__all__ = ["available_memory", "require_memory"]

@@ -1,0 +1,175 @@
+"""The CLI's promise, command by command: a bad value, an unwritable or read-only output, a file
+where a folder is needed — each gives exit status 2, one ``posym: error:`` line, no traceback, and
+nothing is written or changed. Re-running a verb into an existing output without ``--force``
+leaves the files as they were."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from posym.cli import main
+
+TINY = ["--steps", "4", "--eval-every", "2", "--checkpoint-every", "2", "--set", "n_layer=2", "--set", "n_embd=16",
+        "--set", "n_inner=16", "--set", "rotary_dim=16", "--track-prompts", "8", "--quiet"]
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory) -> Path:
+    """A tiny trained run ``run/``, a plain file ``afile`` and a prompt file, shared by the matrix."""
+    root = tmp_path_factory.mktemp("matrix")
+    assert main(["train", "--task", "number", "--out", str(root / "run"), *TINY]) == 0
+    (root / "afile").write_text("not a folder\n")
+    (root / "bad.jsonl").write_text('[1, 2, 3]\n')
+    (root / "nul.jsonl").write_bytes(b"\xff\xfe\n")
+    (root / "notok.jsonl").write_text('{"label": "a"}\n')
+    return root
+
+
+def _run(argv: list[str], root: Path, capsys) -> str:
+    before = _snapshot(root)
+    rc = main([a.replace("ROOT", str(root)) for a in argv])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2, (argv, err)
+    assert len(lines) == 1 and lines[0].startswith("posym: error: "), (argv, err)
+    assert "Traceback" not in err
+    assert _snapshot(root) == before, argv  # nothing written or changed
+    return lines[0]
+
+
+BAD_VALUES = [
+    # malformed lists and numbers (were tracebacks)
+    (["scores", "ROOT/run", "--steps", "0,,abc"], "comma-separated integers"),
+    (["scores", "ROOT/run", "--steps", "1,a"], "comma-separated integers"),
+    (["dynamics", "ROOT/run", "--layers", "0,,abc"], "comma-separated integers"),
+    (["llm", "eval", "--lengths", "12,x"], "comma-separated integers"),
+    (["llm", "eval", "--lengths", "0,,abc"], "comma-separated integers"),
+    (["llm", "eval", "--max-new-tokens", "0"], "must be >= 1"),
+    (["llm", "eval", "--n", "0"], "must be >= 1"),
+    (["llm", "eval", "--threads", "-1"], "threads must be >= 1"),
+    (["llm", "eval", "--device", "foo"], "expected cpu, cuda"),
+    (["train", "--task", "number", "--out", "ROOT/x", "--threads", "-1"], "threads must be >= 1"),
+    (["train", "--task", "number", "--out", "ROOT/x", "--device", "foo"], "expected cpu, cuda"),
+    (["train", "--task", "number", "--out", "ROOT/x", "--seed", "-1"], ">= 0"),
+    (["train", "--task", "number", "--out", "ROOT/x", "--track-prompts", "-5"], "must be >= 1"),
+    (["train", "--task", "number", "--out", "ROOT/x", "--set", "n_head=0"], "n_head must be a positive integer"),
+    (["train", "--task", "number", "--out", "ROOT/x", "--set", "n_layer=abc"], "n_layer must be a positive integer"),
+    (["train", "--task", "number", "--out", "ROOT/x", "--set", "n_layer=-1"], "n_layer must be a positive integer"),
+    (["train", "--task", "number", "--out", "ROOT/x", "--set", "n_embd=30", "--set", "n_head=4"], "not divisible"),
+    (["train", "--task", "number", "--out", "ROOT/x", "--steps", "10000000000"], "exceeds"),
+    (["train", "--task", "number", "--out", "ROOT/x", "--epochs", "0"], "positive"),
+    (["train", "--task", "letter", "--out", "ROOT/run", "--resume"], "is a number run"),
+    (["dynamics", "ROOT/run", "--gamma", "5"], "gamma must lie in (0, 0.5)"),
+    (["dynamics", "ROOT/run", "--gamma", "nan"], "finite"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--stages", ",,"], "comma-separated list"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--tasks", ",,"], "comma-separated list"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--set", "lengthgen_n=-5"], "bad reproduction setting"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--set", "train.bogus=1"], "bad reproduction setting"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--device", "foo"], "expected cpu, cuda"),
+    (["theory", "discrepancy", "--out", "ROOT/th", "--theta-index", "nan"], "finite"),
+    (["theory", "discrepancy", "--out", "ROOT/th", "--n-max", "2000"], "Retrieval needs"),
+    (["ablate", "ROOT/run", "--modes", "zero,bogus"], "unknown 'bogus'"),
+    (["lengthgen", "ROOT/run", "--grid", "0,-10"], ">= 0"),
+    (["lengthgen", "ROOT/run", "--grid", "100000000", "--n", "1", "--out", "ROOT/lg.csv"], "needs about"),
+    (["data", "show", "--task", "number", "--n", "5", "--extra-tokens", "1000000000"], "needs about"),
+    # corrupt or foreign inputs
+    (["scores", "--model", "ROOT/run/checkpoints/step-000004", "--prompts", "ROOT/bad.jsonl", "--out", "ROOT/s.csv"],
+     "expected a JSON object"),
+    (["scores", "--model", "ROOT/run/checkpoints/step-000004", "--prompts", "ROOT/nul.jsonl", "--out", "ROOT/s.csv"],
+     "not UTF-8"),
+    (["scores", "--model", "ROOT/run/checkpoints/step-000004", "--prompts", "ROOT/notok.jsonl", "--out", "ROOT/s.csv"],
+     "'tokens' list"),
+    (["scores", "ROOT/nope", "--task", "number"], "no such run"),
+    (["report", "ROOT/run"], "not a reproduction directory"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", BAD_VALUES, ids=[" ".join(a[:3]) + f"-{i}" for i, (a, _) in enumerate(BAD_VALUES)])
+def test_bad_value(argv, needle, sandbox, capsys):
+    assert needle in _run(argv, sandbox, capsys)
+
+
+#: One command per verb writing under OUT (a folder placeholder), fast enough for the matrix.
+WRITERS = [
+    ["data", "export", "--task", "number", "--n", "3", "--out", "OUT/x.jsonl"],
+    ["scores", "ROOT/run", "--n", "4", "--out", "OUT/s.csv"],
+    ["dynamics", "ROOT/run", "--out", "OUT"],
+    ["flow", "ROOT/run", "--out", "OUT"],
+    ["ablate", "ROOT/run", "--n", "8", "--out", "OUT"],
+    ["freqs", "ROOT/run", "--n", "4", "--out", "OUT"],
+    ["lengthgen", "ROOT/run", "--grid", "0", "--n", "4", "--out", "OUT/lg.csv"],
+    ["theory", "discrepancy", "--n-max", "10", "--out", "OUT"],
+    ["theory", "restricted", "--steps", "1", "--out", "OUT"],
+    ["llm", "heads", "--model", "ROOT/nope", "--out", "OUT"],
+    ["llm", "eval", "--model", "ROOT/nope", "--out", "OUT"],
+    ["select", "ROOT/run", "--out", "OUT/sel"],
+    ["train", "--task", "number", "--out", "OUT/run", *TINY],
+    ["reproduce", "--preset", "tiny", "--no-llm", "--out", "OUT/r"],
+    ["sensitivity", "A=ROOT/run", "--no-predict", "--out", "OUT"],
+]
+
+
+@pytest.mark.parametrize("argv", WRITERS, ids=[" ".join(a[:2]) for a in WRITERS])
+def test_output_under_a_file(argv, sandbox, capsys):
+    if argv[0] == "sensitivity":
+        pytest.skip("sensitivity refuses a non-reproduction variant before it looks at --out (tested elsewhere)")
+    line = _run([a.replace("OUT", "ROOT/afile") for a in argv], sandbox, capsys)
+    assert "afile" in line
+
+
+@pytest.fixture(scope="module")
+def readonly(tmp_path_factory):
+    """A read-only folder (a read-only bind mount: root ignores permission bits)."""
+    d = tmp_path_factory.mktemp("ro")
+    if os.geteuid() != 0:
+        d.chmod(0o555)
+        yield d
+        d.chmod(0o755)
+        return
+    ok = subprocess.run(["mount", "--bind", str(d), str(d)], capture_output=True).returncode == 0 and \
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(d)], capture_output=True).returncode == 0
+    if not ok:
+        subprocess.run(["umount", str(d)], capture_output=True)
+        pytest.skip("cannot make a read-only folder here (mount --bind needs CAP_SYS_ADMIN)")
+    yield d
+    subprocess.run(["umount", str(d)], capture_output=True)
+
+
+@pytest.mark.parametrize("argv", WRITERS, ids=[" ".join(a[:2]) for a in WRITERS])
+def test_read_only_output(argv, sandbox, readonly, capsys):
+    if argv[0] == "sensitivity":
+        pytest.skip("sensitivity refuses a non-reproduction variant before it looks at --out (tested elsewhere)")
+    line = _run([a.replace("OUT", str(readonly / "sub")) for a in argv], sandbox, capsys)
+    assert str(readonly) in line
+
+
+RERUNS = [
+    ["scores", "ROOT/run", "--n", "4", "--out", "ROOT/again/s.csv"],
+    ["dynamics", "ROOT/run", "--out", "ROOT/again"],
+    ["flow", "ROOT/run", "--out", "ROOT/again"],
+    ["ablate", "ROOT/run", "--n", "8", "--out", "ROOT/again"],
+    ["freqs", "ROOT/run", "--n", "4", "--no-scores", "--out", "ROOT/again"],
+    ["lengthgen", "ROOT/run", "--grid", "0", "--n", "4", "--out", "ROOT/again/lg.csv"],
+    ["theory", "discrepancy", "--n-max", "10", "--out", "ROOT/again"],
+    ["data", "export", "--task", "number", "--n", "3", "--out", "ROOT/again/x.jsonl"],
+    ["train", "--task", "number", "--out", "ROOT/again/run", *TINY],
+]
+
+
+@pytest.mark.parametrize("argv", RERUNS, ids=[" ".join(a[:2]) for a in RERUNS])
+def test_rerun_without_force_changes_nothing(argv, sandbox, capsys):
+    cmd = [a.replace("ROOT", str(sandbox)) for a in argv]
+    assert main(cmd) == 0
+    capsys.readouterr()
+    line = _run(argv, sandbox, capsys)
+    assert "exists" in line or "--force" in line
+    assert main(cmd + ["--force"]) == 0  # and --force replaces
