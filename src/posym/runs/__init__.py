@@ -1,0 +1,13 @@
+"""The run directory as code (DESIGN "Run directory"): every file name under ``runs/<name>/``
+(:mod:`posym.runs.layout`), resolving a directory to a model (:mod:`posym.runs.resolve`), one writer
+per directory (:mod:`posym.runs.lock`) and provenance (:mod:`posym.runs.provenance`).
+
+Sits above ``tasks`` and ``model`` and below everything else: no other module spells a run file name.
+"""
+
+from posym.runs.layout import find_runs, list_checkpoints, run_dir, step_dir
+from posym.runs.lock import DirLock
+from posym.runs.resolve import ResolvedModel, resolve_checkpoint, resolve_model, resolve_task, run_final_model
+
+__all__ = ["DirLock", "ResolvedModel", "find_runs", "list_checkpoints", "resolve_checkpoint", "resolve_model",
+           "resolve_task", "run_dir", "run_final_model", "step_dir"]

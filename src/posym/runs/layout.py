@@ -1,0 +1,291 @@
+"""Every file of a run or reproduction directory: its name here, nowhere else (DESIGN "Run directory").
+
+A **run directory** (``posym train --out RUN``)::
+
+    RUN/posym.json            resolved TrainConfig, task, preset, versions          POSYM_JSON
+    RUN/metrics.csv           split, step, train_loss, lr, loss, acc, acc_hop1..4   METRICS
+    RUN/scores.csv            step, layer, head, tau, s_pos, s_sym, entropy, ...    SCORES
+    RUN/results.json          final test metrics, selected model, timing            RESULTS
+    RUN/checkpoints/step-NNNNNN/   HF model.safetensors + config.json + posym.json  step_dir()
+    RUN/checkpoints/best/     first checkpoint with the best validation accuracy    best_dir()
+    RUN/purity_gamma{γ}.csv, pure_counts_gamma{γ}.csv                              purity(), pure_counts()
+    RUN/flow.json, RUN/figures/flow-<task>-<split>-<i>.csv                         FLOW_JSON, flow_name()
+    RUN/ablation.csv, freq_use.csv, freq_table.csv, freq_scores.csv, qk_geometry_L{l}.csv
+    RUN/lengthgen.csv, lengthgen_summary.csv                                       LENGTHGEN, summary_path()
+    RUN/figures/<stem>.png|pdf   fig2_gamma{γ}, ablation, freq_use, qk_geometry_L{l}, lengthgen_fig5b
+    RUN/.posym.lock           the writer holding the directory (posym.runs.lock)   LOCK
+
+A **reproduction directory** (``posym reproduce --out DIR``) holds run directories
+``DIR/<task>/seed<k>/`` (:func:`run_dir`) plus ``reproduce.json``, ``stages/<name>.done`` markers
+(:func:`marker_path`), ``stages/last_run.json``, ``theory/``, ``llm/``, ``aggregate/`` and
+``report.html``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+from posym.errors import PosymError
+from posym.model.gptj import HF_CONFIG, HF_WEIGHTS
+
+# ---- a run directory ------------------------------------------------------------------------------
+POSYM_JSON = "posym.json"  # also beside every checkpoint (task, preset, step)
+METRICS = "metrics.csv"
+SCORES = "scores.csv"
+RESULTS = "results.json"
+CHECKPOINTS = "checkpoints"
+FIGURES = "figures"
+LOCK = ".posym.lock"
+CONFIG_JSON = HF_CONFIG  # HF checkpoint files (named by the HF format, posym.model.gptj)
+WEIGHTS = HF_WEIGHTS
+TRAINER_STATE = "trainer_state.pt"
+BEST = "best"
+ABLATION = "ablation.csv"
+FLOW_JSON = "flow.json"
+FREQ_USE = "freq_use.csv"
+FREQ_TABLE = "freq_table.csv"
+FREQ_SCORES = "freq_scores.csv"
+LENGTHGEN = "lengthgen.csv"
+# figure stems (saved as .png and .pdf under FIGURES)
+FIG_ABLATION = "ablation"
+FIG_FREQ_USE = "freq_use"
+FIG_LENGTHGEN = "lengthgen_fig5b"
+
+# ---- a reproduction directory ---------------------------------------------------------------------
+REPRODUCE_JSON = "reproduce.json"
+STAGES = "stages"
+LAST_RUN = "last_run.json"
+REPORT_HTML = "report.html"
+REPORT_PNG = "report_screenshot.png"
+AGGREGATE = "aggregate"
+THEORY = "theory"
+LLM = "llm"
+SKIPPED_JSON = "skipped.json"
+
+# ---- theory, LLM and study outputs (inside their own output directories) -------------------------
+DISCREPANCY = "discrepancy"  # .csv + .png|pdf
+TRAINED_DISCREPANCY = "trained_discrepancy"
+RESTRICTED = "restricted"
+LLM_ANSWERS = "answers.jsonl"
+LLM_EVAL_JSON = "llm_eval.json"
+LLM_RUNS = "llm_runs.csv"
+LLM_TABLE = "llm_table.csv"
+LLM_TABLE_MD = "llm_table.md"
+FIG_LLM = "llm_lengthgen"
+LLM_HEADS = "llm_heads.csv"
+LLM_HEADS_FREQ_USE = "llm_heads_freq_use.csv"
+LLM_HEADS_LAYERS = "llm_heads_layers.csv"
+LLM_HEADS_SUMMARY = "llm_heads_summary.csv"
+LLM_HEADS_JSON = "llm_heads.json"
+FIG_LLM_HEADS = "llm_heads_plane"
+SENSITIVITY = "sensitivity.csv"
+SENSITIVITY_MD = "sensitivity.md"
+PREDICTION = "prediction.csv"
+FIG_PREDICTION = "prediction"
+
+
+def purity(gamma: float) -> str:
+    """``purity_gamma{γ}.csv``: the purity table of ``posym dynamics`` at tolerance γ."""
+    return f"purity_gamma{gamma:g}.csv"
+
+
+def pure_counts(gamma: float) -> str:
+    return f"pure_counts_gamma{gamma:g}.csv"
+
+
+def fig2(gamma: float) -> str:
+    """Figure stem of Fig. 2 at tolerance γ."""
+    return f"fig2_gamma{gamma:g}"
+
+
+def qk_geometry(layer: int) -> str:
+    """Stem of the Fig. 4B q/k geometry of one layer (``.csv`` beside the run, figure under figures/)."""
+    return f"qk_geometry_L{layer}"
+
+
+def flow_name(task: str, split: str, example: int) -> str:
+    """Stem of one attention-flow example (figure + edge table, under figures/)."""
+    return f"flow-{task}-{split}-{example}"
+
+
+def summary_path(table: str | os.PathLike) -> Path:
+    """``x_summary.csv`` beside a per-seed table ``x.csv`` (lengthgen)."""
+    p = Path(table)
+    return p.with_name(p.stem + "_summary.csv")
+
+
+def aggregate_table(out: str | os.PathLike, name: str) -> Path:
+    """``DIR/aggregate/<name>.csv``: one multi-seed table of a reproduction (posym.report.aggregate)."""
+    return Path(out) / AGGREGATE / f"{name}.csv"
+
+
+def figure(directory: str | os.PathLike, stem: str) -> Path:
+    """``directory/figures/<stem>`` (the figure writer adds .png and .pdf)."""
+    return Path(directory) / FIGURES / stem
+
+
+def png(directory: str | os.PathLike, stem: str) -> Path:
+    """``directory/figures/<stem>.png``: the PNG of a saved figure (what the HTML report embeds)."""
+    return Path(directory) / FIGURES / f"{stem}.png"
+
+
+# ---- checkpoints ----------------------------------------------------------------------------------
+_STEP_DIR = re.compile(r"^step-(\d{6,})$")
+
+
+def step_dir(run_dir: str | os.PathLike, step: int) -> Path:
+    return Path(run_dir) / CHECKPOINTS / f"step-{step:06d}"
+
+
+def step_of_name(name: str) -> int | None:
+    """The step of a ``step-NNNNNN`` directory name, else None."""
+    m = _STEP_DIR.match(name)
+    return int(m.group(1)) if m else None
+
+
+def is_checkpoint(path: str | os.PathLike) -> bool:
+    """A complete HF checkpoint directory (config + weights)."""
+    p = Path(path)
+    return p.is_dir() and (p / CONFIG_JSON).is_file() and (p / WEIGHTS).is_file()
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(step, path) of every complete ``step-NNNNNN`` checkpoint of a run, sorted by step."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    out = []
+    for p in root.iterdir():
+        s = step_of_name(p.name)
+        if s is not None and is_checkpoint(p):
+            out.append((s, p))
+    return sorted(out)
+
+
+def best_dir(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / CHECKPOINTS / BEST
+
+
+def best_checkpoint(run_dir: str | os.PathLike) -> tuple[int, Path] | None:
+    """(step, path) of the run's best-validation checkpoint, or None when the run has none."""
+    path = best_dir(run_dir)
+    if not is_checkpoint(path):
+        return None
+    step = read_meta(path).get("step")
+    return (int(step), path) if step is not None else None
+
+
+# ---- reproduction directories ---------------------------------------------------------------------
+_SEED_DIR = re.compile(r"^seed(\d+)$")
+TASK_DIRS = ("number", "letter")
+
+
+def run_dir(out: str | os.PathLike, task: str, seed: int) -> Path:
+    """``DIR/<task>/seed<k>``: the training run directory of one (task, seed); analyses write there too."""
+    return Path(out) / task / f"seed{int(seed)}"
+
+
+def find_runs(out_dir: str | os.PathLike, complete_only: bool = True) -> dict[str, dict[int, Path]]:
+    """``{task: {seed: run_dir}}`` for every ``DIR/<task>/seed<k>/`` (with ``results.json``, i.e. a
+    finished training, unless ``complete_only=False``), tasks in the order number, letter."""
+    out = Path(out_dir)
+    runs: dict[str, dict[int, Path]] = {}
+    for task in TASK_DIRS:
+        tdir = out / task
+        if not tdir.is_dir():
+            continue
+        seeds = {}
+        for d in tdir.iterdir():
+            m = _SEED_DIR.match(d.name)
+            if m and d.is_dir() and (not complete_only or (d / RESULTS).is_file()):
+                seeds[int(m.group(1))] = d
+        if seeds:
+            runs[task] = dict(sorted(seeds.items()))
+    return runs
+
+
+def marker_path(out: str | os.PathLike, name: str) -> Path:
+    """``DIR/stages/<name>.done``: written atomically when a reproduction stage succeeds."""
+    return Path(out) / STAGES / f"{name}.done"
+
+
+def _json_default(o):
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(o)
+
+
+def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
+    """Write JSON to a temporary file beside ``path`` and rename it in place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: str | os.PathLike) -> dict:
+    """A JSON object file, or {} when it is missing or unreadable."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def read_meta(directory: str | os.PathLike) -> dict:
+    """The ``posym.json`` beside a checkpoint or in a run directory ({} if absent; PosymError if corrupt)."""
+    path = Path(directory) / POSYM_JSON
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise PosymError(f"corrupt {path}: {exc}") from exc
+
+
+def write_meta(directory: str | os.PathLike, meta: dict) -> Path:
+    """Write ``directory/posym.json`` (sorted keys, as every checkpoint's)."""
+    path = Path(directory) / POSYM_JSON
+    path.write_text(json.dumps(meta, indent=2, sort_keys=True))
+    return path
+
+
+def read_marker(out: str | os.PathLike, name: str) -> dict | None:
+    p = marker_path(out, name)
+    if not p.is_file():
+        return None
+    try:
+        return json.loads(p.read_text())
+    except (json.JSONDecodeError, OSError):
+        return None  # a torn marker counts as not done
+
+
+def stage_table(out: str | os.PathLike) -> list[dict]:
+    """The markers of a reproduction directory (name, seconds, started, finished), for the report."""
+    rows = []
+    sdir = Path(out) / STAGES
+    for p in sorted(sdir.glob("*.done")) if sdir.is_dir() else []:
+        try:
+            m = json.loads(p.read_text())
+        except (json.JSONDecodeError, OSError):
+            continue
+        rows.append({"stage": m.get("stage", p.stem), "seconds": m.get("seconds", math.nan),
+                     "started": m.get("started", ""), "finished": m.get("finished", "")})
+    return rows
+
+
+__all__ = [n for n in dir() if n.isupper() or n in (
+    "aggregate_table", "best_checkpoint", "best_dir", "figure", "fig2", "find_runs", "flow_name", "is_checkpoint",
+    "list_checkpoints", "marker_path", "png", "pure_counts", "purity", "qk_geometry", "read_json", "read_marker",
+    "read_meta", "run_dir", "stage_table", "step_dir", "step_of_name", "summary_path", "write_json_atomic",
+    "write_meta")]
