@@ -55,15 +55,14 @@ def _write_guard(tmp: Path, what: str) -> Iterator[None]:
                          "continue with --resume") from exc
 
 
-def save_checkpoint(run_dir: str | os.PathLike, step: int, model: GPTJForCausalLM, meta: dict,
-                    trainer_state: dict[str, Any] | None = None) -> Path:
-    """Atomically write checkpoint ``step``; with ``trainer_state``, older trainer states are pruned."""
-    final = step_dir(run_dir, step)
+def _write_dir(final: Path, model: GPTJForCausalLM, meta: dict, trainer_state: dict[str, Any] | None = None) -> Path:
+    """Write weights + ``posym.json`` (+ trainer state) to a temporary directory beside ``final``, then
+    move it in place (an existing ``final`` is swapped out atomically and dropped)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
     with _write_guard(tmp, f"checkpoint {final}"):
         save_model(model, tmp)
-        write_meta(tmp, {**meta, "step": step})
+        write_meta(tmp, meta)
         if trainer_state is not None:
             torch.save(trainer_state, tmp / TRAINER_STATE)
     if final.exists():  # re-saving a step after resume: swap atomically, then drop the old copy
@@ -73,6 +72,13 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: GPTJForCausalL
         shutil.rmtree(trash, ignore_errors=True)
     else:
         os.replace(tmp, final)
+    return final
+
+
+def save_checkpoint(run_dir: str | os.PathLike, step: int, model: GPTJForCausalLM, meta: dict,
+                    trainer_state: dict[str, Any] | None = None) -> Path:
+    """Atomically write checkpoint ``step``; with ``trainer_state``, older trainer states are pruned."""
+    final = _write_dir(step_dir(run_dir, step), model, {**meta, "step": step}, trainer_state)
     if trainer_state is not None:
         for s, p in list_checkpoints(run_dir):
             if s != step and (p / TRAINER_STATE).exists():
@@ -82,20 +88,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: GPTJForCausalL
 
 def save_best(run_dir: str | os.PathLike, step: int, model: GPTJForCausalLM, meta: dict, val_acc: float) -> Path:
     """Atomically replace ``RUN/checkpoints/best/`` by the weights of ``step`` (validation accuracy ``val_acc``)."""
-    final = best_dir(run_dir)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".tmp-{layout.BEST}-{uuid.uuid4().hex[:8]}"
-    with _write_guard(tmp, f"checkpoint {final}"):
-        save_model(model, tmp)
-        write_meta(tmp, {**meta, "step": step, "val_acc": float(val_acc), "selection": "best"})
-    if final.exists():
-        trash = final.parent / f".old-{layout.BEST}-{uuid.uuid4().hex[:8]}"
-        os.replace(final, trash)
-        os.replace(tmp, final)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
-    return final
+    return _write_dir(best_dir(run_dir), model, {**meta, "step": step, "val_acc": float(val_acc), "selection": "best"})
 
 
 def latest_resumable(run_dir: str | os.PathLike) -> tuple[int, Path] | None:
