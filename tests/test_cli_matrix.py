@@ -138,10 +138,10 @@ def readonly(tmp_path_factory):
     ok = subprocess.run(["mount", "--bind", str(d), str(d)], capture_output=True).returncode == 0 and \
         subprocess.run(["mount", "-o", "remount,ro,bind", str(d)], capture_output=True).returncode == 0
     if not ok:
-        subprocess.run(["umount", str(d)], capture_output=True)
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)  # lazy: never leave a mount behind
         pytest.skip("cannot make a read-only folder here (mount --bind needs CAP_SYS_ADMIN)")
     yield d
-    subprocess.run(["umount", str(d)], capture_output=True)
+    subprocess.run(["umount", "-l", str(d)], capture_output=True)  # lazy: never leave a mount behind
 
 
 @pytest.mark.parametrize("argv", WRITERS, ids=[" ".join(a[:2]) for a in WRITERS])

@@ -26,7 +26,7 @@ def small_disk(tmp_path):
                                            capture_output=True).returncode != 0:
         pytest.skip("cannot mount a small tmpfs here (needs root with CAP_SYS_ADMIN)")
     yield d
-    subprocess.run(["umount", str(d)], capture_output=True)
+    subprocess.run(["umount", "-l", str(d)], capture_output=True)  # lazy: never leave a mount behind
 
 
 @pytest.mark.integration

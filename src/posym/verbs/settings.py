@@ -1,0 +1,194 @@
+"""The settings of ``posym reproduce``: one documented dict per preset, their validation before any
+stage runs, and which settings each kind of stage reads (so a failed stage can be re-run with a
+corrected value without losing the finished ones)."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Callable, Sequence
+
+from posym.errors import PosymError
+
+TASKS = ("number", "letter")
+QUICK_LENGTHGEN_GRID = tuple(range(0, 101, 10)) + tuple(range(200, 1001, 100))
+
+#: Settings per preset. Keys:
+#:
+#: * ``train_preset`` — ``posym.train`` preset (model + optimiser, SPEC §2 for "paper");
+#:   ``train`` — extra ``make_config`` keywords (steps, model_overrides, ...);
+#: * ``gammas`` — purity tolerances of the dynamics stage (SPEC §3);
+#: * ``flow_hops`` — the flow stage draws the first test prompt of each of these hop counts;
+#: * ``ablation_n`` / ``freqs_n`` — test prompts of the ablation and frequency stages;
+#:   ``freqs_scores`` — also per-frequency s_POS / s_SYM;
+#: * ``lengthgen_grid`` ("paper" = 0,10..100,200..1000,1500..5000) / ``lengthgen_n`` (samples per
+#:   length and data seed) / ``lengthgen_data_seeds`` / ``lengthgen_extra_rule`` (what the added
+#:   tokens are: "window", "distractor" or "copies"; SPEC §1.4, our choice);
+#: * ``discrepancy`` — keywords of ``posym.verbs.theory.discrepancy`` (Fig. 5A values);
+#: * ``llm`` — keywords of ``posym.lengthgen.llm_eval`` (lengths None = SPEC §1.5's 11 lengths).
+PRESETS: dict[str, dict[str, Any]] = {
+    # ≤ 20 min on a 2-core CPU: 1,500-step quick models (8 layers, ≈ 5–9 min per task, both trained
+    # side by side), analyses scaled down.
+    "quick": {
+        "train_preset": "quick",
+        "train": {},
+        "gammas": [0.1, 0.05],
+        "flow_hops": [1, 2, 3, 4],
+        "ablation_n": 500,
+        "freqs_n": 128,
+        "freqs_scores": True,
+        "lengthgen_grid": list(QUICK_LENGTHGEN_GRID),
+        "lengthgen_n": 60,
+        "lengthgen_data_seeds": 1,
+        "lengthgen_extra_rule": "window",
+        "discrepancy": {"theta_index": 0.8, "theta_retrieval": 0.0027, "alphabet": 8, "n_max": 100},
+        "llm": {"lengths": [12, 32, 100], "n": 10, "runs": 2},
+    },
+    # Testing only (not in the CLI help): a seconds-long end-to-end run.
+    "tiny": {
+        "train_preset": "quick",
+        "train": {"steps": 30, "eval_every": 10, "checkpoint_every": 10, "n_val": 64, "n_test": 64,
+                  "eval_batch_size": 64, "track_prompts": 16,
+                  "model_overrides": {"n_layer": 2, "n_embd": 32, "n_inner": 64, "rotary_dim": 32}},
+        "gammas": [0.1],
+        "flow_hops": [4],
+        "ablation_n": 32,
+        "freqs_n": 16,
+        "freqs_scores": False,
+        "lengthgen_grid": [0, 10],
+        "lengthgen_n": 8,
+        "lengthgen_data_seeds": 1,
+        "lengthgen_extra_rule": "window",
+        "discrepancy": {"theta_index": 0.8, "theta_retrieval": 0.0027, "alphabet": 8, "n_max": 20},
+        "llm": {"lengths": [12], "n": 2, "runs": 1},
+    },
+}
+
+# The paper's setting (SPEC §2 model and training; full analysis sizes; lengthgen to +5000;
+# SmolLM2 with the default protocol: 11 lengths, 40 prompts, 5 runs).
+PRESETS["paper"] = {**PRESETS["quick"], "train_preset": "paper", "ablation_n": 2000, "freqs_n": 512,
+                    "lengthgen_grid": "paper", "lengthgen_n": 200,
+                    "llm": {"lengths": None, "n": 40, "runs": 5}}
+
+
+def preset_settings(preset: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The settings dict of a preset (a deep copy), with ``overrides`` merged in (dicts recursively)."""
+    if preset not in PRESETS:
+        raise PosymError(f"unknown preset {preset!r}; choose quick or paper")
+    s = copy.deepcopy(PRESETS[preset])
+
+    def merge(dst: dict, src: dict) -> None:
+        for k, v in src.items():
+            if isinstance(v, dict) and isinstance(dst.get(k), dict):
+                merge(dst[k], v)
+            else:
+                dst[k] = copy.deepcopy(v)
+
+    if overrides:
+        unknown = sorted(set(overrides) - set(s))
+        if unknown:
+            raise PosymError(f"unknown reproduction setting(s): {', '.join(unknown)}")
+        merge(s, overrides)
+    return s
+
+
+def overrides_from_pairs(pairs: dict[str, Any]) -> dict[str, Any]:
+    """Dotted ``--set`` keys to nested settings: ``{"llm.n": 3}`` -> ``{"llm": {"n": 3}}``."""
+    overrides: dict[str, Any] = {}
+    for key, value in pairs.items():
+        *parents, leaf = key.split(".")
+        node = overrides
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise PosymError(f"--set {key}: {part!r} is set to a value elsewhere, not a group of settings")
+        node[leaf] = value
+    return overrides
+
+
+#: The settings each kind of stage reads (a changed setting invalidates only these stages).
+STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "train": ("train_preset", "train"), "dynamics": ("gammas",), "flow": ("flow_hops",),
+    "ablate": ("ablation_n",), "freqs": ("freqs_n", "freqs_scores"),
+    "lengthgen": ("lengthgen_grid", "lengthgen_n", "lengthgen_data_seeds", "lengthgen_extra_rule"),
+    "discrepancy": ("discrepancy",), "llm": ("llm",),
+}
+
+
+def _positive_int(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PosymError(f"bad reproduction setting {key}={value!r}: expected a positive integer")
+
+
+def _keywords(key: str, value: Any, fn: Callable) -> None:
+    import inspect
+
+    if not isinstance(value, dict):
+        raise PosymError(f"bad reproduction setting {key}={value!r}: expected a JSON object of keywords")
+    params = inspect.signature(fn).parameters
+    not_settings = {"out", "out_dir", "progress", "threads", "force"}
+    if key == "discrepancy":  # the trained-model part of the verb is not a reproduction setting
+        not_settings |= {"runs", "grid", "n", "seed", "task"}
+    unknown = sorted(k for k in value if k not in params or k in not_settings)
+    if unknown:
+        raise PosymError(f"bad reproduction setting {key}: unknown keyword(s) {', '.join(unknown)}")
+
+
+def validate_settings(settings: dict[str, Any], tasks: Sequence[str]) -> None:
+    """Check every setting of a reproduction before any stage runs (PosymError naming the bad one)."""
+    from posym.lengthgen.llm_eval import llm_eval
+    from posym.lengthgen.trained import parse_grid
+    from posym.verbs.theory import discrepancy
+    from posym.train import make_config
+
+    train = settings.get("train", {})
+    if not isinstance(train, dict):
+        raise PosymError(f"bad reproduction setting train={train!r}: expected a JSON object of training options")
+    for task in tasks:
+        try:
+            make_config(task, settings["train_preset"], seed=0, data_seed=0, order_seed=0, track_heads=True, **train)
+        except PosymError as exc:
+            raise PosymError(f"bad reproduction setting train: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise PosymError(f"bad reproduction setting train: {exc}") from None
+    gammas = settings["gammas"]
+    if not isinstance(gammas, list) or not gammas or not all(
+            isinstance(g, (int, float)) and not isinstance(g, bool) and 0 < g < 0.5 for g in gammas):
+        raise PosymError(f"bad reproduction setting gammas={gammas!r}: expected a list of numbers in (0, 0.5)")
+    hops = settings["flow_hops"]
+    if not isinstance(hops, list) or not all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= 4 for h in hops):
+        raise PosymError(f"bad reproduction setting flow_hops={hops!r}: expected a list of hop counts 1..4")
+    for key in ("ablation_n", "freqs_n", "lengthgen_n", "lengthgen_data_seeds"):
+        _positive_int(key, settings[key])
+    if not isinstance(settings["freqs_scores"], bool):
+        raise PosymError(f"bad reproduction setting freqs_scores={settings['freqs_scores']!r}: expected true or false")
+    if not isinstance(settings["lengthgen_grid"], (str, list)):
+        raise PosymError(f"bad reproduction setting lengthgen_grid={settings['lengthgen_grid']!r}: "
+                         "expected \"paper\" or a list of added lengths")
+    try:
+        parse_grid(settings["lengthgen_grid"])
+    except (PosymError, TypeError, ValueError) as exc:
+        raise PosymError(f"bad reproduction setting lengthgen_grid: {exc}") from None
+    from posym.tasks._common import EXTRA_RULES
+
+    if settings["lengthgen_extra_rule"] not in EXTRA_RULES:
+        raise PosymError(f"bad reproduction setting lengthgen_extra_rule={settings['lengthgen_extra_rule']!r}: "
+                         f"choose one of {list(EXTRA_RULES)}")
+    _keywords("discrepancy", settings["discrepancy"], discrepancy)
+    for k, v in settings["discrepancy"].items():
+        if k in ("alphabet", "n_max"):
+            _positive_int(f"discrepancy.{k}", v)
+        elif isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < math.inf):
+            raise PosymError(f"bad reproduction setting discrepancy.{k}={v!r}: expected a finite number >= 0")
+    _keywords("llm", settings["llm"], llm_eval)
+    for k, v in settings["llm"].items():
+        if k in ("n", "runs"):
+            _positive_int(f"llm.{k}", v)
+        elif k == "lengths" and v is not None:
+            if not isinstance(v, list) or not v:
+                raise PosymError(f"bad reproduction setting llm.lengths={v!r}: expected null or a list of lengths")
+            for x in v:
+                _positive_int("llm.lengths", x)
+
+
+__all__ = ["PRESETS", "STAGE_SETTINGS", "TASKS", "overrides_from_pairs", "preset_settings", "validate_settings"]
