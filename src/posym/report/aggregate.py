@@ -491,7 +491,7 @@ def _write_figures(fig_dir: Path, tables: dict[str, pd.DataFrame], runs: dict) -
     for task in runs:
         if len(curves) and (curves["task"] == task).any():
             fig = plot_accuracy_bands(curves, task, paper_steps=paper.HOP_09_STEP.get(task))
-            save_figure(fig, fig_dir / f"accuracy_{task}")
+            save_figure(fig, fig_dir / layout.accuracy_figure(task))
             plt.close(fig)
     lg = tables["lengthgen"]
     if len(lg):
@@ -499,7 +499,7 @@ def _write_figures(fig_dir: Path, tables: dict[str, pd.DataFrame], runs: dict) -
         fig = plot_lengthgen(summaries, paper=paper.LENGTHGEN)
         n = int(lg["n_seeds"].max())
         fig.axes[0].set_title(f"length generalization (mean ± sd over {n} seed{'s' if n != 1 else ''})")
-        save_figure(fig, fig_dir / "fig5b_lengthgen")
+        save_figure(fig, fig_dir / layout.FIG_LENGTHGEN_SEEDS)
         plt.close(fig)
 
 

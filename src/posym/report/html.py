@@ -213,7 +213,7 @@ def _fig2(out: Path, runs: dict, t: dict) -> str:
              "C: cumulative pure heads, γ = 0.1).</p>"]
     for task, seeds in runs.items():
         parts.append(f"<h3>{_e(task)} task</h3>")
-        parts.append(_img(out / layout.AGGREGATE / layout.FIGURES / f"accuracy_{task}.png",
+        parts.append(_img(layout.png(out / layout.AGGREGATE, layout.accuracy_figure(task)),
                           f"{task}: validation accuracy per hop, mean ± sd over seeds", out))
         parts.append(_quantity_table(t["training"], task))
         ini = t["initial_scores"]
@@ -348,7 +348,7 @@ def _lengthgen(out: Path, runs: dict, t: dict) -> str:
     lg = t["lengthgen"]
     if not len(lg):
         return "".join(parts) + _note("lengthgen stage not run", "missing")
-    parts.append(_img(out / layout.AGGREGATE / layout.FIGURES / "fig5b_lengthgen.png",
+    parts.append(_img(layout.png(out / layout.AGGREGATE, layout.FIG_LENGTHGEN_SEEDS),
                       "Fig. 5B: accuracy vs added tokens (mean ± sd over seeds)", out))
     tasks = [x for x in runs if (lg["task"] == x).any()]
     grid = sorted(set(lg["extra_tokens"]) | {x for task in tasks for x in paper.LENGTHGEN[task]})

@@ -123,6 +123,15 @@ def aggregate_table(out: str | os.PathLike, name: str) -> Path:
     return Path(out) / AGGREGATE / f"{name}.csv"
 
 
+def accuracy_figure(task: str) -> str:
+    """Stem of the multi-seed accuracy-per-hop figure of a task under ``DIR/aggregate/figures/``."""
+    return f"accuracy_{task}"
+
+
+#: Stem of the multi-seed Fig. 5B under ``DIR/aggregate/figures/``.
+FIG_LENGTHGEN_SEEDS = "fig5b_lengthgen"
+
+
 def figure(directory: str | os.PathLike, stem: str) -> Path:
     """``directory/figures/<stem>`` (the figure writer adds .png and .pdf)."""
     return Path(directory) / FIGURES / stem
@@ -285,7 +294,8 @@ def stage_table(out: str | os.PathLike) -> list[dict]:
 
 
 __all__ = [n for n in dir() if n.isupper() or n in (
-    "aggregate_table", "best_checkpoint", "best_dir", "figure", "fig2", "find_runs", "flow_name", "is_checkpoint",
+    "accuracy_figure", "aggregate_table", "best_checkpoint", "best_dir", "figure", "fig2", "find_runs", "flow_name",
+    "is_checkpoint",
     "list_checkpoints", "marker_path", "png", "pure_counts", "purity", "qk_geometry", "read_json", "read_marker",
     "read_meta", "run_dir", "stage_table", "step_dir", "step_of_name", "summary_path", "write_json_atomic",
     "write_meta")]

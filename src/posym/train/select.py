@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from posym.errors import PosymError
 from posym.runs.lock import DirLock
+from posym.runs import layout
 from posym.runs.layout import best_checkpoint, list_checkpoints
 from posym.train.config import FINAL_MODELS, TrainConfig
 
@@ -35,14 +36,14 @@ def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_mod
     run, out = Path(run), Path(out)
     if final_model not in FINAL_MODELS:
         raise PosymError(f"unknown final_model {final_model!r}; choose one of {list(FINAL_MODELS)}")
-    if not (run / "results.json").is_file() or not (run / "posym.json").is_file():
+    if not (run / layout.RESULTS).is_file() or not (run / layout.POSYM_JSON).is_file():
         raise PosymError(f"{run} is not a finished posym run (posym.json and results.json needed)")
-    if out.exists() and any(p.name != ".posym.lock" for p in out.iterdir()):
+    if out.exists() and any(p.name != layout.LOCK for p in out.iterdir()):
         if not force:
             raise PosymError(f"{out} exists; pass --force to replace it")
-        if not (out / "posym.json").is_file() or not (out / "posym.json").read_text().count("derived_from"):
+        if not (out / layout.POSYM_JSON).is_file() or not (out / layout.POSYM_JSON).read_text().count("derived_from"):
             raise PosymError(f"{out} is not a run derived by posym select; --force only replaces those")
-    meta = json.loads((run / "posym.json").read_text())
+    meta = json.loads((run / layout.POSYM_JSON).read_text())
     cfg = TrainConfig.from_dict(meta["config"])
     if final_model == "best":
         found = best_checkpoint(run)
@@ -56,15 +57,15 @@ def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_mod
         step, ckpt = ckpts[-1]
     with DirLock(out, "run"):
         for p in out.iterdir():
-            if p.name != ".posym.lock":
+            if p.name != layout.LOCK:
                 p.unlink() if p.is_symlink() or p.is_file() else _rmtree(p)
-        metrics = pd.read_csv(run / "metrics.csv")
+        metrics = pd.read_csv(run / layout.METRICS)
         val = metrics[(metrics["split"] == "val") & (metrics["step"] <= step)]
-        scores_path = run / "scores.csv"
+        scores_path = run / layout.SCORES
         if scores_path.is_file():
             scores = pd.read_csv(scores_path)
-            scores[scores["step"] <= step].to_csv(out / "scores.csv", index=False)
-        (out / "checkpoints").symlink_to((run / "checkpoints").resolve(), target_is_directory=True)
+            scores[scores["step"] <= step].to_csv(out / layout.SCORES, index=False)
+        (out / layout.CHECKPOINTS).symlink_to((run / layout.CHECKPOINTS).resolve(), target_is_directory=True)
         with tqdm(total=1, desc=f"test of the {final_model} model (step {step})", disable=not progress) as bar:
             test = evaluate(load_model(ckpt, device=device),
                             make_split(cfg.task, "test", seed=cfg.data_seed, n=cfg.n_test, distractors=cfg.distractors),
@@ -73,15 +74,15 @@ def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_mod
         test_row = {"split": "test", "step": step, "train_loss": float("nan"), "lr": float("nan"), **test,
                     "time_s": float("nan")}
         pd.concat([val, pd.DataFrame([test_row])], ignore_index=True)[metrics.columns].to_csv(
-            out / "metrics.csv", index=False)
-        old = json.loads((run / "results.json").read_text())
+            out / layout.METRICS, index=False)
+        old = json.loads((run / layout.RESULTS).read_text())
         results = {"test": test, "steps": cfg.steps, "final_model": final_model, "final_step": step,
                    "best_step": old.get("best_step"), "best_val_acc": old.get("best_val_acc"),
                    "derived_from": str(run.resolve())}
-        (out / "results.json").write_text(json.dumps(results, indent=2))
+        (out / layout.RESULTS).write_text(json.dumps(results, indent=2))
         new_meta = {**meta, "config": {**meta["config"], "final_model": final_model},
                     "derived_from": {"run": str(run.resolve()), "final_model": final_model, "step": step}}
-        (out / "posym.json").write_text(json.dumps(new_meta, indent=2))
+        (out / layout.POSYM_JSON).write_text(json.dumps(new_meta, indent=2))
     return results
 
 
