@@ -32,7 +32,10 @@ def test_dynamics_writes_table_and_figure(tmp_path):
     dynamics(tmp_path, gammas=[0.1], force=True)
     with pytest.raises(PosymError, match="out of range"):
         dynamics(tmp_path, layers=[7], force=True)
-    with pytest.raises(PosymError, match="no scores.csv"):
+    with pytest.raises(PosymError, match="no such run directory"):
         dynamics(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(PosymError, match="no scores.csv"):
+        dynamics(tmp_path / "empty")
     with pytest.raises(PosymError, match="gamma"):
         dynamics(tmp_path, gammas=[5], force=True)

@@ -18,6 +18,8 @@ from posym.runs import layout
 def load_scores(run_dir: str | os.PathLike) -> pd.DataFrame:
     """``RUN/scores.csv`` (written by head tracking or ``posym scores``)."""
     path = Path(run_dir) / layout.SCORES
+    if not Path(run_dir).is_dir():
+        raise PosymError(f"no such run directory: {run_dir}")
     if not path.is_file():
         raise PosymError(f"no scores.csv in {run_dir}; train with --track-heads or run `posym scores {run_dir}`")
     df = pd.read_csv(path)
