@@ -223,3 +223,25 @@ def test_scores_model_on_a_run_keeps_the_step(tiny_run, tmp_path, capsys):
     df = pd.read_csv(tmp_path / "s.csv")
     assert "step" in df and sorted(df.step.unique()) == [0, 1, 2, 4]
     assert not df.duplicated(["step", "layer", "head", "tau"]).any()
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find the worker processes")
+def test_sigint_to_the_reproduce_parent_alone_stops_its_workers(tmp_path):
+    """A SIGINT to the parent only (not its process group) ends the reproduction promptly with 130 and
+    its workers, instead of waiting for the running stages."""
+    out = tmp_path / "ri"
+    cmd = [sys.executable, "-c", "import sys; from posym.cli import main; sys.exit(main(sys.argv[1:]))",
+           "reproduce", "--preset", "tiny", "--no-llm", "--quiet", "--jobs", "2", "--out", str(out),
+           "--set", "train.steps=100000", "--set", "train.checkpoint_every=20"]
+    # a background shell starts commands with SIGINT ignored; give the child the default (Ctrl-C) handler
+    parent = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        _wait_for(lambda: (out / "number" / "seed0" / "checkpoints" / "step-000020").is_dir())
+        os.kill(parent.pid, signal.SIGINT)
+        assert parent.wait(timeout=60) == 130
+        _wait_for(lambda: not _descendants_alive(parent.pid), timeout=30)
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)

@@ -86,4 +86,16 @@ class Inline:
         pass
 
 
-__all__ = ["Inline", "call_stage", "worker_init"]
+def terminate_workers(pool: Any) -> None:
+    """Terminate the worker processes of a ``ProcessPoolExecutor`` (no-op for :class:`Inline`)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
+        try:
+            proc.terminate()
+        except (OSError, AttributeError):  # already gone
+            pass
+    for proc in procs:
+        proc.join(timeout=5)
+
+
+__all__ = ["Inline", "call_stage", "terminate_workers", "worker_init"]

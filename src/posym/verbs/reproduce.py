@@ -48,7 +48,7 @@ from posym.runs import layout
 from posym.runs.layout import run_dir
 from posym.runs.lock import DirLock
 from posym.runs.provenance import versions
-from posym.verbs.pool import Inline, call_stage, worker_init
+from posym.verbs.pool import Inline, call_stage, terminate_workers, worker_init
 from posym.verbs.settings import (PRESETS, STAGE_SETTINGS, TASKS, overrides_from_pairs, preset_settings,  # noqa: F401
                                   validate_settings)
 
@@ -443,10 +443,12 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
                     if res.get("traceback"):
                         print(res["traceback"], file=sys.stderr, flush=True)
     except KeyboardInterrupt:
+        # Ctrl-C (or a SIGINT to this process alone): stop the workers now instead of waiting for the
+        # stages they run; their runs resume from the newest checkpoint on the next reproduce
+        terminate_workers(pool)  # first: shutdown() forgets the worker processes
         pool.shutdown(wait=False, cancel_futures=True)
         raise
-    finally:
-        pool.shutdown(wait=True)
+    pool.shutdown(wait=True)
 
     report_path = out / layout.REPORT_HTML
     if report is not None:
