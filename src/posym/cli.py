@@ -554,7 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
     rr.add_argument("--screenshot", default=None, help="also save a PNG screenshot (needs Chromium)")
     rr.add_argument("--markdown", action="store_true",
                     help="print the \"paper vs posym\" table as Markdown instead of writing the report")
-    rr.add_argument("--force", action="store_true", help="replace an existing --screenshot file")
+    rr.add_argument("--force", action="store_true", help="replace an existing report.html (and --screenshot file)")
     rr.set_defaults(func=_cmd_report)
     return p
 

@@ -164,3 +164,12 @@ def test_load_errors(tmp_path):
         load_llm(tmp_path, max_memory={"cpu": 1})
     with pytest.raises(PosymError, match="dtype"):
         load_llm(tmp_path, dtype="float77")
+
+
+def test_prompts_longer_than_the_context_are_refused_before_any_question(tiny_dirs, tmp_path):
+    """The tiny model's context is 512 positions: a 1-hop prompt with a 1,000-token window cannot fit."""
+    from posym.lengthgen.llm_eval import llm_eval
+
+    with pytest.raises(PosymError, match="more than the model's context of 512"):
+        llm_eval(str(tiny_dirs["chat"]), lengths=[1000], runs=1, n=1, out=tmp_path / "o", progress=False)
+    assert not (tmp_path / "o").exists()

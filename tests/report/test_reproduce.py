@@ -220,7 +220,9 @@ def test_cli_reproduce_and_report(repro_copy, capsys):
     assert _last_run(repro_copy)["executed"] == []
     assert f"report: {repro_copy / 'report.html'}" in capsys.readouterr().out
     before = (repro_copy / "report.html").stat().st_mtime_ns
-    assert main(["report", str(repro_copy)]) == 0
+    assert main(["report", str(repro_copy)]) == 2  # the overwrite rule: an existing report needs --force
+    assert (repro_copy / "report.html").stat().st_mtime_ns == before
+    assert main(["report", str(repro_copy), "--force"]) == 0
     assert (repro_copy / "report.html").stat().st_mtime_ns > before
     assert main(["reproduce", "--preset", "huge", "--out", str(repro_copy / "x")]) == 2
     assert "argument --preset: invalid choice: 'huge'" in capsys.readouterr().err

@@ -326,6 +326,22 @@ def _slug(label: str) -> str:
     return s.lower() or "model"
 
 
+def _check_context(chat: Any, lm: Any, tasks: Sequence[str], lengths: Sequence[int], n_examples: int,
+                   max_new_tokens: int) -> None:
+    """PosymError before any question if the longest prompt (plus the answer) exceeds the model's context."""
+    limit = getattr(getattr(lm, "config", None), "max_position_embeddings", None)
+    if not isinstance(limit, int) or not lengths or not tasks:
+        return
+    longest = max(int(x) for x in lengths)
+    from posym.lengthgen.hf_llm import format_prompts
+
+    text = format_prompts(chat.tokenizer, [build_messages(make_sample(t, longest, 0, 0), n_examples) for t in tasks])
+    need = max(len(chat.tokenizer(x)["input_ids"]) for x in text) + int(max_new_tokens)
+    if need > limit:
+        raise PosymError(f"a prompt of target-window length {longest} needs {need} tokens, more than the model's "
+                         f"context of {limit}; use shorter --lengths")
+
+
 # --- entry point -----------------------------------------------------------------------------------
 def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | None = None, *,
              api_base: str | None = None, api_model: str | None = None,
@@ -376,6 +392,7 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
         lm, tok = load_llm(model, gguf, device_map=device_map, dtype=dtype, device=device,
                            max_memory=max_memory, offload_folder=offload_folder)
         answer_fn = HFChat(lm, tok, max_new_tokens=max_new_tokens, batch_size=batch_size or 8)
+        _check_context(answer_fn, lm, tasks, lengths, n_examples, max_new_tokens)
         bs = batch_size or 8
         concurrency = 1
         meta.update(dtype=str(next(lm.parameters()).dtype), chat_template=answer_fn.chat_template,

@@ -61,10 +61,10 @@ def sensitivity_table(variants: Mapping[str, str | os.PathLike]) -> pd.DataFrame
     return pd.concat(frames, ignore_index=True)[cols]
 
 
-def _cell(mean: float, sd: float, n: int) -> str:
+def _cell(mean: float, sd: float, n: int, quantity: str = "") -> str:
     if not math.isfinite(mean):
         return "—"
-    digits = 0 if abs(mean) >= 10 else 2
+    digits = 1 if "heads" in quantity else (0 if abs(mean) >= 10 else 2)
     s = f"{mean:.{digits}f}"
     if n > 1 and math.isfinite(sd):
         s += f" ± {sd:.{digits}f}"
@@ -83,7 +83,7 @@ def sensitivity_markdown(table: pd.DataFrame) -> str:
         cells = []
         for v in variants:
             r = rows[rows["variant"] == v]
-            cells.append(_cell(float(r["posym_mean"].iloc[0]), float(r["posym_sd"].iloc[0]), int(r["n"].iloc[0]))
+            cells.append(_cell(float(r["posym_mean"].iloc[0]), float(r["posym_sd"].iloc[0]), int(r["n"].iloc[0]), q)
                          if len(r) else "—")
         lines.append(f"| {task} | {q} | {paper.iloc[0] if len(paper) else '—'} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -11,12 +11,12 @@ from posym.verbs import Outputs, VerbResult
 
 
 def report(directory: str | os.PathLike, *, screenshot: str | os.PathLike | None = None, markdown: bool = False,
-           force: bool = True) -> VerbResult:
+           force: bool = False) -> VerbResult:
     """Rewrite ``DIR/report.html`` (and ``DIR/aggregate/``) from saved tables; ``markdown`` returns the
     paper-vs-posym table instead; ``screenshot`` renders the page to a PNG in headless Chromium.
 
-    The report is derived data, rewritten from the tables on every call (``force`` defaults to True);
-    a ``screenshot`` file that exists needs ``force``."""
+    Like every verb, an existing ``report.html`` (or ``screenshot``) is replaced only with ``force``
+    (``posym reproduce`` rewrites its own report whenever a stage ran)."""
     from posym.report.html import summary_markdown, write_report
     from posym.report.render import screenshot as render
 
@@ -28,8 +28,7 @@ def report(directory: str | os.PathLike, *, screenshot: str | os.PathLike | None
                          "<task>/seed<k> runs); posym report reads what posym reproduce writes")
     if markdown:
         return VerbResult(None, [], summary_markdown(directory).rstrip("\n"))
-    if screenshot is not None:
-        Outputs([screenshot], force).check()
+    Outputs([directory / layout.REPORT_HTML] + ([screenshot] if screenshot is not None else []), force).check()
     path = write_report(directory)
     files, lines = [path], [f"wrote {path}"]
     if screenshot is not None:
