@@ -114,14 +114,11 @@ WRITERS = [
     ["select", "ROOT/run", "--out", "OUT/sel"],
     ["train", "--task", "number", "--out", "OUT/run", *TINY],
     ["reproduce", "--preset", "tiny", "--no-llm", "--out", "OUT/r"],
-    ["sensitivity", "A=ROOT/run", "--no-predict", "--out", "OUT"],
 ]
 
 
 @pytest.mark.parametrize("argv", WRITERS, ids=[" ".join(a[:2]) for a in WRITERS])
 def test_output_under_a_file(argv, sandbox, capsys):
-    if argv[0] == "sensitivity":
-        pytest.skip("sensitivity refuses a non-reproduction variant before it looks at --out (tested elsewhere)")
     line = _run([a.replace("OUT", "ROOT/afile") for a in argv], sandbox, capsys)
     assert "afile" in line
 
@@ -146,8 +143,6 @@ def readonly(tmp_path_factory):
 
 @pytest.mark.parametrize("argv", WRITERS, ids=[" ".join(a[:2]) for a in WRITERS])
 def test_read_only_output(argv, sandbox, readonly, capsys):
-    if argv[0] == "sensitivity":
-        pytest.skip("sensitivity refuses a non-reproduction variant before it looks at --out (tested elsewhere)")
     line = _run([a.replace("OUT", str(readonly / "sub")) for a in argv], sandbox, capsys)
     assert str(readonly) in line
 

@@ -49,3 +49,6 @@ def test_sensitivity_of_two_variants(tiny_repro, tmp_path, capsys):
     pd.testing.assert_frame_equal(a_rows, pred[pred.variant == "B"].drop(columns="variant").reset_index(drop=True))
     assert main(["sensitivity", f"A={tiny_repro}", "--out", str(out)]) == 2  # exists: --force
     assert main(["sensitivity", f"A={tmp_path}", "--out", str(tmp_path / "x")]) == 2  # not a reproduction
+    (tmp_path / "afile").write_text("x")
+    assert main(["sensitivity", f"A={tiny_repro}", "--no-predict", "--out", str(tmp_path / "afile" / "o")]) == 2
+    assert "afile is a file" in capsys.readouterr().err
