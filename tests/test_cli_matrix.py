@@ -141,6 +141,7 @@ def readonly(tmp_path_factory):
     subprocess.run(["umount", "-l", str(d)], capture_output=True)  # lazy: never leave a mount behind
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("argv", WRITERS, ids=[" ".join(a[:2]) for a in WRITERS])
 def test_read_only_output(argv, sandbox, readonly, capsys):
     line = _run([a.replace("OUT", str(readonly / "sub")) for a in argv], sandbox, capsys)
