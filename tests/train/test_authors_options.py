@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from posym.errors import PosymError
+from train_helpers import Interrupt, interrupt_at
 from posym.runs.resolve import resolve_checkpoint, resolve_model
 from posym.tasks import make_split
 from posym.train import make_config
@@ -19,17 +20,6 @@ from posym.train.evaluate import evaluate
 
 TINY = dict(steps=16, eval_every=2, n_val=64, n_test=64, eval_batch_size=64, track_prompts=8, warmup=2,
             checkpoint_every=8, model_overrides=dict(n_layer=2, n_embd=32, n_inner=64, rotary_dim=32))
-
-
-class _Interrupt(Exception):
-    pass
-
-
-def _interrupt_at(step):
-    def cb(s, model, run_dir):
-        if s == step:
-            raise _Interrupt
-    return cb
 
 
 def _metrics(run) -> pd.DataFrame:
@@ -91,8 +81,8 @@ def test_options_survive_resume_exactly(tmp_path, precision):
     cfg = make_config("letter", "quick", precision=precision, batch_size=24, final_model="best",
                       distractors="uniform", **{**TINY, "lr": 3e-3})
     train(cfg, tmp_path / "full", progress=False)
-    with pytest.raises(_Interrupt):  # dies at the step-12 evaluation: newest trainer state is step 8
-        train(cfg, tmp_path / "cut", progress=False, callbacks=[_interrupt_at(12)])
+    with pytest.raises(Interrupt):  # dies at the step-12 evaluation: newest trainer state is step 8
+        train(cfg, tmp_path / "cut", progress=False, callbacks=[interrupt_at(12)])
     train(make_config("letter", "quick"), tmp_path / "cut", resume=True, progress=False)  # the stored config wins
     pd.testing.assert_frame_equal(_metrics(tmp_path / "full"), _metrics(tmp_path / "cut"), rtol=0, atol=1e-7)
     stored = json.loads((tmp_path / "cut/posym.json").read_text())["config"]

@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from posym.errors import PosymError
+from train_helpers import Interrupt, interrupt_at
 from posym.heads.tracking import score_table
 from posym.verbs.scores import score_checkpoints
 from posym.model.gptj import load_model
@@ -23,17 +24,6 @@ TINY = dict(steps=12, eval_every=4, n_val=64, n_test=64, eval_batch_size=64, tra
 
 def _metrics(run) -> pd.DataFrame:
     return pd.read_csv(run / "metrics.csv").drop(columns="time_s")
-
-
-class _Interrupt(Exception):
-    pass
-
-
-def _interrupt_at(step):
-    def cb(s, model, run_dir):
-        if s == step:
-            raise _Interrupt
-    return cb
 
 
 def test_bf16_trains_close_to_fp32_and_keeps_fp32_weights(tmp_path):
@@ -56,8 +46,8 @@ def test_bf16_trains_close_to_fp32_and_keeps_fp32_weights(tmp_path):
 def test_bf16_resume_is_exact(tmp_path):
     cfg = make_config("letter", "quick", precision="bf16", **TINY)
     train(cfg, tmp_path / "full", progress=False)
-    with pytest.raises(_Interrupt):  # dies at the step-8 evaluation: newest trainer state is step 4
-        train(cfg, tmp_path / "cut", progress=False, callbacks=[_interrupt_at(8)])
+    with pytest.raises(Interrupt):  # dies at the step-8 evaluation: newest trainer state is step 4
+        train(cfg, tmp_path / "cut", progress=False, callbacks=[interrupt_at(8)])
     train(make_config("letter", "quick"), tmp_path / "cut", resume=True, progress=False)  # stored config wins
     pd.testing.assert_frame_equal(_metrics(tmp_path / "full"), _metrics(tmp_path / "cut"), rtol=0, atol=1e-7)
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "full/scores.csv"), pd.read_csv(tmp_path / "cut/scores.csv"),
