@@ -242,7 +242,7 @@ def _cmd_theory_restricted(a):
 def _cmd_lengthgen(a):
     from posym.verbs.lengthgen import lengthgen
     _show(lengthgen(a.run_dir, task=a.task, grid=a.grid, n=a.n, seeds=a.seeds, out=a.out, extra_rule=a.extra_rule,
-                    step=a.step, device=a.device, force=a.force))
+                    step=a.step, device=a.device, force=a.force, resume=a.resume))
 
 
 def _cmd_llm_eval(a):
@@ -519,6 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="what the added tokens are (SPEC §1.4, our choice): target-window-like filler (default), "
                          "pre-target-like distractors, or copies of non-answer target-window tokens")
     lg.add_argument("--step", type=step_choice, default=None, help=STEP_HELP)
+    lg.add_argument("--resume", action="store_true",
+                    help="keep the points of an existing table measured the same way, evaluate the rest, "
+                         "and save after each point (extends a grid; an interrupted run loses nothing)")
     _force(lg)
     lg.set_defaults(func=_cmd_lengthgen)
 

@@ -69,3 +69,68 @@ def test_lengthgen_verb_on_foreign_checkpoint(tmp_path):
     again = lengthgen_verb(tmp_path / "hf", task="number", grid="0", n=4, extra_rule="copies", force=True,
                            progress=False).table
     assert set(again["extra_rule"]) == {"copies"}
+
+
+def _acc_columns(t):
+    return t.drop(columns=["seconds", "peak_rss_mb"]).reset_index(drop=True)
+
+
+def test_resume_reuses_points_and_equals_a_fresh_run(tmp_path, monkeypatch):
+    save_model(_tiny(), tmp_path / "hf")
+    fresh = lengthgen_verb(tmp_path / "hf", task="number", grid="0,20,40", n=8, seeds=2, out=tmp_path / "fresh.csv",
+                           progress=False).table
+    part = tmp_path / "part.csv"
+    lengthgen_verb(tmp_path / "hf", task="number", grid="0,20", n=8, seeds=2, out=part, progress=False)
+    import posym.lengthgen.trained as trained
+
+    seen = []
+    real = trained.evaluate_length
+    monkeypatch.setattr(trained, "evaluate_length", lambda m, task, extra, *a, **k: seen.append(extra) or
+                        real(m, task, extra, *a, **k))
+    resumed = lengthgen_verb(tmp_path / "hf", task="number", grid="0,20,40", n=8, seeds=2, out=part, resume=True,
+                             progress=False).table
+    assert seen == [40, 40]  # only the missing points are evaluated
+    pd.testing.assert_frame_equal(_acc_columns(resumed), _acc_columns(fresh))
+    pd.testing.assert_frame_equal(_acc_columns(pd.read_csv(part)), _acc_columns(pd.read_csv(tmp_path / "fresh.csv")))
+
+
+def test_resume_saves_each_point_and_survives_an_interruption(tmp_path, monkeypatch):
+    save_model(_tiny(), tmp_path / "hf")
+    out = tmp_path / "lg.csv"
+    import posym.lengthgen.trained as trained
+
+    real = trained.evaluate_length
+
+    def stop_at_40(m, task, extra, *a, **k):
+        if extra == 40:
+            raise KeyboardInterrupt
+        return real(m, task, extra, *a, **k)
+
+    monkeypatch.setattr(trained, "evaluate_length", stop_at_40)
+    with pytest.raises(KeyboardInterrupt):
+        lengthgen_verb(tmp_path / "hf", task="number", grid="0,20,40", n=8, out=out, resume=True, progress=False)
+    assert list(pd.read_csv(out)["extra_tokens"]) == [0, 20]  # the finished points are on disk
+    monkeypatch.setattr(trained, "evaluate_length", real)
+    t = lengthgen_verb(tmp_path / "hf", task="number", grid="0,20,40", n=8, out=out, resume=True, progress=False).table
+    fresh = lengthgen_verb(tmp_path / "hf", task="number", grid="0,20,40", n=8, out=tmp_path / "f.csv",
+                           progress=False).table
+    pd.testing.assert_frame_equal(_acc_columns(t), _acc_columns(fresh))
+
+
+def test_resume_refuses_points_measured_otherwise(tmp_path):
+    save_model(_tiny(), tmp_path / "hf")
+    out = tmp_path / "lg.csv"
+    lengthgen_verb(tmp_path / "hf", task="number", grid="0,20", n=8, out=out, progress=False)
+    before = out.read_bytes()
+    for kwargs, what in (({"n": 4}, "n 8"), ({"extra_rule": "copies"}, "rule window")):
+        with pytest.raises(PosymError, match=f"measured otherwise.*{what}"):
+            lengthgen_verb(tmp_path / "hf", task="number", grid="0,40", out=out, resume=True, progress=False,
+                           **{"n": 8, **kwargs})
+        assert out.read_bytes() == before
+    t = lengthgen_verb(tmp_path / "hf", task="number", grid="0", n=4, out=out, resume=True, force=True,
+                       progress=False).table
+    assert list(t["n"]) == [4]  # --force replaces the other measurement
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(PosymError, match="not a lengthgen table"):
+        lengthgen_verb(tmp_path / "hf", task="number", grid="0", n=4, out=tmp_path / "bad.csv", resume=True,
+                       progress=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import resource
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pandas as pd
 import torch
@@ -68,32 +68,49 @@ def evaluate_length(model: torch.nn.Module, task: str, extra_tokens: int, n: int
 
 def lengthgen(model: torch.nn.Module, task: str, grid: Sequence[int] = PAPER_GRID, n: int = 200,
               seeds: int | Sequence[int] = 1, token_budget: int = 32768, device: str | torch.device = "cpu",
-              progress: bool = True, extra_rule: str = "window", distractors: str = "pool") -> pd.DataFrame:
+              progress: bool = True, extra_rule: str = "window", distractors: str = "pool",
+              done: pd.DataFrame | None = None,
+              on_point: Callable[[pd.DataFrame], None] | None = None) -> pd.DataFrame:
     """Accuracy vs added target-window tokens (Fig. 5B). One row per (extra_tokens, seed) with columns
     extra_tokens, seed, n, acc, acc_hop1..4, seconds, peak_rss_mb. Data seeds are disjoint from the
     training/val/test split seeds (``1_000_000 + s``). ``extra_rule``: what the added tokens are
-    (SPEC §1.4, our choice); ``distractors``: the letter task's distractor rule (the model's training data)."""
+    (SPEC §1.4, our choice); ``distractors``: the letter task's distractor rule (the model's training data).
+
+    Resuming: ``done`` holds rows already measured with the same model, ``n`` and rules; its
+    (extra_tokens, seed) points are not evaluated again (a point's data depend only on its length,
+    seed, ``n`` and rules, so the rows are the ones this call would compute) and are returned first.
+    ``on_point(table)`` is called with the table so far after each new point (to save progress)."""
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     if n < 1 or not seed_list:
         raise PosymError("need n >= 1 and at least one seed")
     make_layout(task, DEFAULT_HOPS, 8, 8, 0, distractors, extra_rule)  # validates the rules
-    if len(grid):
-        check_memory(model, max(int(x) for x in grid), token_budget)
+    rows = [] if done is None else done.to_dict("records")
+    have = {(int(r["extra_tokens"]), int(r["seed"])) for r in rows}
+    todo = [(int(e), s) for e in grid for s in seed_list if (int(e), s) not in have]
+    if todo:
+        check_memory(model, max(e for e, _ in todo), token_budget)
     model = model.to(device).eval()
-    rows = []
-    bar = tqdm(total=len(grid) * len(seed_list), desc=f"lengthgen {task}", disable=not progress, unit="pt")
-    for extra in grid:
-        for s in seed_list:
-            t0 = time.perf_counter()
-            acc = evaluate_length(model, task, int(extra), n, 1_000_000 + s, token_budget, device, extra_rule,
-                                  distractors)
-            rows.append({"extra_tokens": int(extra), "seed": s, "n": n, **acc,
-                         "seconds": round(time.perf_counter() - t0, 3),
-                         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)})
-            bar.set_postfix(extra=extra, acc=f"{acc['acc']:.3f}")
-            bar.update(1)
+    bar = tqdm(total=len(grid) * len(seed_list), initial=len(grid) * len(seed_list) - len(todo),
+               desc=f"lengthgen {task}", disable=not progress, unit="pt")
+    for extra, s in todo:
+        t0 = time.perf_counter()
+        acc = evaluate_length(model, task, extra, n, 1_000_000 + s, token_budget, device, extra_rule, distractors)
+        rows.append({"extra_tokens": extra, "seed": s, "n": n, **acc,
+                     "seconds": round(time.perf_counter() - t0, 3),
+                     "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)})
+        bar.set_postfix(extra=extra, acc=f"{acc['acc']:.3f}")
+        bar.update(1)
+        if on_point is not None:
+            on_point(_sorted_rows(rows))
     bar.close()
-    return pd.DataFrame(rows)
+    return _sorted_rows(rows)
+
+
+def _sorted_rows(rows: list[dict]) -> pd.DataFrame:
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    return table.sort_values(["extra_tokens", "seed"], kind="stable").reset_index(drop=True)
 
 
 def summarize_lengthgen(table: pd.DataFrame) -> pd.DataFrame:

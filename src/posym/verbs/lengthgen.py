@@ -6,6 +6,9 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+import pandas as pd
+
 from posym.errors import PosymError
 from posym.lengthgen.trained import largest_length_above, lengthgen as lengthgen_table, parse_grid, summarize_lengthgen
 from posym.runs import layout
@@ -15,12 +18,18 @@ from posym.verbs import Outputs, VerbResult, figure_paths
 
 def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Sequence[int] | None = "paper",
               n: int = 200, seeds: int = 1, out: str | os.PathLike | None = None, extra_rule: str = "window",
-              step: StepChoice = None, device: str = "cpu", force: bool = False, progress: bool = True) -> VerbResult:
+              step: StepChoice = None, device: str = "cpu", force: bool = False, resume: bool = False,
+              progress: bool = True) -> VerbResult:
     """Evaluate the model a run stands for (or ``step``), or any HF GPT-J dir with ``task``, on the grid.
 
     Writes ``lengthgen.csv`` (one row per added length and data seed), ``lengthgen_summary.csv``
     (mean, sd over data seeds) and the figure ``figures/lengthgen_fig5b`` beside ``out`` (default:
     in the run directory). The letter data follow the run's own distractor rule (SPEC §1.2).
+
+    ``resume``: keep the rows of an existing table measured the same way (task, checkpoint step,
+    extra rule, n), evaluate only the missing (length, seed) points, and save the table after each
+    point, so an interrupted or extended grid (e.g. to +5,000) loses nothing. Rows measured another
+    way are refused unless ``force`` (then they are replaced).
     """
     from posym.report.figures import plot_lengthgen
     from posym.report.paper import LENGTHGEN
@@ -30,15 +39,23 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
     if table_path.suffix != ".csv":
         raise PosymError(f"--out must be a .csv file, got {table_path}")
     fig_stem = layout.figure(table_path.parent, layout.FIG_LENGTHGEN if out is None else table_path.stem + "_fig5b")
-    outputs = Outputs([table_path, layout.summary_path(table_path), *figure_paths(fig_stem)], force).check()
+    outputs = Outputs([table_path, layout.summary_path(table_path), *figure_paths(fig_stem)],
+                      force or resume).check()
     model, task, ckpt_step = resolve_model(run, task=task, step=step)
     stored = layout.read_meta(run).get("config") or {}
     distractors = stored.get("distractors", "uniform" if stored else "pool")
-    table = lengthgen_table(model, task, grid_values, n=n, seeds=seeds, device=device, progress=progress,
-                            extra_rule=extra_rule, distractors=distractors)
-    table.insert(0, "task", task)
-    table.insert(1, "step", ckpt_step)
-    table.insert(2, "extra_rule", extra_rule)
+    key = {"task": task, "step": ckpt_step, "extra_rule": extra_rule}
+    done = _rows_to_keep(table_path, key, n, force) if resume and table_path.is_file() else None
+
+    def labelled(t: pd.DataFrame) -> pd.DataFrame:
+        t = t.copy()
+        for i, (col, value) in enumerate(key.items()):
+            t.insert(i, col, value)
+        return t
+
+    table = labelled(lengthgen_table(model, task, grid_values, n=n, seeds=seeds, device=device, progress=progress,
+                                     extra_rule=extra_rule, distractors=distractors, done=done,
+                                     on_point=(lambda t: outputs.csv(labelled(t), table_path)) if resume else None))
     summary = summarize_lengthgen(table)
     outputs.csv(table, table_path)
     outputs.csv(summary, layout.summary_path(table_path))
@@ -47,7 +64,37 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
     text = (summary[cols].round(3).to_string(index=False) + "\n"
             f"largest added length with accuracy >= 0.9: {largest_length_above(summary)}; "
             f"time {table['seconds'].sum():.0f} s, peak RSS {table['peak_rss_mb'].max():.0f} MB; wrote {table_path}")
-    return VerbResult(table, outputs.written, text, {"summary": summary, "task": task, "step": ckpt_step})
+    return VerbResult(table, list(dict.fromkeys(outputs.written)), text,
+                      {"summary": summary, "task": task, "step": ckpt_step})
+
+
+def _cell(value) -> str:
+    """A table cell as text, so that 6750, 6750.0 and "6750" (and None / NaN / "") compare equal."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return ""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _rows_to_keep(path: Path, key: dict, n: int, force: bool) -> pd.DataFrame | None:
+    """The rows of the table at ``path`` measured like this call (``key`` columns and ``n``), without
+    the key columns; PosymError for rows measured otherwise unless ``force`` (they are dropped)."""
+    try:
+        old = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise PosymError(f"cannot resume from {path}: not a lengthgen table ({exc})") from None
+    need = set(key) | {"n", "extra_tokens", "seed", "acc"}
+    if not need <= set(old.columns):
+        raise PosymError(f"cannot resume from {path}: not a lengthgen table (missing {sorted(need - set(old.columns))})")
+    same = (old["n"] == n) & np.logical_and.reduce([old[c].map(_cell) == _cell(v) for c, v in key.items()])
+    if not same.all() and not force:
+        r = old[~same].iloc[0]
+        raise PosymError(f"{path} holds points measured otherwise (task {r['task']}, step {r['step']}, rule "
+                         f"{r['extra_rule']}, n {r['n']}; now {key['task']}, {key['step']}, {key['extra_rule']}, {n}); "
+                         "pass --force to replace them, or choose another --out")
+    kept = old[same].drop(columns=list(key))
+    return kept if len(kept) else None
 
 
 __all__ = ["lengthgen"]

@@ -146,7 +146,7 @@ def stage_lengthgen(ctx: Context, task: str, seed: int) -> dict:
     s = ctx.settings
     res = lengthgen(run_dir(ctx.out, task, seed), task=task, grid=s["lengthgen_grid"], n=s["lengthgen_n"],
                     seeds=s["lengthgen_data_seeds"], extra_rule=s["lengthgen_extra_rule"], device=ctx.device,
-                    force=True, progress=ctx.progress)
+                    force=True, resume=True, progress=ctx.progress)
     return {"points": len(res.table), "seconds": round(float(res.table["seconds"].sum()), 1)}
 
 
