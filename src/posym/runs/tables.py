@@ -1,0 +1,185 @@
+"""The tables of a run directory: their schema (columns and units), one writer for every table posym
+writes (CSV, plus Parquet beside it when ``pyarrow`` is installed) and :func:`load_run`, which reads a
+run's tables back as pandas DataFrames. ``docs/runs.md`` is this schema in prose.
+
+Every CSV table ``x.csv`` is also written as ``x.parquet`` (same columns, same rows) when ``pyarrow``
+can be imported (``pip install -e '.[parquet]'``); the CSV stays the primary file, so runs written
+with and without pyarrow read the same.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Mapping
+
+import pandas as pd
+
+from posym.errors import PosymError
+from posym.runs import layout
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """One table of a run directory: file name (``{gamma}``/``{layer}`` stand for the file's
+    parameter), what a row is, its columns (name -> meaning and unit) and who writes it."""
+
+    file: str
+    row: str
+    columns: Mapping[str, str]
+    writer: str
+    key: tuple[str, ...] = field(default=())
+
+
+_HOPS = {f"acc_hop{h}": f"accuracy on {h}-hop samples (fraction)" for h in range(1, 5)}
+
+#: The tables of a run directory (SPEC §2–§5), by the name :func:`load_run` gives them.
+RUN_TABLES: dict[str, TableSchema] = {
+    "metrics": TableSchema(layout.METRICS, "one evaluation (split val) or the final test (split test)", {
+        "split": "val | test", "step": "optimizer step (0 = before training)",
+        "train_loss": "mean training loss since the previous evaluation (nats)", "lr": "learning rate",
+        "loss": "cross-entropy of the answer token on the split (nats)", "acc": "answer accuracy (fraction)",
+        **_HOPS, "time_s": "wall seconds since the start of training"}, "posym train", ("split", "step")),
+    "scores": TableSchema(layout.SCORES, "one head at one step and softmax temperature (SPEC §3)", {
+        "step": "optimizer step of the scored model", "layer": "layer index (0-based)", "head": "head index",
+        "tau": "temperature τ of the swap weights", "s_pos": "positional score s_POS in [-1, 1]",
+        "s_sym": "symbolic score s_SYM in [-1, 1]", "entropy": "normalised attention entropy of the query in [0, 1]",
+        "swap_mass": "the query's attention on the swapped keys (fraction)",
+        "n_prompts": "prompts averaged"}, "head tracking, posym scores, the callback and the hook",
+        ("step", "layer", "head", "tau")),
+    "purity": TableSchema("purity_gamma{gamma}.csv", "one head: its kind at the last step (SPEC §3 purity rule)", {
+        "layer": "layer index", "head": "head index", "kind": "positional | symbolic | mixed",
+        "pure_from": "first step from which the head stays pure (empty if mixed)",
+        "s_pos_final": "s_POS at the last step", "s_sym_final": "s_SYM at the last step"}, "posym dynamics",
+        ("layer", "head")),
+    "pure_counts": TableSchema("pure_counts_gamma{gamma}.csv", "one step: number of pure heads (Fig. 2C)", {
+        "step": "optimizer step", "positional": "pure positional heads", "symbolic": "pure symbolic heads"},
+        "posym dynamics", ("step",)),
+    "ablation": TableSchema(layout.ABLATION, "one ablated head (or none) on the test split", {
+        "mode": "ablation kind (e.g. none, zero, mean)", "layer": "layer index", "head": "head index",
+        "acc": "answer accuracy after the ablation (fraction)", **_HOPS}, "posym ablate", ("mode", "layer", "head")),
+    "freq_use": TableSchema(layout.FREQ_USE, "one RoPE frequency of one head (SPEC §4, Fig. 4A)", {
+        "layer": "layer index", "head": "head index", "freq_id": "frequency index k (1 = fastest)",
+        "angle": "rotation per position θ_k (radians)", "rotary": "False for the non-rotary term",
+        "use": "u_k: mean over prompts of max_j |λ^(k)_{t,j}| (logit units)", "use_frac": "u_k / Σ_k u_k",
+        "n_prompts": "prompts averaged"}, "posym freqs", ("layer", "head", "freq_id")),
+    "freq_table": TableSchema(layout.FREQ_TABLE, "one head: its frequency summary (Paper A Table 1)", {
+        "layer": "layer index", "head": "head index", "weighted_id": "use-weighted mean frequency index",
+        "weighted_angle": "use-weighted mean θ (radians)", "dominant_id": "most used frequency index",
+        "dominant_angle": "θ of the dominant frequency (radians)",
+        "nonrotary_share": "share of the non-rotary term in the use"}, "posym freqs", ("layer", "head")),
+    "freq_scores": TableSchema(layout.FREQ_SCORES, "one frequency of one head: scores with only it kept (SPEC §4)", {
+        "layer": "layer index", "head": "head index", "freq_id": "frequency index", "angle": "θ_k (radians)",
+        "rotary": "False for the non-rotary term", "tau": "temperature τ", "s_pos": "s_POS", "s_sym": "s_SYM",
+        "n_prompts": "prompts averaged"}, "posym freqs", ("layer", "head", "freq_id", "tau")),
+    "qk_geometry": TableSchema("qk_geometry_L{layer}.csv", "one query/key point of the Fig. 4B geometry", {
+        "prompt": "prompt index", "kind": "query | key", "position": "token position", "token": "token",
+        "value": "the token's value", "x": "first coordinate of the rotated 2-D pair",
+        "y": "second coordinate of the rotated pair", "x_pre": "x before rotation", "y_pre": "y before rotation",
+        "layer": "layer index", "head": "head index", "freq_id": "the frequency plotted", "angle": "θ (radians)"},
+        "posym freqs"),
+    "lengthgen": TableSchema(layout.LENGTHGEN, "one added length and data seed (Fig. 5B)", {
+        "task": "number | letter", "step": "the evaluated checkpoint's step", "extra_rule": "what the added tokens are",
+        "extra_tokens": "added target-window tokens", "seed": "data seed", "n": "samples",
+        "acc": "answer accuracy (fraction)", **_HOPS, "seconds": "wall seconds of the point",
+        "peak_rss_mb": "peak resident memory so far (MB)"}, "posym lengthgen", ("extra_tokens", "seed")),
+    "lengthgen_summary": TableSchema(layout.summary_path(layout.LENGTHGEN).name, "one added length: over data seeds", {
+        "extra_tokens": "added tokens", "acc_mean": "mean accuracy", "acc_sd": "sample sd over data seeds",
+        **{f"acc_hop{h}_{s}": f"{'mean' if s == 'mean' else 'sd'} accuracy on {h}-hop samples"
+           for h in range(1, 5) for s in ("mean", "sd")}, "n_seeds": "data seeds"}, "posym lengthgen",
+        ("extra_tokens",)),
+}
+
+
+def parquet_available() -> bool:
+    """True when ``pyarrow`` (pandas' Parquet engine) can be imported."""
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def parquet_path(csv_path: str | os.PathLike) -> Path:
+    """``x.parquet`` beside ``x.csv``."""
+    return Path(csv_path).with_suffix(".parquet")
+
+
+def _atomic(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_parquet_copy(df: pd.DataFrame, csv_path: str | os.PathLike) -> Path | None:
+    """Write ``df`` as the Parquet sibling of ``csv_path`` (atomically) when pyarrow is installed."""
+    if not parquet_available():
+        return None
+    out = parquet_path(csv_path)
+    _atomic(out, lambda p: df.to_parquet(p, index=False))
+    return out
+
+
+def write_table(df: pd.DataFrame, path: str | os.PathLike) -> list[Path]:
+    """Write a table as CSV (atomically) and, with pyarrow, as Parquet beside it; returns the paths."""
+    path = Path(path)
+    _atomic(path, lambda p: df.to_csv(p, index=False))
+    pq = write_parquet_copy(df, path)
+    return [path] + ([pq] if pq else [])
+
+
+def append_table(df: pd.DataFrame, path: str | os.PathLike, columns: list[str] | None = None) -> None:
+    """Append rows to a CSV table (header on the first write) and refresh its Parquet copy."""
+    path = Path(path)
+    rows = df if columns is None else df[columns]
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        rows.to_csv(f, header=new, index=False)
+    if parquet_available():
+        write_parquet_copy(pd.read_csv(path), path)
+
+
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """A table by its CSV path (the Parquet copy is not needed to read it back)."""
+    path = Path(path)
+    try:
+        return pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise PosymError(f"cannot read {path}: {exc}") from None
+
+
+def _files(run: Path, schema: TableSchema) -> Iterator[tuple[str, Path]]:
+    """(suffix of the table name, path) of every file of ``schema`` in ``run``."""
+    if "{" not in schema.file:
+        if (run / schema.file).is_file():
+            yield "", run / schema.file
+        return
+    head, tail = schema.file.split("{", 1)
+    tail = tail.split("}", 1)[1]
+    for p in sorted(run.glob(f"{head}*{tail}")):
+        yield p.name[len(head):len(p.name) - len(tail)], p
+
+
+def load_run(run_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
+    """Every table of a run directory as a DataFrame, keyed by :data:`RUN_TABLES` name (``metrics``,
+    ``scores``, ``lengthgen``, ...); parameterised files get their parameter appended
+    (``purity_gamma0.1``, ``qk_geometry_L0``). Only tables present are returned; ``attrs["meta"]``
+    of each frame holds the run's ``posym.json``. PosymError if ``run_dir`` is not a run directory."""
+    run = Path(run_dir)
+    if not (run / layout.POSYM_JSON).is_file() and not (run / layout.METRICS).is_file():
+        raise PosymError(f"{run} is not a posym run directory (no {layout.POSYM_JSON})")
+    meta = layout.read_meta(run)
+    out: dict[str, pd.DataFrame] = {}
+    for name, schema in RUN_TABLES.items():
+        for suffix, path in _files(run, schema):
+            label = schema.file.split("{", 1)[0] + suffix if suffix else name
+            df = read_table(path)
+            df.attrs["meta"] = meta
+            out[label] = df
+    return out
+
+
+__all__ = ["RUN_TABLES", "TableSchema", "append_table", "load_run", "parquet_available", "parquet_path",
+           "read_table", "write_parquet_copy", "write_table"]
