@@ -13,6 +13,7 @@ A **run directory** (``posym train --out RUN``)::
     RUN/ablation.csv, freq_use.csv, freq_table.csv, freq_scores.csv, qk_geometry_L{l}.csv
     RUN/lengthgen.csv, lengthgen_summary.csv                                       LENGTHGEN, summary_path()
     RUN/figures/<stem>.png|pdf   fig2_gamma{γ}, ablation, freq_use, qk_geometry_L{l}, lengthgen_fig5b
+    RUN/tensorboard/          TensorBoard event files (posym train --log tensorboard) TENSORBOARD
     RUN/.posym.lock           the writer holding the directory (posym.runs.lock)   LOCK
 
 A **reproduction directory** (``posym reproduce --out DIR``) holds run directories
@@ -50,6 +51,7 @@ FREQ_USE = "freq_use.csv"
 FREQ_TABLE = "freq_table.csv"
 FREQ_SCORES = "freq_scores.csv"
 LENGTHGEN = "lengthgen.csv"
+TENSORBOARD = "tensorboard"  # TensorBoard event files of a run trained with --log tensorboard
 # figure stems (saved as .png and .pdf under FIGURES)
 FIG_ABLATION = "ablation"
 FIG_FREQ_USE = "freq_use"

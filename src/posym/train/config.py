@@ -12,6 +12,8 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 #: Which model a finished run stands for (SPEC §2): the last step, or the authors' HF
 #: ``load_best_model_at_end``: the *first* evaluation step reaching the maximal validation accuracy.
 FINAL_MODELS = ("last", "best")
+#: Optional loggers of a run's training values (``RUN/tensorboard/`` event files for TensorBoard).
+LOGGERS = ("tensorboard",)
 #: Upper bound on optimizer steps: a sanity bound (the evaluation and checkpoint schedules are sets of steps).
 MAX_STEPS = 100_000_000
 
@@ -54,18 +56,21 @@ class TrainConfig:
     final_model: str = "last"
     # epochs over the 432,000 training samples; when set, steps = round(epochs * (432,000 // batch_size))
     epochs: float | None = None
+    # extra loggers (LOGGERS): "tensorboard" writes loss, accuracy per hop and head-score summaries
+    log: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["betas"] = list(self.betas)
         d["track_taus"] = list(self.track_taus)
+        d["log"] = list(self.log)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
-        for key in ("betas", "track_taus"):
+        for key in ("betas", "track_taus", "log"):
             if key in kw:
                 kw[key] = tuple(kw[key])
         # runs written before the field existed were trained on posym's old letter data
@@ -125,6 +130,12 @@ def make_config(task: str, preset: str = "quick", **kwargs: Any) -> TrainConfig:
         raise PosymError("track_prompts, n_val and n_test must be positive")
     if cfg.precision not in PRECISIONS:
         raise PosymError(f"unknown precision {cfg.precision!r}; choose one of {list(PRECISIONS)}")
+    if isinstance(cfg.log, str):
+        cfg = replace(cfg, log=(cfg.log,))
+    bad_log = [x for x in cfg.log if x not in LOGGERS]
+    if bad_log:
+        raise PosymError(f"unknown logger(s) {', '.join(map(str, bad_log))}; choose from {', '.join(LOGGERS)}")
+    cfg = replace(cfg, log=tuple(dict.fromkeys(cfg.log)))
     if cfg.final_model not in FINAL_MODELS:
         raise PosymError(f"unknown final_model {cfg.final_model!r}; choose one of {list(FINAL_MODELS)}")
     from posym.tasks._common import DISTRACTOR_RULES

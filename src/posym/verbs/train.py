@@ -43,13 +43,18 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
           device: str = "cpu", threads: int | None = None, progress: bool = True,
           callbacks: Sequence[EvalCallback] = ()) -> RunResult:
     """Train into run directory ``out`` (``posym.train.loop.train``), tracking heads into
-    ``scores.csv`` when ``config.track_heads``. Returns the loop's RunResult (its ``summary`` is what
+    ``scores.csv`` when ``config.track_heads`` and logging to ``RUN/tensorboard/`` when ``config.log``
+    has ``"tensorboard"``. Returns the loop's RunResult (its ``summary`` is what
     the CLI prints)."""
     out = Path(out)
     effective = _effective_config(config, out, resume)
     cbs = list(callbacks)
     if effective.track_heads:
         cbs.insert(0, head_tracker(effective))
+    if "tensorboard" in effective.log:  # after head tracking: it logs the rows just written
+        from posym.integrations.tensorboard import TensorBoardLogger
+
+        cbs.append(TensorBoardLogger())
     return train_loop(config, out, resume=resume, force=force, device=device, threads=threads, progress=progress,
                       callbacks=cbs)
 
