@@ -38,55 +38,55 @@ _HOPS = {f"acc_hop{h}": f"accuracy on {h}-hop samples (fraction)" for h in range
 
 #: The tables of a run directory (SPEC §2–§5), by the name :func:`load_run` gives them.
 RUN_TABLES: dict[str, TableSchema] = {
-    "metrics": TableSchema(layout.METRICS, "one evaluation (split val) or the final test (split test)", {
-        "split": "val | test", "step": "optimizer step (0 = before training)",
+    "metrics": TableSchema(layout.METRICS, "evaluation (split `val`) and for the final test (split `test`)", {
+        "split": "`val` or `test`", "step": "optimizer step (0 = before training)",
         "train_loss": "mean training loss since the previous evaluation (nats)", "lr": "learning rate",
         "loss": "cross-entropy of the answer token on the split (nats)", "acc": "answer accuracy (fraction)",
         **_HOPS, "time_s": "wall seconds since the start of training"}, "posym train", ("split", "step")),
-    "scores": TableSchema(layout.SCORES, "one head at one step and softmax temperature (SPEC §3)", {
+    "scores": TableSchema(layout.SCORES, "head, step and softmax temperature (SPEC §3)", {
         "step": "optimizer step of the scored model", "layer": "layer index (0-based)", "head": "head index",
         "tau": "temperature τ of the swap weights", "s_pos": "positional score s_POS in [-1, 1]",
         "s_sym": "symbolic score s_SYM in [-1, 1]", "entropy": "normalised attention entropy of the query in [0, 1]",
         "swap_mass": "the query's attention on the swapped keys (fraction)",
         "n_prompts": "prompts averaged"}, "head tracking, posym scores, the callback and the hook",
         ("step", "layer", "head", "tau")),
-    "purity": TableSchema("purity_gamma{gamma}.csv", "one head: its kind at the last step (SPEC §3 purity rule)", {
-        "layer": "layer index", "head": "head index", "kind": "positional | symbolic | mixed",
+    "purity": TableSchema("purity_gamma{gamma}.csv", "head: its kind at the last step (SPEC §3 purity rule)", {
+        "layer": "layer index", "head": "head index", "kind": "`positional`, `symbolic` or `mixed`",
         "pure_from": "first step from which the head stays pure (empty if mixed)",
         "s_pos_final": "s_POS at the last step", "s_sym_final": "s_SYM at the last step"}, "posym dynamics",
         ("layer", "head")),
-    "pure_counts": TableSchema("pure_counts_gamma{gamma}.csv", "one step: number of pure heads (Fig. 2C)", {
+    "pure_counts": TableSchema("pure_counts_gamma{gamma}.csv", "step: the number of pure heads (Fig. 2C)", {
         "step": "optimizer step", "positional": "pure positional heads", "symbolic": "pure symbolic heads"},
         "posym dynamics", ("step",)),
-    "ablation": TableSchema(layout.ABLATION, "one ablated head (or none) on the test split", {
-        "mode": "ablation kind (e.g. none, zero, mean)", "layer": "layer index", "head": "head index",
+    "ablation": TableSchema(layout.ABLATION, "ablated head (or none), on the test split", {
+        "mode": "`none` (no ablation), `zero` or `mean` ablation", "layer": "layer index", "head": "head index",
         "acc": "answer accuracy after the ablation (fraction)", **_HOPS}, "posym ablate", ("mode", "layer", "head")),
-    "freq_use": TableSchema(layout.FREQ_USE, "one RoPE frequency of one head (SPEC §4, Fig. 4A)", {
+    "freq_use": TableSchema(layout.FREQ_USE, "RoPE frequency of each head (SPEC §4, Fig. 4A)", {
         "layer": "layer index", "head": "head index", "freq_id": "frequency index k (1 = fastest)",
         "angle": "rotation per position θ_k (radians)", "rotary": "False for the non-rotary term",
         "use": "u_k: mean over prompts of max_j |λ^(k)_{t,j}| (logit units)", "use_frac": "u_k / Σ_k u_k",
         "n_prompts": "prompts averaged"}, "posym freqs", ("layer", "head", "freq_id")),
-    "freq_table": TableSchema(layout.FREQ_TABLE, "one head: its frequency summary (Paper A Table 1)", {
+    "freq_table": TableSchema(layout.FREQ_TABLE, "head: its frequency summary (Paper A Table 1)", {
         "layer": "layer index", "head": "head index", "weighted_id": "use-weighted mean frequency index",
         "weighted_angle": "use-weighted mean θ (radians)", "dominant_id": "most used frequency index",
         "dominant_angle": "θ of the dominant frequency (radians)",
         "nonrotary_share": "share of the non-rotary term in the use"}, "posym freqs", ("layer", "head")),
-    "freq_scores": TableSchema(layout.FREQ_SCORES, "one frequency of one head: scores with only it kept (SPEC §4)", {
+    "freq_scores": TableSchema(layout.FREQ_SCORES, "frequency of each head: scores with only that frequency kept (SPEC §4)", {
         "layer": "layer index", "head": "head index", "freq_id": "frequency index", "angle": "θ_k (radians)",
         "rotary": "False for the non-rotary term", "tau": "temperature τ", "s_pos": "s_POS", "s_sym": "s_SYM",
         "n_prompts": "prompts averaged"}, "posym freqs", ("layer", "head", "freq_id", "tau")),
-    "qk_geometry": TableSchema("qk_geometry_L{layer}.csv", "one query/key point of the Fig. 4B geometry", {
-        "prompt": "prompt index", "kind": "query | key", "position": "token position", "token": "token",
+    "qk_geometry": TableSchema("qk_geometry_L{layer}.csv", "query or key point of the Fig. 4B geometry", {
+        "prompt": "prompt index", "kind": "`query` or `key`", "position": "token position", "token": "token",
         "value": "the token's value", "x": "first coordinate of the rotated 2-D pair",
         "y": "second coordinate of the rotated pair", "x_pre": "x before rotation", "y_pre": "y before rotation",
         "layer": "layer index", "head": "head index", "freq_id": "the frequency plotted", "angle": "θ (radians)"},
         "posym freqs"),
-    "lengthgen": TableSchema(layout.LENGTHGEN, "one added length and data seed (Fig. 5B)", {
-        "task": "number | letter", "step": "the evaluated checkpoint's step", "extra_rule": "what the added tokens are",
+    "lengthgen": TableSchema(layout.LENGTHGEN, "added length and data seed (Fig. 5B)", {
+        "task": "`number` or `letter`", "step": "the evaluated checkpoint's step", "extra_rule": "what the added tokens are",
         "extra_tokens": "added target-window tokens", "seed": "data seed", "n": "samples",
         "acc": "answer accuracy (fraction)", **_HOPS, "seconds": "wall seconds of the point",
         "peak_rss_mb": "peak resident memory so far (MB)"}, "posym lengthgen", ("extra_tokens", "seed")),
-    "lengthgen_summary": TableSchema(layout.summary_path(layout.LENGTHGEN).name, "one added length: over data seeds", {
+    "lengthgen_summary": TableSchema(layout.summary_path(layout.LENGTHGEN).name, "added length, over data seeds", {
         "extra_tokens": "added tokens", "acc_mean": "mean accuracy", "acc_sd": "sample sd over data seeds",
         **{f"acc_hop{h}_{s}": f"{'mean' if s == 'mean' else 'sd'} accuracy on {h}-hop samples"
            for h in range(1, 5) for s in ("mean", "sd")}, "n_seeds": "data seeds"}, "posym lengthgen",
@@ -181,5 +181,17 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
     return out
 
 
+def schema_markdown() -> str:
+    """:data:`RUN_TABLES` as the Markdown tables of ``docs/runs.md`` (a test keeps the two equal)."""
+    lines = []
+    for name, t in RUN_TABLES.items():
+        lines += [f"### `{t.file}` — `{name}`", "", f"One row per {t.row}; written by `{t.writer}`"
+                  + (f"; key: {', '.join(f'`{k}`' for k in t.key)}" if t.key else "") + ".", "",
+                  "| column | meaning (unit) |", "|---|---|"]
+        lines += [f"| `{c}` | {m} |" for c, m in t.columns.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
 __all__ = ["RUN_TABLES", "TableSchema", "append_table", "load_run", "parquet_available", "parquet_path",
-           "read_table", "write_parquet_copy", "write_table"]
+           "read_table", "schema_markdown", "write_parquet_copy", "write_table"]

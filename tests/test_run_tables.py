@@ -1,0 +1,49 @@
+"""The run-directory schema (docs/runs.md), the CSV + Parquet writer and load_run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from posym.errors import PosymError
+from posym.runs import tables
+from posym.runs.tables import RUN_TABLES, append_table, load_run, parquet_path, schema_markdown, write_table
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "runs.md"
+
+
+def test_docs_show_the_schema_in_code():
+    assert schema_markdown() in DOCS.read_text()
+
+
+def test_load_run_columns_match_the_schema(tiny_repro):
+    """Every table a real (tiny) run and its analyses wrote has exactly the documented columns."""
+    run = next(Path(tiny_repro).glob("*/seed0"))
+    loaded = load_run(run)
+    assert {"metrics", "scores", "lengthgen", "lengthgen_summary", "purity_gamma0.1"} <= set(loaded)
+    for label, df in loaded.items():
+        name = next(n for n, t in RUN_TABLES.items() if label == n or label.startswith(t.file.split("{")[0]))
+        assert list(df.columns) == list(RUN_TABLES[name].columns), label
+        assert df.attrs["meta"]["task"] in ("number", "letter")
+    with pytest.raises(PosymError, match="not a posym run"):
+        load_run(run / "figures")
+
+
+def test_parquet_copy_equals_the_csv(tmp_path):
+    pytest.importorskip("pyarrow", reason="the [parquet] extra is not installed")
+    df = pd.DataFrame({"step": [0, 50], "layer": [0, 1], "s_pos": [0.25, -1.0]})
+    written = write_table(df, tmp_path / "t.csv")
+    assert written == [tmp_path / "t.csv", tmp_path / "t.parquet"]
+    pd.testing.assert_frame_equal(pd.read_parquet(parquet_path(tmp_path / "t.csv")), pd.read_csv(tmp_path / "t.csv"))
+    append_table(df.assign(step=[100, 150]), tmp_path / "t.csv")
+    back = pd.read_parquet(tmp_path / "t.parquet")
+    assert list(back["step"]) == [0, 50, 100, 150]
+    pd.testing.assert_frame_equal(back, pd.read_csv(tmp_path / "t.csv"))
+
+
+def test_without_pyarrow_only_the_csv_is_written(tmp_path, monkeypatch):
+    monkeypatch.setattr(tables, "parquet_available", lambda: False)
+    assert write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.csv") == [tmp_path / "t.csv"]
+    assert not (tmp_path / "t.parquet").exists()
