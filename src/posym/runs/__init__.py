@@ -11,5 +11,5 @@ from posym.runs.lock import DirLock
 from posym.runs.resolve import ResolvedModel, resolve_checkpoint, resolve_model, resolve_task, run_final_model
 from posym.runs.tables import RUN_TABLES, load_run
 
-__all__ = ["DirLock", "RUN_TABLES", "ResolvedModel", "find_runs", "load_run", "list_checkpoints", "resolve_checkpoint", "resolve_model",
-           "resolve_task", "run_dir", "run_final_model", "step_dir"]
+__all__ = ["DirLock", "RUN_TABLES", "ResolvedModel", "find_runs", "load_run", "list_checkpoints",
+           "resolve_checkpoint", "resolve_model", "resolve_task", "run_dir", "run_final_model", "step_dir"]
