@@ -254,7 +254,7 @@ def _cmd_llm_eval(a):
                    concurrency=a.concurrency, max_retries=a.max_retries, timeout=a.timeout, device_map=a.device_map,
                    dtype=a.dtype, device=a.device, batch_size=a.batch_size, max_new_tokens=a.max_new_tokens,
                    n_examples=a.n_examples, offload_folder=a.offload_folder, threads=a.threads,
-                   progress=not a.quiet, **kw))
+                   protocol=a.protocol, progress=not a.quiet, **kw))
 
 
 def _cmd_llm_heads(a):
@@ -470,6 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
     le.add_argument("--runs", type=positive_int, default=5)
     le.add_argument("--n", type=positive_int, default=None, help="prompts per (task, length, run)")
     le.add_argument("--tasks", type=str_list(TASK_CHOICES), default=None, help="number,letter (default: both)")
+    le.add_argument("--protocol", choices=("generate", "choice"), default="generate",
+                    help="generate: greedy reply, parsed; choice: argmax log-likelihood of the distinct window "
+                         "tokens, with chance level (local models only; default out runs/llm/<model>-choice)")
     le.add_argument("--max-per-second", type=positive_float, default=None, help="API rate limit (requests per second)")
     le.add_argument("--max-per-minute", type=positive_float, default=None, help="API rate limit (requests per minute)")
     le.add_argument("--concurrency", type=positive_int, default=1, help="parallel API requests")

@@ -211,3 +211,13 @@ def test_cli_llm_eval_api_flags(stub, tmp_path, capsys):
     assert "letter" in capsys.readouterr().out
     assert set(pd.read_csv(tmp_path / "llm_table.csv")["task"]) == {"letter"}
     assert (tmp_path / "figures" / "llm_lengthgen.png").exists()
+
+
+def test_choice_protocol_is_refused_for_api_models_before_any_request(stub, tmp_path, capsys):
+    from posym.cli import main
+
+    rc = main(["llm", "eval", "--api-base", stub.base, "--api-model", "stub", "--protocol", "choice",
+               "--n", "2", "--quiet", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "log-probability" in err[0]
+    assert stub.requests == [] and not (tmp_path / "o").exists()

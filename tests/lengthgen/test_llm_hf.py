@@ -1,9 +1,8 @@
-"""Local HF LLMs with a tiny random Llama: loading (plain, device_map="auto", sharded/offloaded),
-chat-template and plain prompts, batched greedy answers, the full protocol, the SmolLM2 locator."""
+"""Local HF LLMs with a tiny random Llama (``tiny_dirs`` in conftest.py): loading (plain,
+device_map="auto", sharded/offloaded), chat-template and plain prompts, batched greedy answers, the
+full protocol, the SmolLM2 locator."""
 
 from __future__ import annotations
-
-import string
 
 import pytest
 import torch
@@ -14,52 +13,6 @@ from posym.model import llm as hf_llm
 from posym.model.llm import default_gguf, llm_source, load_llm, model_label
 from posym.lengthgen.llm_eval import llm_eval
 from posym.tasks.prompts import build_messages, make_sample, make_samples
-
-CHAT_TEMPLATE = ("{% for m in messages %}<s> {{ m['role'] }} {{ m['content'] }} </s> {% endfor %}"
-                 "{% if add_generation_prompt %}<s> assistant {% endif %}")
-NO_SYSTEM_TEMPLATE = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
-                      "supported') }}{% endif %}" + CHAT_TEMPLATE)
-
-
-def _tokenizer(chat_template: str | None):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    words = (["<unk>", "<pad>", "<s>", "</s>", "system", "user", "assistant", "Input:", "Output:"]
-             + list(string.ascii_lowercase) + [str(i) for i in range(1, 65)]
-             + [a + d for a in string.ascii_lowercase for d in "123456789"]
-             + [a + b for a in string.ascii_lowercase for b in string.ascii_lowercase])
-    vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", pad_token="<pad>",
-                                  bos_token="<s>", eos_token="</s>")
-    if chat_template:
-        tok.chat_template = chat_template
-    return tok
-
-
-@pytest.fixture(scope="module")
-def tiny_dirs(tmp_path_factory):
-    """A tiny random Llama saved with save_pretrained, with three tokenizer flavours."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    root = tmp_path_factory.mktemp("tiny-llama")
-    tok = _tokenizer(CHAT_TEMPLATE)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      bos_token_id=2, eos_token_id=3, pad_token_id=1, tie_word_embeddings=False,
-                      initializer_range=0.2)  # large enough that answers depend on the prompt
-    model = LlamaForCausalLM(cfg)
-    dirs = {}
-    for name, template in (("chat", CHAT_TEMPLATE), ("plain", None), ("nosys", NO_SYSTEM_TEMPLATE)):
-        d = root / name
-        model.save_pretrained(d)
-        _tokenizer(template).save_pretrained(d)
-        dirs[name] = d
-    return dirs
 
 
 def _logits(model, ids):

@@ -53,3 +53,17 @@ def test_smollm2_protocol_smoke(smollm2, tmp_path, monkeypatch):
     res = llm_eval(lengths=(12, 32), runs=2, n=3, out=tmp_path, progress=False)
     assert res.n_new == 2 * 2 * 2 * 3 and res.table["mean"].between(0, 1).all()
     assert "SmolLM2-135M-Instruct" in res.model
+
+
+def test_smollm2_choice_scores_match_the_reference(smollm2):
+    from posym.lengthgen.hf_llm import HFChoice
+    from posym.tasks.prompts import build_messages, candidates, make_sample
+
+    lm, tok = smollm2
+    scorer = HFChoice(lm, tok)
+    sample = make_sample("letter", 12, 0, 0)
+    msgs, cands = build_messages(sample), candidates(sample)[:4]
+    _, conts = scorer.encode(msgs, cands)
+    assert all(len(c) == 2 for c in conts)  # "c2" is "c", "2"; no end-of-turn token is scored
+    fast, ref = scorer([msgs], [cands])[0], scorer.reference([msgs], [cands])[0]
+    assert max(abs(a - b) for a, b in zip(fast, ref)) < 1e-3

@@ -2,16 +2,30 @@
 
 :func:`llm_eval` asks a local Hugging Face model (:mod:`posym.lengthgen.hf_llm`) or an
 OpenAI-compatible endpoint (:mod:`posym.lengthgen.api`) every sample of
-``tasks × lengths × runs × n`` (:mod:`posym.tasks.prompts`) and writes to ``out``:
+``tasks × lengths × runs × n`` (:mod:`posym.tasks.prompts`) under one of two protocols:
 
-* ``answers.jsonl`` — one line per answered sample (model, task, length, run, index, prompt digest,
-  target, raw output, parsed prediction, correct, wall seconds per prompt of its call). It is the cache: a rerun (or a resumed,
-  interrupted run) asks only for the samples whose ``(model, task, length, run, index, prompt
-  digest)`` is not there yet; lines are flushed as answers arrive, and a torn last line is ignored.
-* ``llm_runs.csv`` — accuracy per (task, length, run);
+* ``generate`` — the greedy reply is parsed (:func:`~posym.tasks.prompts.parse_answer`) and compared
+  with the target;
+* ``choice`` (local models only) — every distinct target-window token is scored by the model's
+  log-probability as the reply (:class:`~posym.lengthgen.hf_llm.HFChoice`); the argmax is the
+  prediction and ``1 / (number of candidates)`` the sample's chance level.
+
+It writes to ``out``:
+
+* ``answers.jsonl`` — one line per answered sample (protocol, model, task, length, run, index,
+  prompt digest, target, prediction, correct, wall seconds per prompt of its call; ``generate``: the
+  raw output; ``choice``: chance, candidate log-probs, the target's rank). It is the cache: a rerun
+  (or a resumed, interrupted run) asks only for the samples whose ``(protocol, model, task, length,
+  run, index, prompt digest)`` is not there yet (a record without a protocol is a ``generate`` one);
+  lines are flushed as answers arrive, and a torn last line is ignored.
+* ``llm_runs.csv`` — accuracy (and, for ``choice``, chance) per (task, length, run);
 * ``llm_table.csv`` / ``llm_table.md`` — Table 3 style: mean (sd) over runs per (task, length);
-  sd is the sample standard deviation (ddof = 1) of the per-run accuracies;
+  sd is the sample standard deviation (ddof = 1) of the per-run accuracies; ``choice`` adds the
+  chance level (mean over samples of ``1 / candidates``);
 * ``llm_eval.json`` — the settings, versions, counts and timings.
+
+Both protocols may share a cache, but the tables describe the latest call: the default ``out`` is
+``runs/llm/<model>`` (generate) and ``runs/llm/<model>-choice`` (choice).
 
 The figure (accuracy vs length) is drawn by :func:`posym.report.llm_figures.plot_llm_lengthgen`
 from ``llm_table.csv`` (the report layer reads tables; this module draws nothing).
@@ -36,7 +50,9 @@ from posym.tasks.prompts import (
     DEFAULT_LENGTHS,
     PROMPT_VERSION,
     TASKS,
+    PromptSample,
     build_messages,
+    candidates,
     is_correct,
     make_sample,
     parse_answer,
@@ -46,9 +62,12 @@ from posym.tasks.prompts import (
 DEFAULT_N = 40  # samples per (task, length, run)
 DEFAULT_RUNS = 5
 CACHE_NAME = layout.LLM_ANSWERS
-DEFAULT_OUT_ROOT = "runs/llm"  # default output: runs/llm/<model>
+DEFAULT_OUT_ROOT = "runs/llm"  # default output: runs/llm/<model>[-choice]
+PROTOCOLS: tuple[str, ...] = ("generate", "choice")
 
+#: ``generate``: prompts -> raw replies; ``choice``: (prompts, candidates per prompt) -> log-probs.
 AnswerFn = Callable[[list[list[dict[str, str]]]], list[str]]
+ScoreFn = Callable[[list[list[dict[str, str]]], list[list[str]]], list[list[float]]]
 
 
 @dataclass
@@ -57,21 +76,27 @@ class LLMEvalResult:
 
     out_dir: Path
     model: str
-    table: pd.DataFrame  # task, length, mean, sd, runs, n
-    runs: pd.DataFrame  # task, length, run, n, correct, accuracy
+    table: pd.DataFrame  # task, length, mean, sd, runs, n (+ chance for the choice protocol)
+    runs: pd.DataFrame  # task, length, run, n, correct, accuracy (+ chance)
     n_new: int  # samples answered by the model in this call
     n_cached: int  # samples taken from the cache
     seconds: float
     paths: dict[str, Path] = field(default_factory=dict)
+    protocol: str = "generate"
 
 
 # --- cache -----------------------------------------------------------------------------------------
-def _key(model: str, task: str, length: int, run: int, index: int, digest: str) -> tuple:
-    return (model, task, int(length), int(run), int(index), digest)
+def _key(protocol: str, model: str, task: str, length: int, run: int, index: int, digest: str) -> tuple:
+    return (protocol, model, task, int(length), int(run), int(index), digest)
+
+
+def _record_key(r: dict) -> tuple:
+    # records written before the choice protocol existed carry no protocol: they are generate answers
+    return _key(r.get("protocol", "generate"), r["model"], r["task"], r["length"], r["run"], r["index"], r["digest"])
 
 
 def load_cache(path: str | os.PathLike) -> dict[tuple, dict]:
-    """Records of an ``answers.jsonl`` keyed by ``(model, task, length, run, index, digest)``.
+    """Records of an ``answers.jsonl`` keyed by ``(protocol, model, task, length, run, index, digest)``.
 
     Lines that do not parse (a line torn by an interrupted write) are skipped.
     """
@@ -86,7 +111,7 @@ def load_cache(path: str | os.PathLike) -> dict[tuple, dict]:
                 continue
             try:
                 r = json.loads(line)
-                out[_key(r["model"], r["task"], r["length"], r["run"], r["index"], r["digest"])] = r
+                out[_record_key(r)] = r
             except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                 continue
     return out
@@ -116,7 +141,9 @@ class _CacheWriter:
 
 
 # --- protocol --------------------------------------------------------------------------------------
-def _check_grid(tasks: Sequence[str], lengths: Sequence[int], runs: int, n: int) -> None:
+def _check_grid(tasks: Sequence[str], lengths: Sequence[int], runs: int, n: int, protocol: str) -> None:
+    if protocol not in PROTOCOLS:
+        raise PosymError(f"unknown protocol {protocol!r}; choose from {', '.join(PROTOCOLS)}")
     bad = [t for t in tasks if t not in TASKS]
     if bad or not tasks:
         raise PosymError(f"unknown task(s) {bad or tasks}; choose from {', '.join(TASKS)}")
@@ -128,20 +155,45 @@ def _check_grid(tasks: Sequence[str], lengths: Sequence[int], runs: int, n: int)
         raise PosymError(f"n must be >= 1, got {n}")
 
 
-def run_protocol(answer_fn: AnswerFn, model: str, out: str | os.PathLike, *,
+def _record(protocol: str, model: str, digest: str, sample: PromptSample, out: Any, seconds: float) -> dict:
+    """The cache record of one answered sample: ``out`` is the raw reply (generate) or the
+    log-probs of :func:`~posym.tasks.prompts.candidates` (choice; the first maximum is the prediction)."""
+    rec: dict[str, Any] = {"protocol": protocol, "model": model, "task": sample.task, "length": sample.length,
+                           "run": sample.run, "index": sample.index, "digest": digest,
+                           "answer": sample.answer, "answer_pos": sample.answer_pos}
+    if protocol == "choice":
+        cands = candidates(sample)
+        if len(out) != len(cands):
+            raise PosymError(f"scorer returned {len(out)} log-probs for {len(cands)} candidates")
+        best = max(range(len(cands)), key=lambda i: (out[i], -i))
+        target = out[cands.index(sample.answer)]
+        rec.update(prediction=cands[best], correct=cands[best] == sample.answer, chance=1.0 / len(cands),
+                   n_candidates=len(cands), target_logprob=round(float(target), 5),
+                   target_rank=1 + sum(float(x) > target for x in out),
+                   logprobs={c: round(float(x), 5) for c, x in zip(cands, out)})
+    else:
+        pred = parse_answer(out)
+        rec.update(output=out, prediction=pred, correct=is_correct(pred, sample.answer))
+    rec["seconds"] = seconds
+    return rec
+
+
+def run_protocol(answer_fn: AnswerFn | ScoreFn, model: str, out: str | os.PathLike, *,
                  tasks: Sequence[str] = TASKS, lengths: Sequence[int] = DEFAULT_LENGTHS,
                  runs: int = DEFAULT_RUNS, n: int = DEFAULT_N, n_examples: int = 3,
                  batch_size: int = 8, concurrency: int = 1, progress: bool = True,
-                 meta: dict[str, Any] | None = None) -> LLMEvalResult:
-    """Ask ``answer_fn`` (prompts → raw replies) every missing sample, cache, and tabulate.
+                 meta: dict[str, Any] | None = None, protocol: str = "generate") -> LLMEvalResult:
+    """Ask ``answer_fn`` every missing sample, cache, and tabulate (SPEC §1.5, Paper A Table 3).
 
+    ``protocol="generate"``: ``answer_fn(prompts) -> raw replies``; ``"choice"``:
+    ``answer_fn(prompts, candidates) -> log-probs`` per candidate (the distinct window tokens).
     ``model`` is the cache identity of ``answer_fn``. Consecutive samples of one (task, length, run)
     are sent ``batch_size`` at a time; with ``concurrency > 1`` up to that many calls run in
     threads (API endpoints). Each answer is appended to the cache as soon as its call returns, so
     an interrupted run (Ctrl-C, an API failure) resumes where it stopped.
     """
     tasks, lengths = tuple(tasks), tuple(int(x) for x in lengths)
-    _check_grid(tasks, lengths, runs, n)
+    _check_grid(tasks, lengths, runs, n, protocol)
     out_dir = Path(out)
     cache_path = out_dir / CACHE_NAME
     cache = load_cache(cache_path)
@@ -157,7 +209,7 @@ def run_protocol(answer_fn: AnswerFn, model: str, out: str | os.PathLike, *,
                 for i in range(int(n)):
                     sample = make_sample(task, length, run, i)
                     msgs = build_messages(sample, n_examples)
-                    key = _key(model, task, length, run, i, prompt_digest(msgs))
+                    key = _key(protocol, model, task, length, run, i, prompt_digest(msgs))
                     keys.append(key)
                     if key not in cache:
                         group.append((key, sample, msgs))
@@ -169,24 +221,20 @@ def run_protocol(answer_fn: AnswerFn, model: str, out: str | os.PathLike, *,
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(keys), initial=n_cached, desc=f"llm eval ({short_label(model)})", unit="q",
+        bar = tqdm(total=len(keys), initial=n_cached, desc=f"llm {protocol} ({short_label(model)})", unit="q",
                    dynamic_ncols=True)
 
     def ask(batch: list[tuple]) -> list[dict]:
         t = time.perf_counter()
-        replies = answer_fn([m for _, _, m in batch])
+        prompts = [m for _, _, m in batch]
+        if protocol == "choice":
+            outs = answer_fn(prompts, [candidates(s) for _, s, _ in batch])  # type: ignore[call-arg]
+        else:
+            outs = answer_fn(prompts)  # type: ignore[call-arg]
         secs = round((time.perf_counter() - t) / max(1, len(batch)), 4)
-        if len(replies) != len(batch):
-            raise PosymError(f"model returned {len(replies)} answers for {len(batch)} prompts")
-        recs = []
-        for (key, sample, _), raw in zip(batch, replies):
-            pred = parse_answer(raw)
-            recs.append({"model": model, "task": sample.task, "length": sample.length,
-                         "run": sample.run, "index": sample.index, "digest": key[-1],
-                         "answer": sample.answer, "answer_pos": sample.answer_pos,
-                         "output": raw, "prediction": pred, "correct": is_correct(pred, sample.answer),
-                         "seconds": secs})
-        return recs
+        if len(outs) != len(batch):
+            raise PosymError(f"model returned {len(outs)} answers for {len(batch)} prompts")
+        return [_record(protocol, model, key[-1], sample, o, secs) for (key, sample, _), o in zip(batch, outs)]
 
     writer = _CacheWriter(cache_path) if todo else None
     n_new = 0
@@ -195,7 +243,7 @@ def run_protocol(answer_fn: AnswerFn, model: str, out: str | os.PathLike, *,
         nonlocal n_new
         writer.write(recs)  # type: ignore[union-attr]
         for r in recs:
-            cache[_key(r["model"], r["task"], r["length"], r["run"], r["index"], r["digest"])] = r
+            cache[_record_key(r)] = r
         n_new += len(recs)
         if bar is not None:
             bar.update(len(recs))
@@ -244,8 +292,8 @@ def run_protocol(answer_fn: AnswerFn, model: str, out: str | os.PathLike, *,
     records = [cache[k] for k in keys]
     runs_df, table = summarize(records)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    paths = write_tables(out_dir, runs_df, table, model)
-    info = {"model": model, "tasks": list(tasks), "lengths": list(lengths), "runs": int(runs),
+    paths = write_tables(out_dir, runs_df, table, model, protocol)
+    info = {"protocol": protocol, "model": model, "tasks": list(tasks), "lengths": list(lengths), "runs": int(runs),
             "n": int(n), "n_examples": int(n_examples), "prompt_version": PROMPT_VERSION,
             "n_new": n_new, "n_cached": n_cached, "seconds": round(seconds, 2),
             "seconds_per_new_answer": round(seconds / n_new, 4) if n_new else None,
@@ -254,12 +302,18 @@ def run_protocol(answer_fn: AnswerFn, model: str, out: str | os.PathLike, *,
     paths["meta"] = out_dir / layout.LLM_EVAL_JSON
     paths["meta"].write_text(json.dumps(info, indent=2, default=str) + "\n")
     paths["cache"] = cache_path
-    return LLMEvalResult(out_dir, model, table, runs_df, n_new, n_cached, seconds, paths)
+    return LLMEvalResult(out_dir, model, table, runs_df, n_new, n_cached, seconds, paths, protocol)
 
 
 def summarize(records: Sequence[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per-run accuracies and the mean (sd over runs) table from answer records."""
-    df = pd.DataFrame.from_records(records, columns=["task", "length", "run", "index", "correct"])
+    """Per-run accuracies and the mean (sd over runs) table from answer records.
+
+    Records with a ``chance`` field (choice protocol) add a ``chance`` column to both: the mean over
+    the samples of the run, resp. of all runs of the (task, length).
+    """
+    chance = bool(records) and all("chance" in r for r in records)
+    cols = ["task", "length", "run", "index", "correct"] + (["chance"] if chance else [])
+    df = pd.DataFrame.from_records(records, columns=cols)
     if df.empty:
         raise PosymError("no answers to summarise")
     df["correct"] = df["correct"].astype(bool)
@@ -269,11 +323,15 @@ def summarize(records: Sequence[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     table = (runs_df.groupby(["task", "length"], sort=False)
              .agg(mean=("accuracy", "mean"), sd=("accuracy", "std"), runs=("run", "size"),
                   n=("n", "min")).reset_index())
+    if chance:
+        runs_df["chance"] = df.groupby(["task", "length", "run"], sort=False)["chance"].mean().to_numpy()
+        table["chance"] = df.groupby(["task", "length"], sort=False)["chance"].mean().to_numpy()
     return runs_df, table
 
 
 def table_markdown(table: pd.DataFrame, title: str | None = None, digits: int = 2) -> str:
-    """Table 3 layout: one row per task, one column per target-window length, ``mean (sd)``."""
+    """Table 3 layout: one row per task, one column per target-window length, ``mean (sd)``; a
+    table with a ``chance`` column (choice protocol) gets a ``<task> chance`` row under each task."""
     lengths = sorted(table["length"].unique())
     lines = []
     if title:
@@ -282,27 +340,39 @@ def table_markdown(table: pd.DataFrame, title: str | None = None, digits: int = 
     lines.append("|---|" + "---|" * len(lengths))
     for task in dict.fromkeys(table["task"]):
         g = table[table["task"] == task].set_index("length")
-        cells = []
+        cells, chance = [], []
         for x in lengths:
             if x not in g.index:
                 cells.append("")
+                chance.append("")
                 continue
             m, s = g.loc[x, "mean"], g.loc[x, "sd"]
             cells.append(f"{m:.{digits}f}" + ("" if pd.isna(s) else f" ({s:.{digits}f})"))
+            chance.append(f"{g.loc[x, 'chance']:.{digits}f}" if "chance" in g else "")
         lines.append(f"| {task} | " + " | ".join(cells) + " |")
+        if "chance" in g:
+            lines.append(f"| {task} chance | " + " | ".join(chance) + " |")
     runs, n = int(table["runs"].min()), int(table["n"].min())
     lines += ["", f"mean (sd) accuracy over {runs} run{'s' if runs != 1 else ''} of {n} prompts each"]
+    if "chance" in table:
+        lines[-1] += "; chance = mean over prompts of 1 / (distinct target-window tokens)"
     return "\n".join(lines) + "\n"
 
 
+def table_title(model: str, protocol: str = "generate") -> str:
+    """Title of a table / printout: the model label, plus the protocol unless it is ``generate``."""
+    return model if protocol == "generate" else f"{model} — {protocol} protocol"
+
+
 def write_tables(out_dir: str | os.PathLike, runs_df: pd.DataFrame, table: pd.DataFrame,
-                 model: str) -> dict[str, Path]:
+                 model: str, protocol: str = "generate") -> dict[str, Path]:
+    """``llm_runs.csv``, ``llm_table.csv`` (with ``model`` and ``protocol`` columns) and ``llm_table.md``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"runs": out / layout.LLM_RUNS, "table": out / layout.LLM_TABLE, "markdown": out / layout.LLM_TABLE_MD}
-    runs_df.assign(model=model).to_csv(paths["runs"], index=False)
-    table.assign(model=model).to_csv(paths["table"], index=False)
-    paths["markdown"].write_text(table_markdown(table, title=model))
+    runs_df.assign(model=model, protocol=protocol).to_csv(paths["runs"], index=False)
+    table.assign(model=model, protocol=protocol).to_csv(paths["table"], index=False)
+    paths["markdown"].write_text(table_markdown(table, title=table_title(model, protocol)))
     return paths
 
 
@@ -326,17 +396,26 @@ def _slug(label: str) -> str:
     return s.lower() or "model"
 
 
-def _check_context(chat: Any, lm: Any, tasks: Sequence[str], lengths: Sequence[int], n_examples: int,
-                   max_new_tokens: int) -> None:
-    """PosymError before any question if the longest prompt (plus the answer) exceeds the model's context."""
+def _check_context(answerer: Any, lm: Any, tasks: Sequence[str], lengths: Sequence[int], n_examples: int,
+                   max_new_tokens: int, protocol: str = "generate") -> None:
+    """PosymError before any question if the longest prompt plus its answer (``max_new_tokens``, or
+    for the choice protocol its longest candidate continuation) exceeds the model's context."""
     limit = getattr(getattr(lm, "config", None), "max_position_embeddings", None)
     if not isinstance(limit, int) or not lengths or not tasks:
         return
     longest = max(int(x) for x in lengths)
     from posym.lengthgen.hf_llm import format_prompts
 
-    text = format_prompts(chat.tokenizer, [build_messages(make_sample(t, longest, 0, 0), n_examples) for t in tasks])
-    need = max(len(chat.tokenizer(x)["input_ids"]) for x in text) + int(max_new_tokens)
+    need = 0
+    for task in tasks:
+        sample = make_sample(task, longest, 0, 0)
+        msgs = build_messages(sample, n_examples)
+        if protocol == "choice":
+            prompt, conts = answerer.encode(msgs, candidates(sample))
+            need = max(need, len(prompt) + max(len(c) for c in conts))
+        else:
+            text = format_prompts(answerer.tokenizer, [msgs])[0]
+            need = max(need, len(answerer.tokenizer(text)["input_ids"]) + int(max_new_tokens))
     if need > limit:
         raise PosymError(f"a prompt of target-window length {longest} needs {need} tokens, more than the model's "
                          f"context of {limit}; use shorter --lengths")
@@ -353,26 +432,33 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
              max_memory: dict | None = None, offload_folder: str | os.PathLike | None = None,
              max_per_second: float | None = None, max_per_minute: float | None = None,
              max_retries: int = 6, backoff: float = 1.0, timeout: float = 60.0, concurrency: int = 1,
-             threads: int | None = None, progress: bool = True) -> LLMEvalResult:
+             threads: int | None = None, progress: bool = True, protocol: str = "generate") -> LLMEvalResult:
     """Paper A Table 3 protocol (SPEC §1.5) on a local HF model or an OpenAI-compatible API.
 
     Local: ``model`` (directory / cached hub name / ``.gguf`` file) and/or ``gguf``; with neither
     (and no ``api_base``) the default SmolLM2-135M-Instruct GGUF is used. API: ``api_base`` +
-    ``api_model``, key from ``$api_key_env``. ``out`` defaults to ``runs/llm/<model>``; answers are
-    cached there, so a rerun or a resumed run only asks for the missing samples.
-    ``batch_size`` defaults to 8 prompts per forward (local) and 1 (API, where ``concurrency``
-    requests run in parallel under the ``max_per_second`` / ``max_per_minute`` limits).
+    ``api_model``, key from ``$api_key_env``. ``protocol``: ``"generate"`` (greedy reply, parsed) or
+    ``"choice"`` (argmax of the log-probs of the distinct window tokens, local models only).
+    ``out`` defaults to ``runs/llm/<model>`` (``runs/llm/<model>-choice`` for the choice protocol);
+    answers are cached there, so a rerun or a resumed run only asks for the missing samples.
+    ``batch_size`` defaults to 8 prompts per forward (local generate), 1 prompt per call (choice:
+    each prompt's candidates are one batch) and 1 (API, where ``concurrency`` requests run in
+    parallel under the ``max_per_second`` / ``max_per_minute`` limits).
     """
     if (api_base is None) != (api_model is None):
         raise PosymError("an API run needs both --api-base URL and --api-model NAME")
     if api_base is not None and (model is not None or gguf is not None):
         raise PosymError("give either a local model (--model/--gguf) or an API (--api-base/--api-model), not both")
-    _check_grid(tuple(tasks), tuple(lengths), runs, n)
+    _check_grid(tuple(tasks), tuple(lengths), runs, n, protocol)
+    if protocol == "choice" and api_base is not None:
+        raise PosymError("--protocol choice needs the log-probability of every candidate answer, which "
+                         "chat-completions endpoints do not return; use a local model or --protocol generate")
     if threads is not None:
         import torch
 
         torch.set_num_threads(int(threads))
-    meta: dict[str, Any] = {"max_new_tokens": max_new_tokens}
+    meta: dict[str, Any] = ({"scoring": "sum of the log-probs of the candidate's tokens as the reply (no end of turn)"}
+                            if protocol == "choice" else {"max_new_tokens": max_new_tokens})
     t_load = time.perf_counter()
     if api_base is not None:
         from posym.lengthgen.api import ChatClient
@@ -380,20 +466,24 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
         client = ChatClient(api_base, str(api_model), api_key_env=api_key_env,
                             max_tokens=max_new_tokens, timeout=timeout, max_retries=max_retries, backoff=backoff,
                             max_per_second=max_per_second, max_per_minute=max_per_minute)
-        answer_fn: AnswerFn = client
+        answer_fn: AnswerFn | ScoreFn = client
         label = client.label
         bs = batch_size or 1
         meta.update(api_base=api_base, api_model=api_model, api_key_env=api_key_env)
     else:
-        from posym.lengthgen.hf_llm import HFChat
+        from posym.lengthgen.hf_llm import HFChat, HFChoice
         from posym.model.llm import load_llm, model_label
 
         label = model_label(model, gguf)
         lm, tok = load_llm(model, gguf, device_map=device_map, dtype=dtype, device=device,
                            max_memory=max_memory, offload_folder=offload_folder)
-        answer_fn = HFChat(lm, tok, max_new_tokens=max_new_tokens, batch_size=batch_size or 8)
-        _check_context(answer_fn, lm, tasks, lengths, n_examples, max_new_tokens)
-        bs = batch_size or 8
+        if protocol == "choice":
+            answer_fn = HFChoice(lm, tok)
+            bs = batch_size or 1
+        else:
+            answer_fn = HFChat(lm, tok, max_new_tokens=max_new_tokens, batch_size=batch_size or 8)
+            bs = batch_size or 8
+        _check_context(answer_fn, lm, tasks, lengths, n_examples, max_new_tokens, protocol)
         concurrency = 1
         meta.update(dtype=str(next(lm.parameters()).dtype), chat_template=answer_fn.chat_template,
                     device_map=getattr(lm, "hf_device_map", None), load_seconds=None)
@@ -406,8 +496,13 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
                         torch_threads=torch.get_num_threads())
         except Exception:  # noqa: BLE001
             pass
-    out_dir = Path(out) if out is not None else Path(DEFAULT_OUT_ROOT) / _slug(label)
+    out_dir = Path(out) if out is not None else default_out(label, protocol)
     return run_protocol(answer_fn, label, out_dir, tasks=tasks, lengths=lengths, runs=runs, n=n,
                         n_examples=n_examples, batch_size=bs, concurrency=concurrency,
-                        progress=progress, meta=meta)
+                        progress=progress, meta=meta, protocol=protocol)
+
+
+def default_out(label: str, protocol: str = "generate") -> Path:
+    """Default output folder: ``runs/llm/<model>`` (generate) or ``runs/llm/<model>-<protocol>``."""
+    return Path(DEFAULT_OUT_ROOT) / (_slug(label) + ("" if protocol == "generate" else f"-{protocol}"))
 

@@ -2,7 +2,8 @@
 
 * :func:`plot_llm_lengthgen` — accuracy vs target-window length, one line per task (number vs
   letter), a band of ± one sd over runs; several models (a ``model`` column with more than one value)
-  get one line style each.
+  get one line style each; a ``chance`` column (the choice protocol) adds a thin dotted chance line
+  per task.
 The verb ``posym llm eval`` saves it as ``<out>/figures/llm_lengthgen`` (PNG + PDF).
 """
 
@@ -44,6 +45,9 @@ def plot_llm_lengthgen(table: pd.DataFrame, ax: plt.Axes | None = None, title: s
             line, = ax.plot(x, m, marker="o", ms=3, ls=_STYLES[mi % len(_STYLES)], color=color, label=label)
             ax.fill_between(x, np.clip(m - sd, 0, 1), np.clip(m + sd, 0, 1), color=line.get_color(),
                             alpha=0.2, lw=0)
+            if "chance" in g and g["chance"].notna().all():
+                ax.plot(x, g["chance"].to_numpy(float), ls=":", lw=0.9, color=line.get_color(),
+                        label=f"{label} chance")
     if logx:
         ax.set_xscale("log")
         ticks = sorted(table["length"].unique())

@@ -271,3 +271,17 @@ def is_correct(prediction: str, answer: str) -> bool:
     """Case-insensitive exact match of the parsed prediction with the target token."""
     return prediction.strip().lower() == answer.strip().lower()
 
+
+
+# --- answer candidates (the log-likelihood "choice" protocol) -------------------------------------
+def candidates(sample: PromptSample) -> list[str]:
+    """The distinct target-window tokens of ``sample`` in order of first occurrence (SPEC §1.5).
+
+    These are the answers the choice protocol scores; the target is always one of them.
+    """
+    return list(dict.fromkeys(sample.tokens[:-1]))
+
+
+def chance_level(sample: PromptSample) -> float:
+    """Accuracy of a uniform guess among :func:`candidates`: ``1 / number of distinct window tokens``."""
+    return 1.0 / len(candidates(sample))

@@ -17,9 +17,10 @@ HEADS_OUT = "runs/llm/heads"
 def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | None = None, *,
              progress: bool = True, **kwargs: Any) -> VerbResult:
     """:func:`posym.lengthgen.llm_eval.llm_eval` (answers cached in the output folder, so a re-run only
-    asks for missing samples) plus the accuracy-vs-length figure ``figures/llm_lengthgen``."""
+    asks for missing samples; ``protocol="choice"`` scores the candidates by log-likelihood) plus the
+    accuracy-vs-length figure ``figures/llm_lengthgen`` (with chance lines for the choice protocol)."""
     from posym.lengthgen.llm_eval import llm_eval as run_eval
-    from posym.lengthgen.llm_eval import table_markdown
+    from posym.lengthgen.llm_eval import table_markdown, table_title
     from posym.report.llm_figures import plot_llm_lengthgen
 
     if kwargs.get("out") is not None:  # refuse an unwritable output folder before loading any model
@@ -27,7 +28,7 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
     res = run_eval(model=model, gguf=gguf, progress=progress, **kwargs)
     outputs = Outputs(figure_paths(layout.figure(res.out_dir, layout.FIG_LLM)), force=True)
     outputs.figure(plot_llm_lengthgen(res.table.assign(model=res.model)), layout.figure(res.out_dir, layout.FIG_LLM))
-    text = (table_markdown(res.table, title=res.model)
+    text = (table_markdown(res.table, title=table_title(res.model, res.protocol))
             + f"{res.n_new} answered, {res.n_cached} from cache, {res.seconds:.0f} s; output in {res.out_dir}")
     return VerbResult(res.table, [*res.paths.values(), *outputs.written], text, {"result": res})
 
