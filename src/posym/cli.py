@@ -179,9 +179,9 @@ def _cmd_train(a):
                       checkpoint_extra_every=a.checkpoint_extra_every, model_overrides=overrides or None,
                       track_heads=a.track_heads, track_prompts=a.track_prompts, precision=a.precision,
                       compile=a.compile, batch_size=a.batch_size, epochs=a.epochs, final_model=a.final_model,
-                      distractors=a.distractors)
+                      distractors=a.distractors, log=tuple(a.log) if a.log else None)
     if a.resume and any(v is not None for v in (a.set, a.steps, a.precision, a.compile, a.batch_size, a.epochs,
-                                                a.final_model, a.distractors)):
+                                                a.final_model, a.distractors, a.log)):
         print("posym: note: --resume continues with the run's stored configuration", file=sys.stderr)
     result = train(cfg, a.out, resume=a.resume, force=a.force, device=a.device, threads=a.threads,
                    progress=not a.quiet)
@@ -349,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--final-model", default=None, choices=["last", "best"],
                    help="the model test accuracy and analyses use: last step (default) or the first "
                         "checkpoint with the best validation accuracy (HF load_best_model_at_end)")
+    t.add_argument("--log", action="append", default=None, choices=["tensorboard"],
+                   help="also log loss, accuracy per hop and head scores: tensorboard -> RUN/tensorboard/ "
+                        "(needs the [tensorboard] extra)")
     t.add_argument("--distractors", default=None, choices=["pool", "uniform"],
                    help="letter task: distractor right letters from the non-chain pool (default, the authors') "
                         "or uniform over a..h (posym's old data, for ablations)")
@@ -460,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     llm = sub.add_parser("llm", help="real pretrained LLMs (SPEC §1.5)")
     lsub = llm.add_subparsers(dest="llm_verb", required=True, parser_class=OneLineParser)
     le = lsub.add_parser("eval", help="1-hop number/letter prompts vs target-window length (Table 3)")
-    le.add_argument("--model", default=None, help="HF directory / .gguf file (default: SmolLM2-135M-Instruct GGUF)")
+    le.add_argument("--model", default=None, help="smollm2 (default) | gemma3-270m | an HF directory | a .gguf file")
     le.add_argument("--gguf", default=None, help="GGUF file inside --model")
     le.add_argument("--api-base", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     le.add_argument("--api-model", default=None)
@@ -490,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     le.add_argument("--out", default=None, help="output directory (answers are cached there; reruns resume)")
     le.set_defaults(func=_cmd_llm_eval)
     lh = lsub.add_parser("heads", help="s_POS/s_SYM (block swaps), entropy, frequency use of every head (SPEC §3, §6)")
-    lh.add_argument("--model", default=None, help="HF directory / .gguf file (default: SmolLM2-135M-Instruct GGUF)")
+    lh.add_argument("--model", default=None, help="smollm2 (default) | gemma3-270m | an HF directory | a .gguf file")
     lh.add_argument("--gguf", default=None, help="GGUF file inside --model")
     lh.add_argument("--prompts", type=str_list(("all", "binding", "number", "letter")), default=["all"],
                     help="all, binding, number, letter or a comma list")
