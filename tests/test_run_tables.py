@@ -47,3 +47,20 @@ def test_without_pyarrow_only_the_csv_is_written(tmp_path, monkeypatch):
     monkeypatch.setattr(tables, "parquet_available", lambda: False)
     assert write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.csv") == [tmp_path / "t.csv"]
     assert not (tmp_path / "t.parquet").exists()
+
+
+def test_a_run_and_a_verb_write_parquet_copies(tmp_path):
+    """Training (appended tables) and an analysis verb (Outputs) both leave Parquet equal to the CSV."""
+    pytest.importorskip("pyarrow", reason="the [parquet] extra is not installed")
+    from posym.train import make_config
+    from posym.verbs.dynamics import dynamics
+    from posym.verbs.train import train
+
+    cfg = make_config("number", "quick", steps=6, eval_every=3, n_val=32, n_test=32, eval_batch_size=32,
+                      track_prompts=8, warmup=2, checkpoint_every=6,
+                      model_overrides=dict(n_layer=2, n_embd=32, n_inner=64, rotary_dim=32))
+    train(cfg, tmp_path / "run", progress=False)
+    dynamics(tmp_path / "run")
+    for name in ("metrics", "scores", "purity_gamma0.1"):
+        csv = tmp_path / "run" / f"{name}.csv"
+        pd.testing.assert_frame_equal(pd.read_parquet(parquet_path(csv)), pd.read_csv(csv))

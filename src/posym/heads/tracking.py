@@ -15,6 +15,7 @@ import torch
 
 from posym.heads.scores import DEFAULT_TAU, scores_fast
 from posym.runs import layout
+from posym.runs.tables import append_table, write_table
 
 SCORES_FILE = layout.SCORES
 COLUMNS = ["step", "layer", "head", "tau", "s_pos", "s_sym", "entropy", "swap_mass", "n_prompts"]
@@ -55,9 +56,7 @@ class HeadTracker:
 
 
 def append_rows(path: Path, df: pd.DataFrame) -> None:
-    new = not path.exists()
-    with path.open("a", newline="") as f:
-        df[COLUMNS].to_csv(f, header=new, index=False)
+    append_table(df, path, COLUMNS)
 
 
 def truncate_scores(run_dir: str | os.PathLike, max_step: int) -> None:
@@ -65,9 +64,7 @@ def truncate_scores(run_dir: str | os.PathLike, max_step: int) -> None:
     path = Path(run_dir) / SCORES_FILE
     if path.is_file():
         df = pd.read_csv(path)
-        tmp = path.with_suffix(".tmp")
-        df[df["step"] <= max_step].to_csv(tmp, index=False)
-        os.replace(tmp, path)
+        write_table(df[df["step"] <= max_step], path)
 
 
 __all__ = ["COLUMNS", "HeadTracker", "append_rows", "score_table", "truncate_scores"]

@@ -46,6 +46,7 @@ import pandas as pd
 
 from posym.errors import PosymError
 from posym.runs import layout
+from posym.runs.tables import write_table
 from posym.tasks.prompts import (
     DEFAULT_LENGTHS,
     PROMPT_VERSION,
@@ -370,8 +371,8 @@ def write_tables(out_dir: str | os.PathLike, runs_df: pd.DataFrame, table: pd.Da
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"runs": out / layout.LLM_RUNS, "table": out / layout.LLM_TABLE, "markdown": out / layout.LLM_TABLE_MD}
-    runs_df.assign(model=model, protocol=protocol).to_csv(paths["runs"], index=False)
-    table.assign(model=model, protocol=protocol).to_csv(paths["table"], index=False)
+    write_table(runs_df.assign(model=model, protocol=protocol), paths["runs"])
+    write_table(table.assign(model=model, protocol=protocol), paths["table"])
     paths["markdown"].write_text(table_markdown(table, title=table_title(model, protocol)))
     return paths
 

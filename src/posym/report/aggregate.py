@@ -30,6 +30,7 @@ import pandas as pd
 from posym.errors import PosymError
 from posym.lengthgen.trained import largest_length_above as _largest
 from posym.runs import layout
+from posym.runs.tables import write_table
 from posym.runs.layout import find_runs
 from posym.report import paper
 from posym.report.paper import PAPER_DISCREPANCY, PAPER_LETTER_09_LENGTH, PAPER_TABLE3
@@ -477,7 +478,7 @@ def aggregate(out_dir: str | os.PathLike, write: bool = True) -> dict[str, pd.Da
         adir = out / layout.AGGREGATE
         adir.mkdir(parents=True, exist_ok=True)
         for name, df in tables.items():
-            df.to_csv(layout.aggregate_table(out, name), index=False)
+            write_table(df, layout.aggregate_table(out, name))
         _write_figures(adir / layout.FIGURES, tables, runs)
     return tables
 

@@ -137,8 +137,12 @@ def append_table(df: pd.DataFrame, path: str | os.PathLike, columns: list[str] |
     new = not path.exists()
     with path.open("a", newline="") as f:
         rows.to_csv(f, header=new, index=False)
-    if parquet_available():
-        write_parquet_copy(pd.read_csv(path), path)
+    refresh_parquet(path)
+
+
+def refresh_parquet(csv_path: str | os.PathLike) -> Path | None:
+    """Rewrite the Parquet copy of a CSV table that was changed in place (with pyarrow only)."""
+    return write_parquet_copy(pd.read_csv(csv_path), csv_path) if parquet_available() else None
 
 
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
@@ -194,4 +198,4 @@ def schema_markdown() -> str:
 
 
 __all__ = ["RUN_TABLES", "TableSchema", "append_table", "load_run", "parquet_available", "parquet_path",
-           "read_table", "schema_markdown", "write_parquet_copy", "write_table"]
+           "read_table", "refresh_parquet", "schema_markdown", "write_parquet_copy", "write_table"]

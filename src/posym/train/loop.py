@@ -32,6 +32,7 @@ from posym.model.fast import last_token_logits
 from posym.model.gptj import build_model, model_config
 from posym.tasks import get_vocab, make_split
 from posym.runs import layout
+from posym.runs.tables import refresh_parquet
 from posym.train import checkpoints as ckpt
 from posym.train import distributed as dist
 from posym.train.config import TrainConfig
@@ -193,6 +194,7 @@ def _write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
         w.writeheader()
         w.writerows(rows)
     os.replace(tmp, path)
+    refresh_parquet(path)
 
 
 def _append_metrics(path: Path, row: dict[str, Any]) -> None:
@@ -202,6 +204,7 @@ def _append_metrics(path: Path, row: dict[str, Any]) -> None:
         if new:
             w.writeheader()
         w.writerow(row)
+    refresh_parquet(path)
 
 
 def _check_run_dir(out: Path, resume: bool, force: bool) -> None:

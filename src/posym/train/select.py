@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from posym.errors import PosymError
 from posym.runs.lock import DirLock
 from posym.runs import layout
+from posym.runs.tables import write_table
 from posym.runs.layout import best_checkpoint, list_checkpoints
 from posym.train.config import FINAL_MODELS, TrainConfig
 
@@ -64,7 +65,7 @@ def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_mod
         scores_path = run / layout.SCORES
         if scores_path.is_file():
             scores = pd.read_csv(scores_path)
-            scores[scores["step"] <= step].to_csv(out / layout.SCORES, index=False)
+            write_table(scores[scores["step"] <= step], out / layout.SCORES)
         (out / layout.CHECKPOINTS).symlink_to((run / layout.CHECKPOINTS).resolve(), target_is_directory=True)
         with tqdm(total=1, desc=f"test of the {final_model} model (step {step})", disable=not progress) as bar:
             test = evaluate(load_model(ckpt, device=device),
@@ -73,8 +74,7 @@ def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_mod
             bar.update(1)
         test_row = {"split": "test", "step": step, "train_loss": float("nan"), "lr": float("nan"), **test,
                     "time_s": float("nan")}
-        pd.concat([val, pd.DataFrame([test_row])], ignore_index=True)[metrics.columns].to_csv(
-            out / layout.METRICS, index=False)
+        write_table(pd.concat([val, pd.DataFrame([test_row])], ignore_index=True)[metrics.columns], out / layout.METRICS)
         old = json.loads((run / layout.RESULTS).read_text())
         results = {"test": test, "steps": cfg.steps, "final_model": final_model, "final_step": step,
                    "best_step": old.get("best_step"), "best_val_acc": old.get("best_val_acc"),

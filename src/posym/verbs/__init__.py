@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from posym.errors import PosymError
+from posym.runs.tables import parquet_available, parquet_path
 
 
 @dataclass
@@ -59,7 +60,8 @@ class Outputs:
     def check(self) -> "Outputs":
         """Refuse (PosymError) an existing output without ``force``, a folder where a file goes, or
         an unwritable location — before any work is done."""
-        for p in self.paths:
+        derived = [parquet_path(p) for p in self.paths if p.suffix == ".csv"] if parquet_available() else []
+        for p in self.paths + derived:
             if p.is_dir():
                 raise PosymError(f"{p} is a folder; give a file path")
             if p.exists() and not self.force:
@@ -84,7 +86,11 @@ class Outputs:
         return path
 
     def csv(self, df: pd.DataFrame, path: str | os.PathLike) -> Path:
-        return self._write(Path(path), lambda p: df.to_csv(p, index=False))
+        """The table as CSV and, when pyarrow is installed, as Parquet beside it (``posym.runs.tables``)."""
+        out = self._write(Path(path), lambda p: df.to_csv(p, index=False))
+        if parquet_available():
+            self._write(parquet_path(out), lambda p: df.to_parquet(p, index=False))
+        return out
 
     def text(self, text: str, path: str | os.PathLike) -> Path:
         return self._write(Path(path), lambda p: p.write_text(text))
