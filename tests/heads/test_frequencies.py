@@ -35,6 +35,7 @@ from posym.report.freq_figures import plot_freq_use, plot_qk_geometry  # noqa: E
 from posym.runs.layout import write_meta  # noqa: E402
 from posym.verbs.freqs import freqs  # noqa: E402
 from head_builders import sharpen_qk
+from family_models import build_family
 
 torch.set_num_threads(1)
 TOL = 1e-5
@@ -164,6 +165,35 @@ def test_frequency_scores_fast_equals_literal_swaps(name):
     nr = fs[~fs["rotary"]]
     if len(nr):
         assert np.allclose(nr["s_sym"], 1.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["gemma3_text", "smollm3"])
+def test_per_layer_rope_terms_angles_and_swaps(name):
+    """Gemma-3 (local 10k / global 1M bases, windows) and SmolLM3 (a NoPE layer): each layer's own
+    rotary — terms sum to its logits, ``angle`` is the layer's, fast == literal per-frequency swaps."""
+    model = build_family(name, vocab_size=50)
+    ad = get_adapter(model)
+    ids = _ids(n=2, T=9, seed=3)
+    terms = frequency_logits(model, ids)
+    q, k = ad.capture_qk(ids)
+    for l in range(ad.n_layers):
+        logits = ad.logits_from_qk(q[l], k[l], l)[:, :, -1].double()
+        seen = torch.isfinite(logits)
+        assert (terms[l].sum(2) - logits)[seen].abs().max() <= TOL
+    use = frequency_use(model, ids)
+    for l in range(ad.n_layers):
+        got = use[(use["layer"] == l) & (use["head"] == 0)]["angle"].to_numpy()
+        assert np.allclose(got, ad.layer_inv_freq(l).numpy())
+    assert (use[use["layer"] == 1]["angle"].min() < use[use["layer"] == 0]["angle"].min()) == (name == "gemma3_text")
+    assert (use[use["layer"] == 2]["angle"] == 0).all() == (name == "smollm3")  # NoPE: angle 0
+    f = frequency_swap_attention(model, ids, layers=[1, 2])
+    r = frequency_swap_attention(model, ids, layers=[1, 2], method="reference")
+    for a, b in zip(f[:3], r[:3]):
+        assert np.abs(a - b).max() <= TOL
+    fs = frequency_scores(model, ids, layers=[1, 2])
+    assert np.allclose(fs[(fs["layer"] == 1) & (fs["head"] == 0) & fs["rotary"]]["angle"], ad.layer_inv_freq(1).numpy())
+    with pytest.raises(PosymError, match="pass layer="):
+        frequency_ids(model)
 
 
 def _single_frequency_head(freq_id, rotary_dim=32, n_embd=32, leak=0.0, seed=0):

@@ -1,5 +1,6 @@
 """``posym llm heads``: LLM prompt sets with exact token blocks, block scores of
-every head of tiny random GPT-J / Llama (GQA) / GPT-NeoX (partial rotary) models, fast == reference,
+every head of tiny random GPT-J / Llama (GQA) / GPT-NeoX (partial rotary) / Gemma-3 (per-layer RoPE) /
+SmolLM3 (a NoPE layer) models, fast == reference,
 frequency use, summaries, the plane figure and the CLI verb."""
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from posym.tasks.prompts import make_sample, solve_sequence
 from posym.model.adapters import get_adapter
 from posym.report.llm_heads_figures import plot_llm_heads_plane
 from head_builders import sharpen_qk
+from family_models import build_family
 
 # The tiny tokenizer knows only some of the word lists' words: the single-token filter must drop the rest.
 KNOWN_ENTITIES = ENTITIES[:10]
@@ -102,7 +104,10 @@ def _neox():
     return _boost(GPTNeoXForCausalLM(cfg).eval())
 
 
-FAMILIES = {"gptj": _gptj, "llama-gqa": _llama, "neox-partial": _neox}
+FAMILIES = {"gptj": _gptj, "llama-gqa": _llama, "neox-partial": _neox,
+            # per-layer RoPE (Gemma-3 local/global bases, windows) and a NoPE layer (SmolLM3)
+            "gemma3-per-layer": lambda: build_family("gemma3_text", vocab_size=V, std=0.5),
+            "smollm3-nope": lambda: build_family("smollm3", vocab_size=V, std=0.5)}
 
 
 @pytest.fixture(scope="module", autouse=True)

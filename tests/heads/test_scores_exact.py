@@ -1,5 +1,6 @@
 """The fast exact path equals the literal re-run (SPEC §3: ≤ 1e-5) on random and trained GPT-J,
-GQA Llama and partial-rotary GPT-NeoX; multi-query, blocks, batching, modes and errors."""
+GQA Llama, partial-rotary GPT-NeoX and every supported RoPE family (tests/family_models.py);
+multi-query, blocks, batching, modes and errors."""
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from posym.heads import (
 from posym.model import build_model, model_config
 from posym.tasks import make_split
 from head_builders import sharpen_qk
+from family_models import FAMILY_CONFIGS, build_family
 
 torch.set_num_threads(1)
 TOL = 1e-5
@@ -141,6 +143,22 @@ def test_fast_equals_reference_llama_gqa_and_neox(build):
     res = scores_blocks_fast(model, ids, blocks=[(0, 3), (3, 6), (7, 10)], taus=TAUS)
     ref = scores_blocks_reference(model, ids, blocks=[(0, 3), (3, 6), (7, 10)], taus=TAUS)
     _assert_same(res, ref)
+
+
+@pytest.mark.parametrize("name", list(FAMILY_CONFIGS))
+def test_fast_equals_reference_every_family(name):
+    """Token and block scores, fast == literal re-run, on every supported family (docs/models.md):
+    windows shorter than the prompt, per-layer RoPE, NoPE layers, q/k norms, fused projections.
+    q/k std 0.25: with tau = 1e-4 the swap weights multiply the reference's float32 rounding (~3e-7
+    on the raw attention) by 1e4, so sharper random heads can differ by ~1e-5 in the scores."""
+    model = build_family(name, std=0.25)
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+    f = _compare(model, ids)
+    assert f.d.shape == (2, 4, 4, 11) and f.d.max() > 0.2
+    blocks = [(0, 3), (3, 6), (7, 10)]
+    _compare(model, ids, blocks=blocks)
+    _assert_same(scores_blocks_fast(model, ids, blocks=blocks, taus=TAUS),
+                 scores_blocks_reference(model, ids, blocks=blocks, taus=TAUS))
 
 
 def test_batching_modes_and_attention_implementation(paper_models):

@@ -12,7 +12,8 @@ of frequency ``k`` (GPT-J interleaved dims ``(2k-2, 2k-1)``; Llama/NeoX half-spl
 It is computed as ``scaling · Σ_{d ∈ pair k} q_rot(t)_d · k_rot(j)_d`` with the model's own rotary
 (:meth:`RopeAdapter.rotate`: its cos/sin table, convention and any ``attention_scaling``), in float64,
 so the terms sum to the model's pre-softmax logits (tested ≤ 1e-5 for GPT-J full/partial rotary,
-Llama GQA and GPT-NeoX).
+Llama GQA, GPT-NeoX, Gemma-3's per-layer RoPE and SmolLM3's NoPE layers). Each layer uses its own
+rotary (:meth:`RopeAdapter.layer_inv_freq`): the ``angle`` of a term is the layer's (0 on a NoPE layer).
 
 **Frequency IDs.** ``freq_id = k = 1..K`` in the order of the model's ``inv_freq`` (ID 1 = fastest,
 angle ``base^0 = 1`` for the standard RoPE); the non-rotary term, when present, gets
@@ -88,19 +89,25 @@ def n_terms(model) -> int:
     return ad.rotary_dim // 2 + (ad.head_dim > ad.rotary_dim)
 
 
-def frequency_ids(model) -> pd.DataFrame:
-    """One row per term: ``freq_id`` (1 = fastest), ``angle`` (radians per position), ``rotary``,
-    ``dim_a``, ``dim_b`` (the head dims of the pair in the model's convention; -1 for the non-rotary
-    term, which covers dims ``rotary_dim..head_dim-1``)."""
+def frequency_ids(model, layer: int | None = None) -> pd.DataFrame:
+    """One row per term: ``freq_id`` (1 = fastest), ``angle`` (radians per position at ``layer``; 0
+    on a NoPE layer), ``rotary``, ``dim_a``, ``dim_b`` (the head dims of the pair in the model's
+    convention; -1 for the non-rotary term, which covers dims ``rotary_dim..head_dim-1``).
+    ``layer=None`` needs a model whose layers share one rotary (else PosymError; Gemma-3: pass it)."""
     ad = get_adapter(model)
     K, r = ad.rotary_dim // 2, ad.rotary_dim
     k = np.arange(K)
     a, b = (2 * k, 2 * k + 1) if ad.pair_convention == "interleaved" else (k, k + r // 2)
-    df = pd.DataFrame({"freq_id": k + 1, "angle": ad.inv_freq.numpy().astype(float), "rotary": True,
+    df = pd.DataFrame({"freq_id": k + 1, "angle": ad.layer_inv_freq(layer).numpy().astype(float), "rotary": True,
                        "dim_a": a, "dim_b": b})
     if ad.head_dim > r:
         df.loc[K] = dict(freq_id=K + 1, angle=0.0, rotary=False, dim_a=-1, dim_b=-1)
     return df.astype({"freq_id": int, "angle": float, "rotary": bool, "dim_a": int, "dim_b": int})
+
+
+def layer_angles(ad: RopeAdapter, layers: Sequence[int]) -> np.ndarray:
+    """The ``angle`` of every term (:func:`frequency_ids`) at each of ``layers``: float64 [L, K(+1)]."""
+    return np.stack([frequency_ids(ad, l)["angle"].to_numpy() for l in layers])
 
 
 # ================================================================================================
@@ -115,8 +122,8 @@ def _pair_sum(prod: Tensor, ad: RopeAdapter) -> Tensor:
     return terms
 
 
-def frequency_terms_from_qk(ad: RopeAdapter, q: Tensor, k: Tensor, t: int) -> Tensor:
-    """Per-frequency logit terms of one query from pre-rotary vectors.
+def frequency_terms_from_qk(ad: RopeAdapter, q: Tensor, k: Tensor, t: int, layer: int | None = None) -> Tensor:
+    """Per-frequency logit terms of one query from pre-rotary vectors of ``layer`` (its rotary).
 
     q [B, H, hd] (the query at position ``t``), k [B, Hkv, T, hd] (keys at positions ``0..T-1``).
     Returns float64 [B, H, K(+1), T]: ``terms[..., i, j]`` = term ``freq_id = i+1`` of the logit of
@@ -124,13 +131,13 @@ def frequency_terms_from_qk(ad: RopeAdapter, q: Tensor, k: Tensor, t: int) -> Te
     """
     ad = get_adapter(ad)
     T = k.shape[-2]
-    qr = ad.rotate(q.double()[:, :, None, :], [t])  # [B, H, 1, hd]
-    kr = ad.rotate(k.double(), torch.arange(T, device=k.device))[:, ad.kv_index.to(k.device)]  # [B, H, T, hd]
+    qr = ad.rotate(q.double()[:, :, None, :], [t], layer)  # [B, H, 1, hd]
+    kr = ad.rotate(k.double(), torch.arange(T, device=k.device), layer)[:, ad.kv_index.to(k.device)]  # [B, H, T, hd]
     return _pair_sum(qr * kr * ad.scaling, ad).transpose(-1, -2)
 
 
-def frequency_content_position_logits(ad: RopeAdapter, q: Tensor, k: Tensor, t: int) -> Tensor:
-    """Per-frequency content×position matrices (SPEC §3's ``M`` split by frequency).
+def frequency_content_position_logits(ad: RopeAdapter, q: Tensor, k: Tensor, t: int, layer: int | None = None) -> Tensor:
+    """Per-frequency content×position matrices of ``layer`` (SPEC §3's ``M`` split by frequency).
 
     q [B, H, hd] pre-rotary query at ``t``; k [B, Hkv, t+1, hd] pre-rotary keys ``0..t``. Returns
     float64 [B, H, K(+1), t+1, t+1]: ``[..., i, a, b]`` = term ``i`` of the logit of key content ``b``
@@ -140,8 +147,8 @@ def frequency_content_position_logits(ad: RopeAdapter, q: Tensor, k: Tensor, t: 
     ad = get_adapter(ad)
     n = k.shape[-2]
     pos = torch.arange(n, device=k.device)
-    qr = ad.rotate(q.double()[:, :, None, :], [t])
-    qa = ad.rotate_t(qr.expand(-1, -1, n, -1), pos) * ad.scaling  # row a: scaling · R(a)ᵀ q_rot(t)
+    qr = ad.rotate(q.double()[:, :, None, :], [t], layer)
+    qa = ad.rotate_t(qr.expand(-1, -1, n, -1), pos, layer) * ad.scaling  # row a: scaling · R(a)ᵀ q_rot(t)
     kx = k.double()[:, ad.kv_index.to(k.device)]  # [B, H, n, hd]
     r = ad.rotary_dim
     qp = rope.to_pairs(qa, ad.pair_convention, r)  # [B, H, n, K, 2]
@@ -174,7 +181,7 @@ def frequency_logits(model, input_ids, query_pos: int | None = None, layers: Seq
     parts = []
     for s in range(0, ids.shape[0], bs):
         q, k = _capture(ad, ids[s:s + bs], t, layers)
-        parts.append(torch.stack([frequency_terms_from_qk(ad, q[i], k[i], t) for i in range(len(layers))]))
+        parts.append(torch.stack([frequency_terms_from_qk(ad, q[i], k[i], t, l) for i, l in enumerate(layers)]))
     return torch.cat(parts, dim=1)
 
 
@@ -190,7 +197,7 @@ def _window_mask(ad: RopeAdapter, layer: int, t: int, device) -> Tensor | None:
 # per-frequency scores
 # ================================================================================================
 def _masked_m(ad: RopeAdapter, q: Tensor, k: Tensor, t: int, layer: int) -> Tensor:
-    m = frequency_content_position_logits(ad, q, k, t)
+    m = frequency_content_position_logits(ad, q, k, t, layer)
     win = _window_mask(ad, layer, t, m.device)
     if win is not None:
         m = m.masked_fill(win[:, None], float("-inf"))  # positions a outside the window
@@ -200,7 +207,7 @@ def _masked_m(ad: RopeAdapter, q: Tensor, k: Tensor, t: int, layer: int) -> Tens
 def _masked_terms(ad: RopeAdapter, store: dict[str, Tensor], t: int, layer: int) -> Tensor:
     """Per-frequency terms [B, H, F, t+1] of the query at ``t`` from one layer's captured q/k, ``-inf``
     outside the layer's window."""
-    terms = frequency_terms_from_qk(ad, store["q"][:, :, t], store["k"], t)
+    terms = frequency_terms_from_qk(ad, store["q"][:, :, t], store["k"], t, layer)
     win = _window_mask(ad, layer, t, terms.device)
     return terms if win is None else terms.masked_fill(win, float("-inf"))
 
@@ -279,7 +286,8 @@ def frequency_scores(model, input_ids, taus: float | Sequence[float] = (DEFAULT_
     s_pos, s_sym = combine_scores(d[..., i], d[..., j], dp_i, dp_j, taus)  # [B, L, H, F, n_tau]
     ad = get_adapter(model)
     layers = ad.check_layers(layers)
-    info = frequency_ids(ad)
+    info = frequency_ids(ad, layers[0])
+    angles = layer_angles(ad, layers)  # [L, F]
     B, L, H, F, NT = s_pos.shape
     if mean_over_prompts:
         s_pos, s_sym, shape = s_pos.mean(0), s_sym.mean(0), (L, H, F, NT)
@@ -297,7 +305,8 @@ def frequency_scores(model, input_ids, taus: float | Sequence[float] = (DEFAULT_
     df = pd.DataFrame({
         **lead,
         "layer": bc(layers, 0), "head": bc(np.arange(H), 1), "freq_id": bc(info["freq_id"], 2),
-        "angle": bc(info["angle"], 2), "rotary": bc(info["rotary"], 2), "tau": bc(taus, 3),
+        "angle": np.broadcast_to(angles[:, None, :, None].reshape((1,) * off + (L, 1, F, 1)), shape).ravel(),
+        "rotary": bc(info["rotary"], 2), "tau": bc(taus, 3),
         "s_pos": s_pos.ravel(), "s_sym": s_sym.ravel(),
     })
     if mean_over_prompts:
@@ -322,7 +331,7 @@ def frequency_use_array(model, input_ids, query_pos: int | None = None, *, layer
             q, k = _capture(ad, ids[s:s + bs], t, layers)
             per_layer = []
             for i, l in enumerate(layers):
-                a = frequency_terms_from_qk(ad, q[i], k[i], t)
+                a = frequency_terms_from_qk(ad, q[i], k[i], t, l)
                 win = _window_mask(ad, l, t, a.device)
                 keep = torch.ones(t + 1, dtype=torch.bool, device=a.device) if win is None else ~win
                 if weighting == "centered":
@@ -348,7 +357,7 @@ def use_frame(ad: RopeAdapter, use: np.ndarray, n_prompts: int, layers: Sequence
     among rotary terms, NaN on the non-rotary row); ``layers`` labels the L axis (default 0..L-1)."""
     L, H, F = use.shape
     layers = np.arange(L) if layers is None else np.asarray(layers)
-    info = frequency_ids(ad)
+    info = frequency_ids(ad, int(layers[0]))
     rot = info["rotary"].to_numpy()
     tot = use[..., rot].sum(-1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -358,7 +367,7 @@ def use_frame(ad: RopeAdapter, use: np.ndarray, n_prompts: int, layers: Sequence
         "layer": np.broadcast_to(layers[:, None, None], shape).ravel(),
         "head": np.broadcast_to(np.arange(H)[None, :, None], shape).ravel(),
         "freq_id": np.broadcast_to(info["freq_id"].to_numpy()[None, None], shape).ravel(),
-        "angle": np.broadcast_to(info["angle"].to_numpy()[None, None], shape).ravel(),
+        "angle": np.broadcast_to(layer_angles(ad, layers.tolist())[:, None, :], shape).ravel(),
         "rotary": np.broadcast_to(rot[None, None], shape).ravel(),
         "use": use.ravel(),
         "use_frac": frac.ravel(),
@@ -448,8 +457,8 @@ def qk_geometry(model, input_ids, layer: int, head: int = 0, freq_id: int | None
         q, k = _capture(ad, ids, t, [layer])
     q, k = q[0][:, head].double(), k[0][:, ad.kv_head_of(head)].double()  # [B, hd], [B, t+1, hd]
     pos = torch.arange(t + 1, device=k.device)
-    qr = ad.rotate(q[:, None], [t])[:, 0]
-    kr = ad.rotate(k, pos)
+    qr = ad.rotate(q[:, None], [t], layer)[:, 0]
+    kr = ad.rotate(k, pos, layer)
 
     def plane(x):
         return rope.to_pairs(x, ad.pair_convention, ad.rotary_dim)[..., f, :].cpu().numpy()
@@ -466,7 +475,7 @@ def qk_geometry(model, input_ids, layer: int, head: int = 0, freq_id: int | None
                          "x": kp[..., 0].ravel(), "y": kp[..., 1].ravel(),
                          "x_pre": kpre[..., 0].ravel(), "y_pre": kpre[..., 1].ravel()})
     df = pd.concat([keys, queries], ignore_index=True)
-    df["layer"], df["head"], df["freq_id"], df["angle"] = layer, head, int(freq_id), float(ad.inv_freq[f])
+    df["layer"], df["head"], df["freq_id"], df["angle"] = layer, head, int(freq_id), float(ad.layer_inv_freq(layer)[f])
     if task is not None:
         df.attrs["task"] = task
     return df
@@ -496,6 +505,7 @@ __all__ = [
     "WEIGHTINGS",
     "frequency_content_position_logits",
     "frequency_ids",
+    "layer_angles",
     "frequency_logits",
     "frequency_scores",
     "frequency_swap_attention",

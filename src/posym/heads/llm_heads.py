@@ -115,7 +115,7 @@ def _full_pass(ad: RopeAdapter, ids: torch.Tensor) -> tuple[np.ndarray, np.ndarr
     t = ids.shape[1] - 1
     use = []
     for l in range(L):
-        terms = frequency_terms_from_qk(ad, stores[l]["q"][:, :, t], stores[l]["k"], t)  # [B, H, F, t+1]
+        terms = frequency_terms_from_qk(ad, stores[l]["q"][:, :, t], stores[l]["k"], t, l)  # [B, H, F, t+1]
         win = ad.sliding_window(l)
         if win is not None:
             outside = (t - torch.arange(t + 1, device=terms.device)) >= win

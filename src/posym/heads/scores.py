@@ -349,8 +349,8 @@ def position_content_logits(ad: RopeAdapter, q: Tensor, k: Tensor, t: int, layer
     """
     n = k.shape[-2]
     pos = torch.arange(n, device=k.device)
-    qr = ad.rotate(q.double()[:, :, None, :], [t])  # [B, H, 1, hd]
-    qa = ad.rotate_t(qr.expand(-1, -1, n, -1), pos)  # row a: R(a)^T q_rot(t)
+    qr = ad.rotate(q.double()[:, :, None, :], [t], layer)  # [B, H, 1, hd]
+    qa = ad.rotate_t(qr.expand(-1, -1, n, -1), pos, layer)  # row a: R(a)^T q_rot(t)
     kx = k.double()[:, ad.kv_index.to(k.device)]  # [B, H, n, hd]
     m = torch.matmul(qa, kx.transpose(-1, -2)) * ad.scaling
     if ad.softcap is not None:

@@ -4,22 +4,30 @@
 
 * ``GPTJForCausalLM`` — interleaved pairs, partial ``rotary_dim``, rotary table
   ``transformer.rotary_emb.embed_positions`` (``attn.embed_positions`` on transformers 4.x);
-* Llama-style models (``LlamaForCausalLM`` and the same layout: Mistral, Qwen2/3, Gemma/Gemma2,
-  OLMo/OLMo2, Granite; SmolLM2 is a Llama) — half-split pairs, ``model.rotary_emb`` (incl. its
-  ``attention_scaling`` and rope-scaling variants), grouped-query attention, optional
-  ``q_norm``/``k_norm`` (read after the norm), Gemma2 logit soft-capping and sliding windows;
-* ``GPTNeoXForCausalLM`` — half-split pairs, partial rotary (``rotary_pct``), fused
-  ``query_key_value`` projection (per-head ``[q | k | v]`` layout).
+* every family of :data:`posym.model.families.FAMILIES` (Llama, Mistral, Ministral, Qwen2/3,
+  Gemma/Gemma2/Gemma-3 text, OLMo/OLMo2/OLMo3, Granite, Phi, Phi-3, StableLM, Persimmon, GPT-NeoX,
+  Cohere/Cohere2, Starcoder2, SmolLM3, Helium, GLM, Nemotron, ...; docs/models.md) through one
+  :class:`HFRopeAdapter`: the model's own rotary module (incl. ``attention_scaling``, rope-scaling
+  variants and per-layer rotaries such as Gemma-3's local/global bases), either pair convention,
+  partial rotary, separate / fused / per-head-fused q/k projections, grouped-query attention, q/k
+  norms before the rotary (read after the norm), logit soft-capping, per-layer sliding windows and
+  layers without rotary (NoPE: a rotation by angle 0, exactly).
 
-The adapter captures *pre-rotary* per-head queries/keys with forward hooks on the projections
-(version-robust: the projections' outputs are pre-rotary on every transformers version) and
-re-implements the causal eager attention. The contract (tested in ``tests/model/test_adapters.py``):
+The rotary API takes an optional ``layer`` (:meth:`RopeAdapter.cos_sin`, :meth:`RopeAdapter.rotate`,
+:meth:`RopeAdapter.rotate_t`, :meth:`RopeAdapter.layer_inv_freq`); it is required when the layers
+do not all share one rotary (Gemma-3, NoPE layers), and ``inv_freq`` then raises a PosymError.
+
+The adapter captures *pre-rotary* per-head queries/keys with forward hooks on the projections (or
+on the q/k norms that follow them) and re-implements the causal eager attention. The contract
+(tested in ``tests/model/test_adapters.py`` and ``tests/model/test_families.py``):
 :meth:`RopeAdapter.attention_from_qk` of the captured q/k equals the model's own
-``output_attentions`` (eager) to 1e-5. Prompts are unpadded; position ids are ``0..T-1``.
+``output_attentions`` (eager) to 1e-5, per layer and head. Prompts are unpadded; position ids are
+``0..T-1``.
 """
 
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
@@ -28,6 +36,9 @@ from torch import Tensor, nn
 
 from posym.errors import PosymError
 from posym.model import rope
+from posym.model.families import FAMILIES, Family
+
+Positions = Tensor | Sequence[int] | int
 
 
 class _Stop(Exception):
@@ -49,8 +60,8 @@ def hook_handles() -> Iterator[list]:
             h.remove()
 
 
-#: Llama-layout ``config.model_type`` values (q_proj/k_proj/v_proj, model.model.rotary_emb, half pairs).
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "olmo", "olmo2", "granite")
+#: Every supported ``config.model_type`` (GPT-J and the families of :data:`FAMILIES`).
+SUPPORTED: tuple[str, ...] = ("gptj", *FAMILIES)
 
 
 class RopeAdapter:
@@ -59,8 +70,8 @@ class RopeAdapter:
     Attributes: ``n_layers``, ``n_heads``, ``n_kv_heads``, ``head_dim``, ``rotary_dim`` (rotated
     dims per head, the first ``rotary_dim`` of ``head_dim``), ``scaling`` (logit multiplier, usually
     ``head_dim**-0.5``), ``pair_convention`` (``"interleaved"`` | ``"half"``), ``inv_freq``
-    [rotary_dim/2] (angle per position of each pair, float64), ``softcap`` (``None`` or Gemma2's
-    logit cap).
+    [rotary_dim/2] (angle per position of each pair, float64; per layer: :meth:`layer_inv_freq`),
+    ``softcap`` (``None`` or the logit cap, Gemma2).
     """
 
     family: str = ""
@@ -113,14 +124,31 @@ class RopeAdapter:
         return None
 
     # ---- rotary --------------------------------------------------------------------------------------
-    def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """The model's own per-dim cos/sin at integer ``positions`` [T] -> two float32 [T, rotary_dim].
+    def has_rope(self, layer: int) -> bool:
+        """Whether ``layer`` rotates its q/k (False for NoPE layers, whose rotation is the identity)."""
+        return True
 
-        Laid out in the model's pair convention and including any ``attention_scaling``.
+    def layer_inv_freq(self, layer: int | None = None) -> Tensor:
+        """Angle per position of each pair at ``layer`` [rotary_dim/2], float64 (zeros for a NoPE layer).
+
+        ``layer=None``: the model's one rotary (PosymError when layers differ, SPEC §3).
         """
         raise NotImplementedError
 
-    def _positions(self, positions: Tensor | Sequence[int] | int) -> Tensor:
+    @property
+    def inv_freq(self) -> Tensor:
+        """The angles [rotary_dim/2] shared by every layer (:meth:`layer_inv_freq` with ``layer=None``)."""
+        return self.layer_inv_freq(None)
+
+    def cos_sin(self, positions: Tensor, layer: int | None = None) -> tuple[Tensor, Tensor]:
+        """The model's own per-dim cos/sin of ``layer`` at integer ``positions`` [T] -> two float32 [T, rotary_dim].
+
+        Laid out in the model's pair convention and including any ``attention_scaling``;
+        ``layer=None`` only for models whose layers share one rotary.
+        """
+        raise NotImplementedError
+
+    def _positions(self, positions: Positions) -> Tensor:
         pos = torch.as_tensor(positions, dtype=torch.long, device=self.device)
         if pos.ndim == 0:
             pos = pos[None]
@@ -131,22 +159,23 @@ class RopeAdapter:
             raise PosymError(f"position {int(pos.max())} beyond the model's rotary table ({mp} positions)")
         return pos
 
-    def rotate(self, x: Tensor, positions: Tensor | Sequence[int] | int) -> Tensor:
-        """Apply the model's RoPE to pre-rotary vectors x [..., T, head_dim] at ``positions`` [T].
+    def rotate(self, x: Tensor, positions: Positions, layer: int | None = None) -> Tensor:
+        """Apply ``layer``'s RoPE to pre-rotary vectors x [..., T, head_dim] at ``positions`` [T].
 
         Exactly the model's rotary (its cos/sin, pair convention, partial rotary and
-        ``attention_scaling``); computed in x's dtype (cos/sin cast to it, as HF does).
+        ``attention_scaling``; identity on NoPE layers); computed in x's dtype (cos/sin cast to it,
+        as HF does). ``layer=None`` only for models whose layers share one rotary.
         """
-        cos, sin = self.cos_sin(self._positions(positions))
+        cos, sin = self.cos_sin(self._positions(positions), layer)
         return rope.apply_rotary(x, cos.to(x.dtype), sin.to(x.dtype), self.pair_convention)
 
-    def rotate_t(self, y: Tensor, positions: Tensor | Sequence[int] | int) -> Tensor:
-        """The transpose of :meth:`rotate`'s linear map: ``rotate_t(y, p) · x == y · rotate(x, p)``.
+    def rotate_t(self, y: Tensor, positions: Positions, layer: int | None = None) -> Tensor:
+        """The transpose of :meth:`rotate`'s linear map: ``rotate_t(y, p, l) · x == y · rotate(x, p, l)``.
 
         y [..., T, head_dim]. Used to evaluate ``q_rot(t) · rotate(k_b, a)`` for every content
         ``b`` at every position ``a`` with one matmul (SPEC §3 fast path).
         """
-        cos, sin = self.cos_sin(self._positions(positions))
+        cos, sin = self.cos_sin(self._positions(positions), layer)
         return rope.apply_rotary_transpose(y, cos.to(y.dtype), sin.to(y.dtype), self.pair_convention)
 
     # ---- capture -------------------------------------------------------------------------------------
@@ -254,8 +283,8 @@ class RopeAdapter:
         """
         T = q.shape[-2]
         pos = torch.arange(T, device=q.device)
-        qr = self.rotate(q, pos).float()
-        kr = self.rotate(k, pos).float()[:, self.kv_index.to(q.device)]
+        qr = self.rotate(q, pos, layer).float()
+        kr = self.rotate(k, pos, layer).float()[:, self.kv_index.to(q.device)]
         logits = torch.matmul(qr, kr.transpose(-1, -2)) * self.scaling
         if self.softcap is not None:
             logits = torch.tanh(logits / self.softcap) * self.softcap
@@ -280,8 +309,9 @@ class RopeAdapter:
         return torch.softmax(self.logits_from_qk(q, k, layer), dim=-1)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(layers={self.n_layers}, heads={self.n_heads}, kv_heads={self.n_kv_heads}, "
-                f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, pairs={self.pair_convention!r})")
+        return (f"{type(self).__name__}(family={self.family!r}, layers={self.n_layers}, heads={self.n_heads}, "
+                f"kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, "
+                f"pairs={self.pair_convention!r})")
 
 
 class eval_mode:
@@ -300,10 +330,24 @@ class eval_mode:
         return False
 
 
-def _heads_view(out: Tensor, n: int, hd: int) -> Tensor:
-    """A projection output [B, T, n*hd] (or [B, T, n, hd]) -> [B, n, T, hd]."""
+def _heads_view(out: Tensor, n: int, hd: int, heads_first: bool = False) -> Tensor:
+    """A projection or q/k-norm output -> [B, n, T, hd].
+
+    ``out`` is [B, T, n*hd], or 4-D [B, T, n, hd] / [B, n, T, hd]: a 4-D layout is read from the
+    shape; ``heads_first`` decides only when ``n == T`` (then both read alike).
+    """
+    if out.ndim == 4:
+        first = out.shape[1] == n if out.shape[1] != out.shape[2] else heads_first
+        return out if first else out.transpose(1, 2)
     B, T = out.shape[:2]
     return out.reshape(B, T, n, hd).transpose(1, 2)
+
+
+def _store_hook(store: dict, key: str, n: int, hd: int, heads_first: bool = False):
+    """A forward hook writing ``_heads_view(output)`` [B, n, T, hd] to ``store[key]``."""
+    def hook(module, args, out):
+        store[key] = _heads_view(out, n, hd, heads_first)
+    return hook
 
 
 class GPTJAdapter(RopeAdapter):
@@ -323,8 +367,8 @@ class GPTJAdapter(RopeAdapter):
         self.scaling = float(getattr(tr.h[0].attn, "scaling", self.head_dim**-0.5))
         table = self._table()
         # The table's column k of the sin half is sin(p * inv_freq[k]); rebuild inv_freq as HF does.
-        self.inv_freq = 1.0 / (10000 ** (torch.arange(0, self.rotary_dim, 2, dtype=torch.int64) / self.rotary_dim))
-        self.inv_freq = self.inv_freq.double()
+        inv = 1.0 / (10000 ** (torch.arange(0, self.rotary_dim, 2, dtype=torch.int64) / self.rotary_dim))
+        self._inv_freq = inv.double()
         if table.shape[-1] != self.rotary_dim:
             raise PosymError("GPT-J rotary table width does not match rotary_dim")
 
@@ -346,7 +390,10 @@ class GPTJAdapter(RopeAdapter):
     def attention_module(self, layer: int) -> nn.Module:
         return self.model.transformer.h[layer].attn
 
-    def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+    def layer_inv_freq(self, layer: int | None = None) -> Tensor:
+        return self._inv_freq
+
+    def cos_sin(self, positions: Tensor, layer: int | None = None) -> tuple[Tensor, Tensor]:
         table = self._table().to(positions.device)
         sincos = table[positions].float()
         sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
@@ -355,151 +402,227 @@ class GPTJAdapter(RopeAdapter):
     def qk_hooks(self, layer: int, store: dict) -> list:
         attn = self.attention_module(layer)
         H, hd = self.n_heads, self.head_dim
-
-        def hq(module, args, out):
-            store["q"] = _heads_view(out, H, hd)
-
-        def hk(module, args, out):
-            store["k"] = _heads_view(out, H, hd)
-
-        return [attn.q_proj.register_forward_hook(hq), attn.k_proj.register_forward_hook(hk)]
+        return [attn.q_proj.register_forward_hook(_store_hook(store, "q", H, hd)),
+                attn.k_proj.register_forward_hook(_store_hook(store, "k", H, hd))]
 
 
-class _HFRotaryMixin:
-    """cos/sin from the model's own HF rotary module (``forward(x, position_ids) -> (cos, sin)``)."""
+#: q/k norm module names (and the attention's on/off flag) read after the projections, pre-rotary.
+_QK_NORMS = (("q_norm", "k_norm", "use_qk_norm"), ("q_layernorm", "k_layernorm", "qk_layernorm"))
 
-    def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        emb = self._rotary_module()
-        dummy = torch.zeros(1, dtype=torch.float32, device=positions.device)
-        cos, sin = emb(dummy, positions[None])
-        return cos[0].float(), sin[0].float()
 
-    def _inv_freq_and_dim(self) -> tuple[Tensor, int]:
-        emb = self._rotary_module()
-        inv = getattr(emb, "inv_freq", None)
-        if inv is None:
-            raise PosymError("the model's rotary module has no inv_freq")
-        return inv.detach().double().cpu(), 2 * inv.numel()
+def _first_attr(objs: Sequence[Any], names: Sequence[str]) -> Any:
+    """The first non-None ``getattr(obj, name)`` over ``objs`` × ``names`` (None if none)."""
+    for obj in objs:
+        for name in names:
+            v = getattr(obj, name, None)
+            if v is not None:
+                return v
+    return None
 
-    _attn_attr = "self_attn"  # name of the attention module inside a decoder layer
 
-    def _rotary_module(self) -> nn.Module:
-        emb = getattr(self.base_model, "rotary_emb", None)
-        if emb is None:
-            emb = getattr(getattr(self.base_model.layers[0], self._attn_attr), "rotary_emb", None)
-        if emb is None:
-            raise PosymError("cannot find the model's rotary embedding module")
-        return emb
+class HFRopeAdapter(RopeAdapter):
+    """Every family of :data:`FAMILIES` (module doc): layout from its :class:`Family`, the rest read
+    from the loaded model (counts, head dim, ``scaling``, soft-cap, windows, rotary, q/k norms)."""
+
+    def __init__(self, model: nn.Module, spec: Family):
+        super().__init__(model)
+        cfg = self.config
+        self.spec = spec
+        self.family = str(cfg.model_type)
+        self.pair_convention = spec.pairs
+        self.base_model = _decoder(model)
+        layers = self.base_model.layers
+        self.n_layers = len(layers)
+        attn0 = self.attention_module(0)
+        self.n_heads = int(cfg.num_attention_heads)
+        self.n_kv_heads = self._kv_heads(attn0)
+        self.head_dim = int(_first_attr([attn0, cfg], ["head_dim", "head_size"]) or cfg.hidden_size // self.n_heads)
+        scaling = getattr(attn0, "scaling", None)
+        if scaling is None:  # transformers 4.x GPT-NeoX: norm_factor = sqrt(head_size)
+            nf = getattr(attn0, "norm_factor", None)
+            scaling = 1.0 / float(nf) if nf is not None else self.head_dim**-0.5
+        self.scaling = float(scaling)
+        cap = _first_attr([attn0, cfg], ["attn_logit_softcapping"])
+        self.softcap = float(cap) if cap else None
+        if self.n_heads % self.n_kv_heads:
+            raise PosymError("num_attention_heads must be a multiple of num_key_value_heads")
+        # per layer: (rotary module, its layer_type argument) or None for a NoPE layer
+        self._rotaries = [self._rotary(l) if self.has_rope(l) else None for l in range(self.n_layers)]
+        dims = {2 * self._rope_inv_freq(l).numel() for l in range(self.n_layers) if self._rotaries[l] is not None}
+        if len(dims) > 1:
+            raise PosymError(f"{self.family}: layers rotate different numbers of dims {sorted(dims)}; not supported")
+        if not dims:
+            raise PosymError(f"{self.family}: no layer uses RoPE (nothing positional to score)")
+        self.rotary_dim = dims.pop()
+
+    # ---- structure -----------------------------------------------------------------------------------
+    def _kv_heads(self, attn: nn.Module) -> int:
+        """Key/value heads: the attention's own count or group size, else the config's (not for per-head fused qkv)."""
+        kv = getattr(attn, "num_key_value_heads", None)
+        groups = getattr(attn, "num_key_value_groups", None)
+        if kv is None and groups:
+            kv = self.n_heads // int(groups)
+        if kv is None and self.spec.qkv != "per_head":
+            kv = getattr(self.config, "num_key_value_heads", None)
+        return int(kv or self.n_heads)
 
     @property
     def blocks(self):
         return self.base_model.layers
 
     def attention_module(self, layer: int) -> nn.Module:
-        return getattr(self.base_model.layers[layer], self._attn_attr)
-
-
-class LlamaAdapter(_HFRotaryMixin, RopeAdapter):
-    """Llama-layout models (see :data:`LLAMA_LIKE`): half-split pairs, GQA, ``model.model.rotary_emb``."""
-
-    family = "llama"
-    pair_convention = "half"
-
-    def __init__(self, model: nn.Module):
-        super().__init__(model)
-        cfg = self.config
-        self.base_model = model.model
-        layers = self.base_model.layers
-        self.n_layers = len(layers)
-        attn0 = layers[0].self_attn
-        self.n_heads = cfg.num_attention_heads
-        self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.n_heads
-        self.head_dim = int(getattr(attn0, "head_dim", None) or getattr(cfg, "head_dim", None)
-                            or cfg.hidden_size // cfg.num_attention_heads)
-        self.scaling = float(getattr(attn0, "scaling", self.head_dim**-0.5))
-        cap = getattr(cfg, "attn_logit_softcapping", None)
-        self.softcap = float(cap) if cap else None
-        self.inv_freq, self.rotary_dim = self._inv_freq_and_dim()
-        if self.n_heads % self.n_kv_heads:
-            raise PosymError("num_attention_heads must be a multiple of num_key_value_heads")
-
+        block = self.base_model.layers[layer]
+        attn = _first_attr([block], ["self_attn", "attention"])
+        if attn is None:
+            raise PosymError(f"{self.family}: cannot find the attention module of layer {layer}")
+        return attn
 
     def sliding_window(self, layer: int) -> int | None:
         attn = self.attention_module(layer)
-        if hasattr(attn, "sliding_window"):
-            return attn.sliding_window or None
-        if getattr(self.config, "model_type", "") == "mistral":
-            return getattr(self.config, "sliding_window", None) or None
+        if self.spec.window_from_config:  # the attention passes config.sliding_window (Mistral, Phi-3)
+            win = getattr(self.config, "sliding_window", None)
+        elif getattr(attn, "is_sliding", True) is False or self._layer_type(layer) == "full_attention":
+            win = None  # EXAONE-4, Kolibri keep the config's window on their global layers too
+        else:
+            win = getattr(attn, "sliding_window", None)
+        return int(win) if win else None
+
+    @property
+    def max_positions(self) -> int | None:
+        key = self.spec.position_cap
+        if key is None:
+            return None
+        params = getattr(self.config, "rope_parameters", None) or {}
+        cap = params.get(key) if isinstance(params, dict) else None
+        return int(cap) if cap else None
+
+    # ---- rotary --------------------------------------------------------------------------------------
+    def has_rope(self, layer: int) -> bool:
+        nope = self.spec.nope
+        if nope is None:
+            return True
+        attn = self.attention_module(layer)
+        if nope in ("unwindowed", "global"):
+            windowed = self.sliding_window(layer) is not None or bool(getattr(attn, "force_rope", False))
+            return windowed or (nope == "global" and getattr(self.config, "sliding_window", None) is None)
+        flag = getattr(attn, nope, None)
+        if flag is None:
+            raise PosymError(f"{self.family}: the attention of layer {layer} has no {nope!r} flag (unsupported version)")
+        return bool(flag)
+
+    def _layer_type(self, layer: int) -> str | None:
+        types = getattr(self.config, "layer_types", None)
+        return str(types[layer]) if types else None
+
+    def _rotary(self, layer: int) -> tuple[nn.Module, str | None]:
+        """``(rotary module, layer_type argument or None)`` of ``layer``."""
+        base = self.base_model
+        lt = self._layer_type(layer)
+        local = getattr(base, "rotary_emb_local", None)  # Gemma-3 on transformers 4.x: a second module
+        if local is not None and lt == "sliding_attention":
+            return local, None
+        emb = _first_attr([base, self.attention_module(layer)], ["rotary_emb"])
+        if emb is None:
+            raise PosymError(f"{self.family}: cannot find the model's rotary embedding module")
+        takes_type = "layer_type" in inspect.signature(emb.forward).parameters
+        return emb, (lt if takes_type else None)
+
+    def _rope_inv_freq(self, layer: int) -> Tensor:
+        emb, lt = self._rotaries[layer]
+        inv = getattr(emb, f"{lt}_inv_freq" if lt else "inv_freq", None)
+        if inv is None:
+            raise PosymError(f"{self.family}: the rotary module has no inv_freq")
+        return inv.detach().double().cpu()
+
+    def _layer(self, layer: int | None) -> int:
+        """``layer``, or for None the layer standing for all (PosymError when their rotaries differ)."""
+        if layer is not None:
+            return int(self.check_layers([layer])[0])
+        if len({None if r is None else (id(r[0]), r[1]) for r in self._rotaries}) > 1:
+            raise PosymError(f"{self.family}: the layers use different rotaries (per-layer RoPE or NoPE layers); "
+                             "pass layer=")
+        return 0
+
+    def layer_inv_freq(self, layer: int | None = None) -> Tensor:
+        layer = self._layer(layer)
+        if self._rotaries[layer] is None:
+            return torch.zeros(self.rotary_dim // 2, dtype=torch.float64)
+        return self._rope_inv_freq(layer)
+
+    def cos_sin(self, positions: Tensor, layer: int | None = None) -> tuple[Tensor, Tensor]:
+        layer = self._layer(layer)
+        if self._rotaries[layer] is None:  # NoPE: the rotation by angle 0
+            ones = torch.ones(positions.shape[0], self.rotary_dim, device=positions.device)
+            return ones, torch.zeros_like(ones)
+        emb, lt = self._rotaries[layer]
+        dummy = torch.zeros(1, dtype=torch.float32, device=positions.device)
+        cos, sin = emb(dummy, positions[None], *([lt] if lt else []))
+        cos, sin = cos[0].float(), sin[0].float()
+        table = self.spec.table
+        if table is not None and table != self.pair_convention:
+            cos, sin = (rope.expand_pairs(rope.pair_values(x, table), self.pair_convention) for x in (cos, sin))
+        return cos, sin
+
+    # ---- capture -------------------------------------------------------------------------------------
+    def _norms(self, attn: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+        for qn, kn, flag in _QK_NORMS:
+            q, k = getattr(attn, qn, None), getattr(attn, kn, None)
+            if isinstance(q, nn.Module) and isinstance(k, nn.Module) and getattr(attn, flag, True):
+                return q, k
         return None
 
     def qk_hooks(self, layer: int, store: dict) -> list:
         attn = self.attention_module(layer)
         H, Hkv, hd = self.n_heads, self.n_kv_heads, self.head_dim
-        qmod = getattr(attn, "q_norm", None) or attn.q_proj  # q_norm (Qwen3/OLMo2/Gemma3) acts pre-rotary
-        kmod = getattr(attn, "k_norm", None) or attn.k_proj
+        norms = self._norms(attn)
+        if norms is not None:  # q/k norms (Qwen3, OLMo2, Gemma-3, Cohere, StableLM, ...) act pre-rotary
+            hf = self.spec.norm_heads_first
+            return [norms[0].register_forward_hook(_store_hook(store, "q", H, hd, hf)),
+                    norms[1].register_forward_hook(_store_hook(store, "k", Hkv, hd, hf))]
+        if self.spec.qkv == "separate":
+            return [attn.q_proj.register_forward_hook(_store_hook(store, "q", H, hd)),
+                    attn.k_proj.register_forward_hook(_store_hook(store, "k", Hkv, hd))]
+        if self.spec.qkv == "fused":  # Phi-3 qkv_proj: [q (H·hd) | k (Hkv·hd) | v]
+            def fused(module, args, out):
+                store["q"] = _heads_view(out[..., : H * hd], H, hd)
+                store["k"] = _heads_view(out[..., H * hd:(H + Hkv) * hd], Hkv, hd)
+            return [attn.qkv_proj.register_forward_hook(fused)]
 
-        def hq(module, args, out):
-            store["q"] = _heads_view(out, H, hd)
-
-        def hk(module, args, out):
-            store["k"] = _heads_view(out, Hkv, hd)
-
-        return [qmod.register_forward_hook(hq), kmod.register_forward_hook(hk)]
-
-
-class GPTNeoXAdapter(_HFRotaryMixin, RopeAdapter):
-    """HF ``GPTNeoXForCausalLM``: half-split pairs on the first ``rotary_pct`` dims, fused qkv."""
-
-    _attn_attr = "attention"
-
-    family = "gpt_neox"
-    pair_convention = "half"
-
-    def __init__(self, model: nn.Module):
-        super().__init__(model)
-        cfg = self.config
-        self.base_model = model.gpt_neox
-        self.n_layers = len(self.base_model.layers)
-        self.n_heads = self.n_kv_heads = cfg.num_attention_heads
-        self.head_dim = cfg.hidden_size // cfg.num_attention_heads
-        attn0 = self.base_model.layers[0].attention
-        scaling = getattr(attn0, "scaling", None)
-        if scaling is None:  # transformers 4.x: norm_factor = sqrt(head_size)
-            nf = getattr(attn0, "norm_factor", None)
-            scaling = 1.0 / float(nf) if nf is not None else self.head_dim**-0.5
-        self.scaling = float(scaling)
-        self.inv_freq, self.rotary_dim = self._inv_freq_and_dim()
-
-
-    def qk_hooks(self, layer: int, store: dict) -> list:
-        attn = self.attention_module(layer)
-        H, hd = self.n_heads, self.head_dim
-
-        def hqkv(module, args, out):
+        def per_head(module, args, out):  # GPT-NeoX / Persimmon query_key_value: per head [q | k | v]
             B, T = out.shape[:2]
             qkv = out.reshape(B, T, H, 3 * hd).transpose(1, 2)
-            store["q"] = qkv[..., :hd]
-            store["k"] = qkv[..., hd:2 * hd]
+            store["q"], store["k"] = qkv[..., :hd], qkv[..., hd:2 * hd]
+        return [attn.query_key_value.register_forward_hook(per_head)]
 
-        return [attn.query_key_value.register_forward_hook(hqkv)]
+
+def _decoder(model: nn.Module) -> nn.Module:
+    """The decoder stack (holding ``layers``) of an HF causal LM; PosymError if there is none."""
+    base = getattr(model, "base_model", None)
+    for cand in (base, getattr(model, "model", None), getattr(model, "gpt_neox", None)):
+        if cand is not None and cand is not model and hasattr(cand, "layers"):
+            return cand
+    raise PosymError(f"{type(model).__name__}: no decoder layers found (use the causal-LM class of the family)")
+
+
+def supported_families() -> str:
+    """The supported ``model_type`` values as one comma-separated line (for error messages)."""
+    return ", ".join(SUPPORTED)
 
 
 def get_adapter(model: nn.Module) -> RopeAdapter:
-    """The :class:`RopeAdapter` for an HF causal LM (GPT-J, Llama-style, GPT-NeoX); PosymError otherwise."""
+    """The :class:`RopeAdapter` for an HF causal LM (GPT-J or a family of :data:`FAMILIES`); PosymError otherwise."""
     if isinstance(model, RopeAdapter):
         return model
     cfg = getattr(model, "config", None)
     mt = getattr(cfg, "model_type", None)
     if mt == "gptj" and hasattr(model, "transformer"):
         return GPTJAdapter(model)
-    if mt in LLAMA_LIKE and hasattr(getattr(model, "model", None), "layers"):
-        return LlamaAdapter(model)
-    if mt == "gpt_neox" and hasattr(model, "gpt_neox"):
-        return GPTNeoXAdapter(model)
+    if mt in FAMILIES:
+        return HFRopeAdapter(model, FAMILIES[mt])
     name = type(model).__name__
-    raise PosymError(f"unsupported model {name} (model_type={mt!r}); supported: gptj, gpt_neox, "
-                     + ", ".join(LLAMA_LIKE) + " (causal-LM classes)")
+    raise PosymError(f"unsupported model {name} (model_type={mt!r}); supported: {supported_families()} "
+                     "(causal-LM classes; see docs/models.md)")
 
 
-__all__ = ["RopeAdapter", "GPTJAdapter", "LlamaAdapter", "GPTNeoXAdapter", "LLAMA_LIKE", "get_adapter", "eval_mode",
-           "hook_handles"]
+__all__ = ["RopeAdapter", "GPTJAdapter", "HFRopeAdapter", "SUPPORTED", "get_adapter", "eval_mode", "hook_handles",
+           "supported_families"]

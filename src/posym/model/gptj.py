@@ -141,8 +141,9 @@ def save_model(model: GPTJForCausalLM, directory: str | os.PathLike) -> None:
         model.save_pretrained(directory, safe_serialization=True)
 
 
-def load_model(directory: str | os.PathLike, device: str | torch.device = "cpu") -> GPTJForCausalLM:
-    """Load an HF GPT-J checkpoint directory (posym's or anyone's) in eval mode with eager attention."""
+def checkpoint_model_type(directory: str | os.PathLike) -> str | None:
+    """The ``model_type`` of an HF checkpoint directory's ``config.json`` (None if it names none);
+    PosymError when there is no readable config."""
     directory = Path(directory)
     if not (directory / HF_CONFIG).is_file():
         raise PosymError(f"no HF checkpoint at {directory} ({HF_CONFIG} missing)")
@@ -150,17 +151,31 @@ def load_model(directory: str | os.PathLike, device: str | torch.device = "cpu")
         model_type = json.loads((directory / HF_CONFIG).read_text()).get("model_type")
     except (ValueError, OSError, AttributeError) as exc:
         raise PosymError(f"cannot load checkpoint {directory}: {HF_CONFIG} is not valid JSON ({exc})") from exc
+    return None if model_type is None else str(model_type)
+
+
+def load_pretrained(cls: Any, directory: str | os.PathLike, device: str | torch.device = "cpu",
+                    **kwargs: Any) -> torch.nn.Module:
+    """``cls.from_pretrained(directory)`` with eager attention (SPEC §3), quiet, in eval mode on ``device``;
+    PosymError (one line) on a corrupt checkpoint or missing / unexpected weight tensors."""
+    try:
+        with quiet_hf():
+            model, info = cls.from_pretrained(directory, attn_implementation="eager", output_loading_info=True,
+                                              **kwargs)
+    except Exception as exc:  # corrupt weights, wrong architecture, ...
+        raise PosymError(f"cannot load checkpoint {directory}: {str(exc).strip().splitlines()[0]}") from exc
+    check_loading_info(info, directory)
+    return model.to(device).eval()
+
+
+def load_model(directory: str | os.PathLike, device: str | torch.device = "cpu") -> GPTJForCausalLM:
+    """Load an HF GPT-J checkpoint directory (posym's or anyone's) in eval mode with eager attention."""
+    directory = Path(directory)
+    model_type = checkpoint_model_type(directory)
     if model_type not in (None, "gptj"):
         raise PosymError(f"{directory} holds a {model_type!r} model; this verb needs a GPT-J checkpoint "
                          "(posym's trained models)")
-    try:
-        with quiet_hf():
-            model, info = GPTJForCausalLM.from_pretrained(directory, attn_implementation="eager",
-                                                          output_loading_info=True)
-    except Exception as exc:  # corrupt weights, wrong architecture, ...
-        raise PosymError(f"cannot load checkpoint {directory}: {str(exc).splitlines()[0]}") from exc
-    check_loading_info(info, directory)
-    return model.to(device).eval()
+    return load_pretrained(GPTJForCausalLM, directory, device)
 
 
 def extend_positions(model: torch.nn.Module, n_positions: int) -> torch.nn.Module:
@@ -190,4 +205,4 @@ def extend_positions(model: torch.nn.Module, n_positions: int) -> torch.nn.Modul
 
 
 __all__ = ["HF_CONFIG", "HF_WEIGHTS", "PRESETS", "model_config", "build_model", "save_model", "load_model",
-           "extend_positions"]
+           "checkpoint_model_type", "load_pretrained", "extend_positions"]

@@ -61,6 +61,15 @@ def expand_pairs(per_pair: Tensor, convention: str) -> Tensor:
     return torch.cat((per_pair, per_pair), dim=-1)
 
 
+def pair_values(per_dim: Tensor, convention: str) -> Tensor:
+    """Inverse of :func:`expand_pairs`: per-dim values [..., r] (equal on the two dims of each pair)
+    -> the per-pair values [..., r/2]."""
+    _check_convention(convention)
+    if convention == "interleaved":
+        return per_dim[..., ::2]
+    return per_dim[..., : per_dim.shape[-1] // 2]
+
+
 def cos_sin(positions: Tensor, inv_freq: Tensor, convention: str, scale: float = 1.0) -> tuple[Tensor, Tensor]:
     """Per-dim cos/sin tables for integer ``positions`` [T] and ``inv_freq`` [r/2] -> two [T, r] tensors.
 
@@ -127,6 +136,7 @@ __all__ = [
     "angles",
     "partner",
     "expand_pairs",
+    "pair_values",
     "cos_sin",
     "apply_rotary",
     "apply_rotary_transpose",

@@ -6,7 +6,9 @@
   ``final_model="best"``, its best-validation checkpoint ``checkpoints/best/`` (SPEC §2); ``step``
   picks another: an int, ``"last"`` (the newest) or ``"best"``.
 - The task comes from ``posym.json`` (the checkpoint's, else the run's); a directory without one (e.g.
-  a plain HF GPT-J) needs the ``task`` argument. A ``task`` that contradicts ``posym.json``, or a
+  a plain HF GPT-J) needs the ``task`` argument.
+- The model must be a GPT-J (posym's own) unless ``any_family=True`` (the head scores): then any RoPE
+  family posym reads (docs/models.md) loads. A ``task`` that contradicts ``posym.json``, or a
   model whose vocabulary does not fit the task, is a PosymError.
 """
 
@@ -16,9 +18,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformers import GPTJForCausalLM
+from torch import nn
 
 from posym.errors import PosymError
+from posym.model.causal_lm import load_causal_lm
 from posym.model.gptj import load_model
 from posym.runs.layout import read_meta
 from posym.tasks.vocab import check_task, get_vocab
@@ -30,7 +33,7 @@ from posym.runs.layout import best_checkpoint, list_checkpoints, step_of_name
 class ResolvedModel:
     """A loaded model and what it was trained on. ``step`` is None when unknown."""
 
-    model: GPTJForCausalLM
+    model: nn.Module
     task: str
     step: int | None
     path: Path
@@ -108,15 +111,15 @@ def resolve_task(run_or_model_dir: str | os.PathLike, ckpt: Path, task: str | No
 
 
 def resolve_model(run_or_model_dir: str | os.PathLike, task: str | None = None, step: StepChoice = None,
-                  device: str = "cpu") -> ResolvedModel:
+                  device: str = "cpu", any_family: bool = False) -> ResolvedModel:
     """Load the model of a run (the checkpoint it stands for, or ``step``) or of a checkpoint directory.
 
     Returns a :class:`ResolvedModel` (unpacks as ``model, task, step``); the model is in eval mode
-    with eager attention.
+    with eager attention. A GPT-J unless ``any_family`` (then any supported RoPE family, SPEC §3).
     """
     ckpt = resolve_checkpoint(run_or_model_dir, step)
     task = resolve_task(run_or_model_dir, ckpt, task)
-    model = load_model(ckpt, device=device)
+    model = (load_causal_lm if any_family else load_model)(ckpt, device=device)
     need = get_vocab(task).size
     if model.config.vocab_size < need:
         raise PosymError(f"model at {ckpt} has vocab_size {model.config.vocab_size} < {need} of the {task} task")

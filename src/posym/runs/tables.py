@@ -113,12 +113,19 @@ def _atomic(path: Path, write) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def to_parquet(df: pd.DataFrame, path: str | os.PathLike) -> None:
+    """``df.to_parquet`` of the rows and columns only (``df.attrs``, e.g. side tables, are not stored)."""
+    plain = df.copy(deep=False)
+    plain.attrs = {}
+    plain.to_parquet(path, index=False)
+
+
 def write_parquet_copy(df: pd.DataFrame, csv_path: str | os.PathLike) -> Path | None:
     """Write ``df`` as the Parquet sibling of ``csv_path`` (atomically) when pyarrow is installed."""
     if not parquet_available():
         return None
     out = parquet_path(csv_path)
-    _atomic(out, lambda p: df.to_parquet(p, index=False))
+    _atomic(out, lambda p: to_parquet(df, p))
     return out
 
 
@@ -198,4 +205,4 @@ def schema_markdown() -> str:
 
 
 __all__ = ["RUN_TABLES", "TableSchema", "append_table", "load_run", "parquet_available", "parquet_path",
-           "read_table", "refresh_parquet", "schema_markdown", "write_parquet_copy", "write_table"]
+           "read_table", "refresh_parquet", "schema_markdown", "to_parquet", "write_parquet_copy", "write_table"]

@@ -43,8 +43,8 @@ def last_query_logits(model, input_ids, layers: Sequence[int] | None = None) -> 
     pos = torch.arange(T, device=q.device)
     out = []
     for i, layer in enumerate(layers):
-        qr = ad.rotate(q[i][:, :, -1:], [T - 1]).float()  # [B, H, 1, hd]
-        kr = ad.rotate(k[i], pos).float()[:, ad.kv_index.to(q.device)]  # [B, H, T, hd]
+        qr = ad.rotate(q[i][:, :, -1:], [T - 1], layer).float()  # [B, H, 1, hd]
+        kr = ad.rotate(k[i], pos, layer).float()[:, ad.kv_index.to(q.device)]  # [B, H, T, hd]
         logit = torch.matmul(qr, kr.transpose(-1, -2))[:, :, 0] * ad.scaling  # [B, H, T]
         if ad.softcap is not None:
             logit = torch.tanh(logit / ad.softcap) * ad.softcap

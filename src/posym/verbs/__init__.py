@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from posym.errors import PosymError
-from posym.runs.tables import parquet_available, parquet_path
+from posym.runs.tables import parquet_available, parquet_path, to_parquet
 
 
 @dataclass
@@ -89,7 +89,7 @@ class Outputs:
         """The table as CSV and, when pyarrow is installed, as Parquet beside it (``posym.runs.tables``)."""
         out = self._write(Path(path), lambda p: df.to_csv(p, index=False))
         if parquet_available():
-            self._write(parquet_path(out), lambda p: df.to_parquet(p, index=False))
+            self._write(parquet_path(out), lambda p: to_parquet(df, p))
         return out
 
     def text(self, text: str, path: str | os.PathLike) -> Path:

@@ -21,7 +21,8 @@ def score_checkpoints(path: str | os.PathLike, task: str | None = None, prompts:
                       steps: Sequence[int] | None = None, seed: int = 0, progress: bool = True,
                       device: str = "cpu") -> pd.DataFrame:
     """Scores of every checkpoint of a run directory (one block of rows per ``step``), or of one HF
-    GPT-J checkpoint directory (no ``step`` column). Prompts: a JSONL file, else the first
+    checkpoint directory of any supported RoPE family (GPT-J, Llama, Gemma, ...; docs/models.md; no
+    ``step`` column). Prompts: a JSONL file, else the first
     ``n_prompts`` validation prompts of the task (the set head tracking uses). ``device``: where the
     models run (e.g. "cuda"); scores are float32/float64 on every device."""
     from tqdm.auto import tqdm
@@ -50,7 +51,7 @@ def score_checkpoints(path: str | os.PathLike, task: str | None = None, prompts:
     ids = read_prompt_ids(prompts, task) if prompts else make_split(task, "val", seed=seed, n=n_prompts).input_ids
     frames = []
     for step, p in tqdm(targets, desc="scoring checkpoints", disable=not progress or len(targets) == 1):
-        model, _, _ = resolve_model(p, task=task, device=device)
+        model, _, _ = resolve_model(p, task=task, device=device, any_family=True)
         frames.append(score_table(model, ids, taus, step=step, per_prompt=per_prompt))
     return pd.concat(frames, ignore_index=True)
 
