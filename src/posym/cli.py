@@ -200,9 +200,9 @@ def _cmd_scores(a):
     from posym.verbs.scores import scores
 
     target = a.model or a.run_dir
-    if not target or (a.model and a.run_dir):
-        raise PosymError("give exactly one of RUN_DIR or --model MODEL_DIR")
-    _show(scores(target, out=a.out, force=a.force, task=a.task, prompts=a.prompts, n_prompts=a.n,
+    if sum(map(bool, (a.model, a.run_dir, a.series))) != 1:
+        raise PosymError("give exactly one of RUN_DIR, --model MODEL_DIR or --series DIR [DIR ...]")
+    _show(scores(target, series=a.series, out=a.out, force=a.force, task=a.task, prompts=a.prompts, n_prompts=a.n,
                  taus=a.tau or [1e-4], per_prompt=a.per_prompt, steps=a.steps, seed=a.seed, device=a.device))
 
 
@@ -377,7 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sc = sub.add_parser("scores", help="positional/symbolic scores of every head (SPEC §3, fast exact path)")
     sc.add_argument("run_dir", nargs="?", help="run directory: scores every checkpoint")
-    sc.add_argument("--model", default=None, help="an HF GPT-J checkpoint or run directory")
+    sc.add_argument("--model", default=None,
+                    help="an HF checkpoint of any supported RoPE family (docs/models.md) or a run directory")
+    sc.add_argument("--series", nargs="+", default=None, metavar="DIR",
+                    help="a checkpoint series: an HF Trainer output folder (its checkpoint-N/) or several model "
+                         "folders (step = the last number in each name); one table with a step column")
     sc.add_argument("--task", default=None, choices=TASK_CHOICES,
                     help="token ids of SPEC §1 (needed for foreign checkpoints)")
     sc.add_argument("--prompts", default=None, help="JSONL prompt file (posym data export); default: validation prompts")
@@ -387,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--steps", type=int_list, default=None, help="only these checkpoint steps, e.g. 0,1000,6750")
     sc.add_argument("--per-prompt", action="store_true", help="one row per prompt instead of means")
     sc.add_argument("--device", type=device_type, default="cpu", help="cpu or cuda")
-    sc.add_argument("--out", default=None, help="CSV file (default: DIR/scores.csv)")
+    sc.add_argument("--out", default=None, help="CSV file (default: DIR/scores.csv; needed for several --series folders)")
     _force(sc)
     sc.set_defaults(func=_cmd_scores)
 

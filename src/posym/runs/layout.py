@@ -164,6 +164,42 @@ def is_checkpoint(path: str | os.PathLike) -> bool:
     return p.is_dir() and (p / CONFIG_JSON).is_file() and (p / WEIGHTS).is_file()
 
 
+#: HF ``Trainer`` checkpoint folders: ``checkpoint-N`` (N = the optimizer step).
+_HF_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_LAST_NUMBER = re.compile(r"(\d+)(?!.*\d)")
+
+
+def checkpoint_series(paths: "list[str | os.PathLike]") -> list[tuple[int, Path]]:
+    """(step, model folder) of a checkpoint series, sorted by step: the ``checkpoint-N/`` folders of
+    one HF ``Trainer`` output directory, the ``step-NNNNNN`` checkpoints of one posym run, or several
+    model folders given in any order (step = the last number in each folder name, else the
+    position in the list). PosymError for a folder without ``config.json`` or two equal steps."""
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise PosymError("a checkpoint series needs at least one folder")
+    for p in paths:
+        if not p.is_dir():
+            raise PosymError(f"no such model folder: {p}" if not p.exists() else f"{p} is not a folder")
+    if len(paths) == 1 and not (paths[0] / CONFIG_JSON).is_file():
+        root = paths[0]
+        found = list_checkpoints(root) or sorted(
+            (int(m.group(1)), p) for p in root.iterdir() if (m := _HF_CHECKPOINT.match(p.name)) and p.is_dir())
+        if not found:
+            raise PosymError(f"{root} holds no checkpoint-N/ (HF Trainer) or checkpoints/step-N/ (posym) folders")
+        series = found
+    else:
+        numbers = [_LAST_NUMBER.search(p.name) for p in paths]
+        steps = [int(m.group(1)) for m in numbers] if all(numbers) else list(range(len(paths)))
+        series = sorted(zip(steps, paths))
+    for step, p in series:
+        if not (p / CONFIG_JSON).is_file():
+            raise PosymError(f"{p} is not a model folder (no {CONFIG_JSON})")
+    dup = sorted({s for s, _ in series if [t for t, _ in series].count(s) > 1})
+    if dup:
+        raise PosymError(f"two folders of the series have step {dup[0]}; name them with distinct numbers")
+    return series
+
+
 def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
     """(step, path) of every complete ``step-NNNNNN`` checkpoint of a run, sorted by step."""
     root = Path(run_dir) / CHECKPOINTS
@@ -297,7 +333,7 @@ def stage_table(out: str | os.PathLike) -> list[dict]:
 
 __all__ = [n for n in dir() if n.isupper() or n in (
     "accuracy_figure", "aggregate_table", "best_checkpoint", "best_dir", "figure", "fig2", "find_runs", "flow_name",
-    "is_checkpoint",
+    "checkpoint_series", "is_checkpoint",
     "list_checkpoints", "marker_path", "png", "pure_counts", "purity", "qk_geometry", "read_json", "read_marker",
     "read_meta", "run_dir", "stage_table", "step_dir", "step_of_name", "summary_path", "write_json_atomic",
     "write_meta")]

@@ -16,6 +16,31 @@ from posym.runs import layout
 from posym.verbs import Outputs, VerbResult
 
 
+def _prompt_ids(task: str, prompts: str | os.PathLike | None, n_prompts: int, seed: int):
+    from posym.tasks import make_split
+    from posym.tasks.export import read_prompt_ids
+
+    if n_prompts < 1:
+        raise PosymError(f"need at least one prompt, got n={n_prompts}")
+    return read_prompt_ids(prompts, task) if prompts else make_split(task, "val", seed=seed, n=n_prompts).input_ids
+
+
+def _score_targets(targets: list[tuple[int | None, Path]], task: str, ids, taus: Sequence[float], per_prompt: bool,
+                   progress: bool, device: str) -> pd.DataFrame:
+    """One block of rows per (step, model folder); a ``step`` column unless the only step is None."""
+    from tqdm.auto import tqdm
+
+    from posym.runs.resolve import resolve_model
+
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise PosymError("--device cuda requested but CUDA is not available")
+    frames = []
+    for step, p in tqdm(targets, desc="scoring checkpoints", disable=not progress or len(targets) == 1):
+        model, _, _ = resolve_model(p, task=task, device=device, any_family=True)
+        frames.append(score_table(model, ids, taus, step=step, per_prompt=per_prompt))
+    return pd.concat(frames, ignore_index=True)
+
+
 def score_checkpoints(path: str | os.PathLike, task: str | None = None, prompts: str | os.PathLike | None = None,
                       n_prompts: int = 512, taus: Sequence[float] = (DEFAULT_TAU,), per_prompt: bool = False,
                       steps: Sequence[int] | None = None, seed: int = 0, progress: bool = True,
@@ -25,19 +50,9 @@ def score_checkpoints(path: str | os.PathLike, task: str | None = None, prompts:
     ``step`` column). Prompts: a JSONL file, else the first
     ``n_prompts`` validation prompts of the task (the set head tracking uses). ``device``: where the
     models run (e.g. "cuda"); scores are float32/float64 on every device."""
-    from tqdm.auto import tqdm
-
-    from posym.runs.resolve import resolve_model
-    from posym.tasks import make_split
-    from posym.tasks.export import read_prompt_ids
-
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise PosymError("--device cuda requested but CUDA is not available")
     path = Path(path)
     if not path.is_dir():
         raise PosymError(f"no such run or model directory: {path}" if not path.exists() else f"{path} is not a folder")
-    if n_prompts < 1:
-        raise PosymError(f"need at least one prompt, got n={n_prompts}")
     ckpts = layout.list_checkpoints(path)
     if ckpts and steps is not None:
         wanted = set(steps)
@@ -48,26 +63,54 @@ def score_checkpoints(path: str | os.PathLike, task: str | None = None, prompts:
     task = task or layout.read_meta(path).get("task") or (layout.read_meta(targets[0][1]).get("task") if ckpts else None)
     if task is None:
         raise PosymError(f"cannot tell the task of {path}: pass --task number|letter")
-    ids = read_prompt_ids(prompts, task) if prompts else make_split(task, "val", seed=seed, n=n_prompts).input_ids
-    frames = []
-    for step, p in tqdm(targets, desc="scoring checkpoints", disable=not progress or len(targets) == 1):
-        model, _, _ = resolve_model(p, task=task, device=device, any_family=True)
-        frames.append(score_table(model, ids, taus, step=step, per_prompt=per_prompt))
-    return pd.concat(frames, ignore_index=True)
+    return _score_targets(targets, task, _prompt_ids(task, prompts, n_prompts, seed), taus, per_prompt, progress,
+                          device)
 
 
-def scores(path: str | os.PathLike, *, out: str | os.PathLike | None = None, force: bool = False,
-           **kwargs) -> VerbResult:
-    """:func:`score_checkpoints` written to ``out`` (default ``PATH/scores.csv``); the summary is the
-    last step's table."""
-    out = Path(out) if out else Path(path) / layout.SCORES
+def score_series(folders: Sequence[str | os.PathLike], task: str | None = None,
+                 prompts: str | os.PathLike | None = None, n_prompts: int = 512,
+                 taus: Sequence[float] = (DEFAULT_TAU,), per_prompt: bool = False, steps: Sequence[int] | None = None,
+                 seed: int = 0, progress: bool = True, device: str = "cpu") -> pd.DataFrame:
+    """Scores of every checkpoint of a series (:func:`posym.runs.layout.checkpoint_series`: the
+    ``checkpoint-N/`` folders of an HF ``Trainer`` run, or a list of model folders), any supported
+    family, as one tidy table with a ``step`` column — the ``scores.csv`` that ``posym dynamics`` turns
+    into Fig. 2 curves and pure-head steps (SPEC §3). Each block equals scoring its folder alone."""
+    series = layout.checkpoint_series(list(folders))
+    if steps is not None:
+        wanted = set(steps)
+        series = [(s, p) for s, p in series if s in wanted]
+        if not series:
+            raise PosymError(f"none of the steps {sorted(wanted)} is in the series")
+    task = task or layout.read_meta(series[0][1]).get("task")
+    if task is None:
+        raise PosymError("cannot tell the task of the series: pass --task number|letter")
+    return _score_targets(series, task, _prompt_ids(task, prompts, n_prompts, seed), taus, per_prompt, progress,
+                          device)
+
+
+def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.PathLike] | None = None,
+           out: str | os.PathLike | None = None, force: bool = False, **kwargs) -> VerbResult:
+    """:func:`score_checkpoints` of ``path`` or :func:`score_series` of ``series``, written to ``out``
+    (default ``PATH/scores.csv``, or ``FOLDER/scores.csv`` for a series given as one folder); the
+    summary is the last step's table."""
+    if (path is None) == (series is None):
+        raise PosymError("give exactly one of a run/model folder or a series of checkpoint folders")
+    if series is not None:
+        series = list(series)
+        if out is None and len(series) != 1:
+            raise PosymError("a series of several folders needs --out FILE.csv")
+        out = Path(out) if out else Path(series[0]) / layout.SCORES
+    else:
+        out = Path(out) if out else Path(path) / layout.SCORES
     outputs = Outputs([out], force).check()
-    df = score_checkpoints(path, **kwargs)
+    df = score_series(series, **kwargs) if series is not None else score_checkpoints(path, **kwargs)
     outputs.csv(df, out)
     last = df[df["step"] == df["step"].max()] if "step" in df else df
     cols = [c for c in ("layer", "head", "tau", "s_pos", "s_sym", "entropy") if c in last]
-    text = last[cols].groupby(["layer", "head", "tau"]).mean().round(3).to_string() + f"\nwrote {len(df)} rows to {out}"
+    steps = f" at {df['step'].nunique()} steps" if "step" in df else ""
+    text = (last[cols].groupby(["layer", "head", "tau"]).mean().round(3).to_string()
+            + f"\nwrote {len(df)} rows{steps} to {out}")
     return VerbResult(df, outputs.written, text)
 
 
-__all__ = ["score_checkpoints", "scores"]
+__all__ = ["score_checkpoints", "score_series", "scores"]
