@@ -187,6 +187,33 @@ def test_llm_stage_runs_the_protocol_and_reaches_the_report(repro_copy, monkeypa
     assert len(t3) == 4 and set(t3["paper_text"]) == {"< 0.5", "< 0.1", "> 0.88", "> 0.65"}
 
 
+def test_choice_stage_writes_its_table_and_reaches_the_report(repro_copy, monkeypatch):
+    """llm_choice=true adds the log-likelihood protocol (stage choice) beside the generate protocol."""
+    import importlib
+
+    le = importlib.import_module("posym.lengthgen.llm_eval")
+    protocols = []
+
+    def fake_llm_eval(out=None, threads=None, progress=True, lengths=(), n=1, runs=1, protocol="generate", **kw):
+        protocols.append(protocol)
+        if protocol == "generate":
+            return le.run_protocol(lambda prompts: ["z"] * len(prompts), "fake-llm", out, lengths=[32], runs=1, n=2,
+                                   progress=False)
+        return le.run_protocol(lambda prompts, cands: [[0.0] * len(c) for c in cands], "fake-llm", out, lengths=[32],
+                               runs=1, n=2, progress=False, protocol="choice")
+
+    monkeypatch.setattr(rp, "llm_available", lambda: (True, "fake.gguf"))
+    monkeypatch.setattr(le, "llm_eval", fake_llm_eval)
+    _again(repro_copy, llm=True, overrides={"llm_choice": True})
+    assert sorted(protocols) == ["choice", "generate"] and read_marker(repro_copy, "choice") is not None
+    table = pd.read_csv(repro_copy / "llm" / "choice" / "llm_table.csv")
+    assert set(table["protocol"]) == {"choice"} and (table["chance"] > 0).all()
+    page = (repro_copy / "report.html").read_text()
+    assert "Log-likelihood protocol" in page and "number chance" in page
+    with pytest.raises(PosymError, match="llm_choice"):
+        _again(repro_copy, llm=True, overrides={"llm_choice": "yes"})
+
+
 def test_stage_selection():
     stages = plan_stages(("number", "letter"), 2)
     assert [s.name for s in select_stages(stages, ["freqs"])] == [

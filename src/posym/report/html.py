@@ -371,6 +371,19 @@ def _lengthgen(out: Path, runs: dict, t: dict) -> str:
     return "".join(parts)
 
 
+def _llm_rows(table: pd.DataFrame) -> tuple[list, list[list[str]]]:
+    """Lengths and rows (mean ± sd per task; a chance row per task when the table has one) of an LLM table."""
+    lengths = sorted(table["length"].unique())
+    rows = []
+    for task in dict.fromkeys(table["task"]):
+        g = table[table["task"] == task].set_index("length")
+        rows.append([task] + [fmt_ms(g.loc[x, "mean"], g.loc[x, "sd"], None, 2) if x in g.index else "—"
+                              for x in lengths])
+        if "chance" in g:
+            rows.append([f"{task} chance"] + [f"{g.loc[x, 'chance']:.2f}" if x in g.index else "—" for x in lengths])
+    return lengths, rows
+
+
 def _llm(out: Path, meta: dict) -> str:
     parts = ['<h2 id="table3">Table 3 — 1-hop prompts on a pretrained LLM</h2>',
              "<p>SPEC §1.5 protocol (instructions, worked examples, “output just the target token”) on "
@@ -382,19 +395,28 @@ def _llm(out: Path, meta: dict) -> str:
     if table is None:
         why = skipped.get("reason") or meta.get("llm_note") or "the llm stage has not run"
         return "".join(parts) + _note(f"Table 3 not reproduced here — {why}")
-    lengths = sorted(table["length"].unique())
-    rows = []
-    for task in dict.fromkeys(table["task"]):
-        g = table[table["task"] == task].set_index("length")
-        rows.append([task] + [fmt_ms(g.loc[x, "mean"], g.loc[x, "sd"], None, 2) if x in g.index else "—"
-                              for x in lengths])
+    lengths, rows = _llm_rows(table)
     model = table["model"].iloc[0] if "model" in table else "LLM"
     runs = int(table["runs"].min()) if "runs" in table else 1
     n = int(table["n"].min()) if "n" in table else 0
     parts.append(f"<p>{_e(model)}: accuracy, mean ± sd over {runs} run(s) of {n} prompts each.</p>")
     parts.append(_table(["task"] + [f"length {x}" for x in lengths], rows, num_cols=tuple(range(1, len(lengths) + 1))))
     parts.append(_img(layout.png(out / layout.LLM, layout.FIG_LLM), "accuracy vs target-window length", out))
+    parts.append(_llm_choice(out / layout.LLM / layout.LLM_CHOICE, out))
     return "".join(parts)
+
+
+def _llm_choice(folder: Path, out: Path) -> str:
+    """The log-likelihood protocol's table (accuracy and chance level per length), if it ran."""
+    table = _csv(folder / layout.LLM_TABLE)
+    if table is None:
+        return ""
+    lengths, rows = _llm_rows(table)
+    return ("<h3>Log-likelihood protocol (choice)</h3><p>Every distinct target-window token scored as the answer by "
+            "the model's log-probability after the same prompt; the argmax counts. Chance = mean of 1 / (distinct "
+            "candidates).</p>"
+            + _table(["task"] + [f"length {x}" for x in lengths], rows, num_cols=tuple(range(1, len(lengths) + 1)))
+            + _img(layout.png(folder, layout.FIG_LLM), "choice protocol: accuracy vs length, chance dotted", out))
 
 
 def _configs(out: Path, runs: dict, meta: dict) -> str:

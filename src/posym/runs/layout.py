@@ -73,6 +73,7 @@ DISCREPANCY = "discrepancy"  # .csv + .png|pdf
 TRAINED_DISCREPANCY = "trained_discrepancy"
 RESTRICTED = "restricted"
 LLM_ANSWERS = "answers.jsonl"
+LLM_CHOICE = "choice"  # DIR/llm/choice/: the log-likelihood protocol of a reproduction
 LLM_EVAL_JSON = "llm_eval.json"
 LLM_RUNS = "llm_runs.csv"
 LLM_TABLE = "llm_table.csv"

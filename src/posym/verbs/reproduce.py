@@ -16,6 +16,7 @@ Stages (``{task}`` ∈ number, letter; ``{k}`` = seed 0..K-1, the init, data and
 ``lengthgen-{task}-s{k}``   accuracy vs added target-window tokens (Fig. 5B)
 ``discrepancy``             Δ(n) of the RoPE constructions (Fig. 5A) -> ``DIR/theory/``
 ``llm``                     1-hop prompts on SmolLM2-135M, offline (Table 3) -> ``DIR/llm/``
+``choice``                  the same prompts by log-likelihood, with chance levels -> ``DIR/llm/choice/``
 ``report``                  multi-seed aggregation (``DIR/aggregate/``) and ``DIR/report.html``
 ==========================  =====================================================================
 
@@ -52,9 +53,9 @@ from posym.verbs.pool import Inline, call_stage, terminate_workers, worker_init
 from posym.verbs.settings import (PRESETS, STAGE_SETTINGS, TASKS, overrides_from_pairs, preset_settings,  # noqa: F401
                                   validate_settings)
 
-STAGE_KINDS = ("train", "dynamics", "flow", "ablate", "freqs", "lengthgen", "discrepancy", "llm", "report")
+STAGE_KINDS = ("train", "dynamics", "flow", "ablate", "freqs", "lengthgen", "discrepancy", "llm", "choice", "report")
 RUN_STAGES = ("dynamics", "flow", "ablate", "freqs", "lengthgen")  # per (task, seed), after training
-_PRIORITY = {"train": 0, "llm": 1, "lengthgen": 2, "freqs": 3, "ablate": 3, "dynamics": 4, "flow": 4,
+_PRIORITY = {"train": 0, "llm": 1, "choice": 1, "lengthgen": 2, "freqs": 3, "ablate": 3, "dynamics": 4, "flow": 4,
              "discrepancy": 5, "report": 9}
 
 
@@ -157,19 +158,28 @@ def stage_discrepancy(ctx: Context) -> dict:
     return {"rows": len(res.table)}
 
 
-def stage_llm(ctx: Context) -> dict:
+def _llm_stage(ctx: Context, out: Path, **extra: Any) -> dict:
     from posym.verbs.llm import llm_eval
 
     kw = {k: v for k, v in dict(ctx.settings["llm"]).items() if v is not None}
-    out = Path(ctx.out) / layout.LLM
-    res = llm_eval(out=out, threads=ctx.threads, progress=ctx.progress, **kw).data["result"]
-    (out / layout.SKIPPED_JSON).unlink(missing_ok=True)
+    res = llm_eval(out=out, threads=ctx.threads, progress=ctx.progress, **kw, **extra).data["result"]
+    (Path(ctx.out) / layout.LLM / layout.SKIPPED_JSON).unlink(missing_ok=True)
     return {"model": res.model, "answered": res.n_new, "cached": res.n_cached, "seconds": round(res.seconds, 1)}
+
+
+def stage_llm(ctx: Context) -> dict:
+    return _llm_stage(ctx, Path(ctx.out) / layout.LLM)
+
+
+def stage_choice(ctx: Context) -> dict:
+    """The log-likelihood protocol on the same prompts (SPEC §1.5; chance level per length)."""
+    return _llm_stage(ctx, Path(ctx.out) / layout.LLM / layout.LLM_CHOICE, protocol="choice")
 
 
 STAGE_FUNCS: dict[str, Callable[..., dict]] = {
     "train": stage_train, "dynamics": stage_dynamics, "flow": stage_flow, "ablate": stage_ablate,
     "freqs": stage_freqs, "lengthgen": stage_lengthgen, "discrepancy": stage_discrepancy, "llm": stage_llm,
+    "choice": stage_choice,
 }
 
 
@@ -194,8 +204,9 @@ class Stage:
         return _PRIORITY[self.kind]
 
 
-def plan_stages(tasks: Sequence[str], seeds: int, llm: bool = True) -> list[Stage]:
-    """Every stage of a reproduction, in a valid order (dependencies first)."""
+def plan_stages(tasks: Sequence[str], seeds: int, llm: bool = True, choice: bool = True) -> list[Stage]:
+    """Every stage of a reproduction, in a valid order (dependencies first); ``choice``: with ``llm``,
+    also the log-likelihood protocol (stage ``choice``)."""
     stages: list[Stage] = []
     for task in tasks:
         for k in range(seeds):
@@ -207,6 +218,8 @@ def plan_stages(tasks: Sequence[str], seeds: int, llm: bool = True) -> list[Stag
     stages.append(Stage("discrepancy", "discrepancy"))
     if llm:
         stages.append(Stage("llm", "llm"))
+        if choice:
+            stages.append(Stage("choice", "choice"))
     stages.append(Stage("report", "report", deps=tuple(s.name for s in stages)))
     return stages
 
@@ -307,7 +320,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise PosymError(f"{out} exists and is not a directory")
-    all_stages = plan_stages(tasks, seeds, llm=llm)
+    all_stages = plan_stages(tasks, seeds, llm=llm, choice=bool(settings["llm_choice"]))
     chosen = select_stages(all_stages, stages)
     with DirLock(out, "reproduction"):  # one reproduction per directory at a time
         _check_settings(out, preset, settings)
@@ -321,12 +334,12 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
 def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], seeds: int, device: str,
                chosen: list[Stage], llm: bool, progress: bool, jobs: int | None, t_start: float) -> Path:
     llm_note = None if llm else "not run: --no-llm"
-    llm_stage = next((s for s in chosen if s.kind == "llm"), None)
-    if llm_stage is not None and layout.read_marker(out, "llm") is None:
-        ok, why = llm_available()
-        if not ok:
-            llm_stage.skip_note = f"SmolLM2 evaluation skipped: {why}"
-            llm_note = llm_stage.skip_note
+    for llm_stage in (s for s in chosen if s.kind in ("llm", "choice")):
+        if layout.read_marker(out, llm_stage.name) is None:
+            ok, why = llm_available()
+            if not ok:
+                llm_stage.skip_note = f"SmolLM2 evaluation skipped: {why}"
+                llm_note = llm_stage.skip_note
 
     n_runs = len(tasks) * seeds
     cpus = os.cpu_count() or 1

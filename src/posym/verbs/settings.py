@@ -25,7 +25,8 @@ QUICK_LENGTHGEN_GRID = tuple(range(0, 101, 10)) + tuple(range(200, 1001, 100))
 #:   length and data seed) / ``lengthgen_data_seeds`` / ``lengthgen_extra_rule`` (what the added
 #:   tokens are: "window", "distractor" or "copies"; SPEC §1.4, our choice);
 #: * ``discrepancy`` — keywords of ``posym.verbs.theory.discrepancy`` (Fig. 5A values);
-#: * ``llm`` — keywords of ``posym.lengthgen.llm_eval`` (lengths None = SPEC §1.5's 11 lengths).
+#: * ``llm`` — keywords of ``posym.lengthgen.llm_eval`` (lengths None = SPEC §1.5's 11 lengths);
+#:   ``llm_choice`` — also the log-likelihood ("choice") protocol on the same prompts (stage ``choice``).
 PRESETS: dict[str, dict[str, Any]] = {
     # ≤ 20 min on a 2-core CPU: 1,500-step quick models (8 layers, ≈ 5–9 min per task, both trained
     # side by side), analyses scaled down.
@@ -43,6 +44,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lengthgen_extra_rule": "window",
         "discrepancy": {"theta_index": 0.8, "theta_retrieval": 0.0027, "alphabet": 8, "n_max": 100},
         "llm": {"lengths": [12, 32, 100], "n": 10, "runs": 2},
+        "llm_choice": True,  # also the log-likelihood protocol (stage "choice"; SPEC §1.5)
     },
     # Testing only (not in the CLI help): a seconds-long end-to-end run.
     "tiny": {
@@ -61,6 +63,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lengthgen_extra_rule": "window",
         "discrepancy": {"theta_index": 0.8, "theta_retrieval": 0.0027, "alphabet": 8, "n_max": 20},
         "llm": {"lengths": [12], "n": 2, "runs": 1},
+        "llm_choice": False,
     },
 }
 
@@ -111,7 +114,7 @@ STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
     "train": ("train_preset", "train"), "dynamics": ("gammas",), "flow": ("flow_hops",),
     "ablate": ("ablation_n",), "freqs": ("freqs_n", "freqs_scores"),
     "lengthgen": ("lengthgen_grid", "lengthgen_n", "lengthgen_data_seeds", "lengthgen_extra_rule"),
-    "discrepancy": ("discrepancy",), "llm": ("llm",),
+    "discrepancy": ("discrepancy",), "llm": ("llm",), "choice": ("llm", "llm_choice"),
 }
 
 
@@ -180,6 +183,8 @@ def validate_settings(settings: dict[str, Any], tasks: Sequence[str]) -> None:
             _positive_int(f"discrepancy.{k}", v)
         elif isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < math.inf):
             raise PosymError(f"bad reproduction setting discrepancy.{k}={v!r}: expected a finite number >= 0")
+    if not isinstance(settings["llm_choice"], bool):
+        raise PosymError(f"bad reproduction setting llm_choice={settings['llm_choice']!r}: expected true or false")
     _keywords("llm", settings["llm"], llm_eval)
     for k, v in settings["llm"].items():
         if k in ("n", "runs"):
