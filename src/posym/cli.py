@@ -260,8 +260,9 @@ def _cmd_llm_eval(a):
 def _cmd_llm_heads(a):
     from posym.verbs.llm import llm_heads
     _show(llm_heads(a.model, a.gguf, prompts=a.prompts, n=a.n, seed=a.seed, length=a.length, n_entities=a.entities,
-                    n_examples=a.n_examples, tau=a.tau, out=a.out, device=a.device, dtype=a.dtype,
-                    batch_size=a.batch_size, progress=not a.quiet, force=a.force))
+                    n_examples=a.n_examples, tau=a.tau, centred=a.centred, min_mass=a.min_mass, out=a.out,
+                    device=a.device, dtype=a.dtype, batch_size=a.batch_size, threads=a.threads,
+                    progress=not a.quiet, force=a.force))
 
 
 def _cmd_sensitivity(a):
@@ -508,9 +509,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="entity-attribute facts per binding prompt")
     lh.add_argument("--n-examples", type=nonneg_int, default=3, help="worked examples in each 1-hop prompt")
     lh.add_argument("--tau", type=positive_float, default=1e-4, help="softmax temperature of the swap weights")
+    lh.add_argument("--centred", action="store_true",
+                    help="cosines on attention minus the mass-matched uniform row (uniform heads score 0, not 1)")
+    lh.add_argument("--min-mass", type=finite_float, default=0.0,
+                    help="summaries leave out heads with block_mass below this (0..1; default 0: none)")
     lh.add_argument("--device", type=device_type, default=None, help="cpu or cuda (default: cuda when available)")
     lh.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default: fp32 on CPU)")
     lh.add_argument("--batch-size", type=positive_int, default=8, help="prompts per forward")
+    lh.add_argument("--threads", type=threads_type, default=None, help="torch CPU threads")
     lh.add_argument("--out", default="runs/llm/heads", help="output directory")
     lh.add_argument("--quiet", action="store_true", help="no progress bar")
     _force(lh)

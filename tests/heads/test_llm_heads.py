@@ -25,8 +25,11 @@ from posym.cli import main
 from posym.errors import PosymError
 from posym.heads.frequencies import frequency_use_array
 from posym.heads.llm_heads import (
+    GROUP_COLUMNS,
+    SUMMARY_COLUMNS,
     TABLE_COLUMNS,
     _full_pass,
+    group_medians,
     layer_medians,
     llm_heads,
     parse_prompt_sets,
@@ -50,7 +53,7 @@ from posym.heads.scores import (
 )
 from posym.tasks.prompts import make_sample, solve_sequence
 from posym.model.adapters import get_adapter
-from posym.report.llm_heads_figures import plot_llm_heads_plane
+from posym.report.llm_heads_figures import plot_llm_heads_layers, plot_llm_heads_plane
 from head_builders import sharpen_qk
 from family_models import build_family
 
@@ -227,6 +230,12 @@ def test_llm_heads_table_every_head(family):
     partial = ad.rotary_dim < ad.head_dim
     assert ((table["nonrotary_share"] > 0) if partial else (table["nonrotary_share"] == 0)).all()
     assert (table["kv_head"] == table["head"] // (ad.n_heads // ad.n_kv_heads)).all()
+    # layer type from the adapter's sliding window (Gemma-3: config.layer_types), relative depth
+    types = ["sliding", "global", "sliding", "global"] if family == "gemma3-per-layer" else ["global"] * L
+    assert list(table.drop_duplicates("layer")["layer_type"]) == types * 1
+    np.testing.assert_allclose(table["depth"], table["layer"] / (L - 1))
+    assert not table["centred"].any() and table.attrs["meta"]["centred"] is False
+    assert table.attrs["meta"]["layer_types"] == types
     # the binding rows are the prompt means of the block scores (one batch of 4 equal-length prompts)
     bp = binding_prompts(TOK, 4)
     ref = scores_blocks_fast(model, torch.tensor([p.input_ids for p in bp]), blocks=list(bp[0].blocks))
@@ -275,6 +284,97 @@ def test_summary_halves_and_pearson():
     assert len(med) == 8 and med.loc[0, "s_pos"] == pytest.approx(0.91)
 
 
+def test_llm_heads_centred_are_the_centred_block_scores():
+    model = _llama()
+    table = llm_heads(model, tokenizer=TOK, prompts="binding", n=4, centred=True, threads=1, progress=False)
+    assert table["centred"].all() and table.attrs["meta"]["centred"] is True
+    assert table.attrs["meta"]["torch_threads"] == 1
+    bp = binding_prompts(TOK, 4)
+    ids = torch.tensor([p.input_ids for p in bp])
+    ref = scores_blocks_fast(model, ids, blocks=list(bp[0].blocks), centred=True)
+    plain = scores_blocks_fast(model, ids, blocks=list(bp[0].blocks))
+    np.testing.assert_allclose(table["s_pos"], ref.s_pos[..., 0].mean(0).ravel(), atol=1e-12)
+    np.testing.assert_allclose(table["s_sym"], ref.s_sym[..., 0].mean(0).ravel(), atol=1e-12)
+    assert np.abs(ref.s_pos - plain.s_pos).max() > 0.01
+    with pytest.raises(PosymError, match="centred must be"):
+        llm_heads(model, tokenizer=TOK, prompts="binding", n=2, centred=1, progress=False)
+
+
+def _typed_table():
+    """6 layers x 2 heads, layers 2 and 5 global; s_pos = 1 - layer/10 + head/100, s_sym = layer/10,
+    block_mass = 0.01 for head 0 of layers 0-2 (filtered by min_mass 0.05), else 0.5."""
+    rows = []
+    for layer in range(6):
+        for head in range(2):
+            rows.append({"prompt_set": "binding", "layer": layer, "head": head,
+                         "layer_type": "global" if layer in (2, 5) else "sliding",
+                         "s_pos": 1 - layer / 10 + head / 100, "s_sym": layer / 10,
+                         "block_mass": 0.01 if head == 0 and layer < 3 else 0.5, "n_prompts": 4})
+    return pd.DataFrame(rows)
+
+
+def test_summary_by_layer_type_and_min_mass():
+    t = _typed_table()
+    s = summarize_llm_heads(t).iloc[0]
+    assert list(summarize_llm_heads(t).columns) == SUMMARY_COLUMNS
+    assert s["n_heads"] == 12 and s["n_excluded"] == 0 and s["min_mass"] == 0
+    assert (s["first_half"], s["second_half"]) == ("0-2", "3-5")
+    assert (s["n_heads_sliding"], s["n_heads_global"]) == (8, 4)
+    assert s["median_s_pos_global"] == pytest.approx(np.median([0.8, 0.81, 0.5, 0.51]))
+    assert s["median_s_sym_sliding"] == pytest.approx(np.median([0, 0.1, 0.3, 0.4] * 2))
+    f = summarize_llm_heads(t, min_mass=0.05).iloc[0]
+    assert f["n_excluded"] == 3 and f["n_heads"] == 12 and f["min_mass"] == 0.05 and f["n_heads_sliding"] == 8
+    assert f["median_s_pos_first"] == pytest.approx(np.median([1.01, 0.91, 0.81]))
+    assert f["median_s_pos_global"] == pytest.approx(np.median([0.81, 0.5, 0.51]))
+    kept = t[t["block_mass"] >= 0.05]
+    assert f["pearson_r"] == pytest.approx(np.corrcoef(kept["s_pos"], kept["s_sym"])[0, 1])
+    # an old table without layer_type: every layer global
+    old = summarize_llm_heads(t.drop(columns="layer_type")).iloc[0]
+    assert old["n_heads_global"] == 12 and np.isnan(old["median_s_pos_sliding"])
+    with pytest.raises(PosymError, match="min_mass must be"):
+        summarize_llm_heads(t, min_mass=1.5)
+    with pytest.raises(PosymError, match="block_mass column"):
+        summarize_llm_heads(t.drop(columns="block_mass"), min_mass=0.1)
+
+
+def test_group_medians_layer_type_by_depth():
+    t = _typed_table()
+    g = group_medians(t, min_mass=0.05).set_index(["layer_type", "depth"])
+    assert list(group_medians(t).columns) == GROUP_COLUMNS
+    assert set(g.index.get_level_values(0)) == {"all", "sliding", "global"}
+    assert len(g) == 3 * 6
+    row = g.loc[("global", "third 2")]  # thirds 0-1, 2-3, 4-5: global layer 2 only
+    assert row["layers"] == "2" and row["n_heads"] == 2 and row["n_excluded"] == 1
+    assert row["median_s_pos"] == pytest.approx(0.81)
+    assert g.loc[("sliding", "half 2"), "layers"] == "3-4"
+    assert g.loc[("all", "all"), "layers"] == "0-5" and g.loc[("all", "all"), "n_excluded"] == 3
+    assert g.loc[("sliding", "all"), "layers"] == "0-1,3-4"
+    assert g.loc[("all", "half 1"), "median_s_sym"] == pytest.approx(np.median([0.0, 0.1, 0.2]))
+    assert np.isnan(g.loc[("global", "third 1"), "median_s_pos"]) and g.loc[("global", "third 1"), "n_heads"] == 0
+    # one layer type: only the "all" rows
+    one = group_medians(t.assign(layer_type="global"))
+    assert set(one["layer_type"]) == {"all"} and len(one) == 6
+    med = layer_medians(t, min_mass=0.05).set_index("layer")
+    assert list(med["n_excluded"]) == [1, 1, 1, 0, 0, 0] and (med["n_heads"] == 2).all()
+    assert med.loc[0, "s_pos"] == pytest.approx(1.01) and med.loc[2, "layer_type"] == "global"
+
+
+def test_layers_figure_marks_global_layers():
+    import matplotlib.pyplot as plt
+
+    med = layer_medians(_typed_table())
+    fig = plot_llm_heads_layers(pd.concat([med, med.assign(prompt_set="number")]))
+    axes = [a for a in fig.axes]
+    assert len(axes) == 2 and len(axes[0].patches) == 2  # layers 2 and 5 shaded
+    assert axes[0].get_ylim()[0] > -0.1
+    plt.close(fig)
+    fig = plot_llm_heads_layers(med.assign(s_sym=-med["s_sym"], layer_type="global"))
+    assert len(fig.axes[0].patches) == 0 and fig.axes[0].get_ylim()[0] < -1  # centred range, no shading
+    plt.close(fig)
+    with pytest.raises(PosymError, match="lacks column"):
+        plot_llm_heads_layers(med.drop(columns="s_pos"))
+
+
 def test_plane_figure_axes():
     import matplotlib.pyplot as plt
 
@@ -312,6 +412,43 @@ def test_cli_llm_heads_end_to_end(tmp_path, capsys):
     assert len(use) == 3 * 2 * 4 * 4  # (set, layer, head, frequency): head_dim 8, full rotary -> 4 pairs
     for f in ("llm_heads_layers.csv", "llm_heads.json", "figures/llm_heads_plane.png", "figures/llm_heads_plane.pdf"):
         assert (out / f).stat().st_size > 0, f
+
+
+def test_cli_llm_heads_gemma3_centred_min_mass(tmp_path, capsys):
+    import json
+
+    d = tmp_path / "tiny-gemma3"
+    model = FAMILIES["gemma3-per-layer"]()
+    model.save_pretrained(d)
+    TOK.save_pretrained(d)
+    out = tmp_path / "heads"
+    rc = main(["llm", "heads", "--model", str(d), "--prompts", "binding,number", "--n", "3", "--length", "5",
+               "--n-examples", "1", "--centred", "--min-mass", "0.05", "--threads", "1", "--out", str(out), "--quiet"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "(centred)" in printed and "left out, block_mass < 0.05" in printed and "layer_type" in printed
+    table = pd.read_csv(out / "llm_heads.csv")
+    assert table["centred"].all() and list(table.drop_duplicates("layer")["layer_type"]) == [
+        "sliding", "global", "sliding", "global"]
+    meta = json.loads((out / "llm_heads.json").read_text())
+    assert meta["centred"] is True and meta["min_mass"] == 0.05 and meta["torch_threads"] == 1
+    summary = pd.read_csv(out / "llm_heads_summary.csv").set_index("prompt_set")
+    for s, g in table.groupby("prompt_set"):
+        assert summary.loc[s, "n_excluded"] == int((g["block_mass"] < 0.05).sum())
+    groups = pd.read_csv(out / "llm_heads_groups.csv")
+    assert set(groups["layer_type"]) == {"all", "sliding", "global"}
+    assert set(groups["prompt_set"]) == {"binding", "number", "mean_of_sets"}
+    layers = pd.read_csv(out / "llm_heads_layers.csv")
+    assert {"layer_type", "depth", "n_heads", "n_excluded"} <= set(layers.columns)
+    for f in ("figures/llm_heads_layers.png", "figures/llm_heads_layers.pdf"):
+        assert (out / f).stat().st_size > 0, f
+
+
+def test_cli_llm_heads_bad_min_mass_one_line_error(tmp_path, capsys):
+    rc = main(["llm", "heads", "--model", str(tmp_path / "nope"), "--min-mass", "2", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "min_mass must be a number in [0, 1]" in err
+    assert not (tmp_path / "o").exists()
 
 
 def test_cli_llm_heads_bad_prompts_one_line_error(tmp_path, capsys):

@@ -39,6 +39,23 @@ Choices where SPEC is silent (documented, tested):
   first flushes probabilities the model's attention dtype cannot represent (float32: < 7e-46) to 0,
   so both paths see the same zeros. ``swap_mass`` (the query's attention on the swapped keys or
   blocks, summed) lets a user leave such heads out.
+* **Centred scores** (``centred=True``, our choice; default off = Paper B's metric). Paper B's
+  cosines compare non-negative vectors, so a head whose two units get nearly equal attention scores
+  high on both (uniform attention: (1, 1)). The centred variant subtracts, from ``D`` and ``D'``
+  alike, the attention each unit would get from a query that spreads the *same* mass uniformly over
+  the swappable tokens: with ``M = Σ_b d_b`` (``swap_mass``, before the swap), ``ℓ_b`` the token
+  length of unit ``b`` (1 for token swaps) and ``N = Σ_b ℓ_b``, ``u_b = M·ℓ_b / N`` — for token swaps
+  ``u = (D_0 + … + D_{t-1}) / t``, the mean of ``D`` over keys ``0..t-1``; for blocks the mean block
+  mass when the blocks have equal length. Swapped units have equal length, so ``u_i = u_j = u`` and
+  ``pos = cos((D'_i − u, D'_j − u), (D_i − u, D_j − u))``, ``sym = cos((D'_i − u, D'_j − u),
+  (D_j − u, D_i − u))``; ``α`` is unchanged (``|D_i − D_j|`` ignores the shift). The same ``u``
+  serves before and after the swap: a uniform query's attention is swap-invariant. Scores lie in
+  ``[-1, 1]``; an exactly uniform head has centred vectors of norm < 1e-8 and scores (0, 0) under the
+  torch cosine (``cosine="exact"``'s zero-vector rule would give it (1, 1), so the combination is
+  refused). The centre is mass-matched, not the whole-row ``ℓ_b/(t+1)``: with the latter a head that
+  ignores the units (small ``swap_mass``) would again score (1, 1). Near-uniform heads are scored
+  on the direction of their deviations from uniform (the cosine is scale-invariant); filter them
+  with ``swap_mass`` / ``entropy``. Both paths apply the same centring to their (D, D') values.
 * **Entropy**: Shannon entropy of the query's full causal distribution over keys ``0..t`` (it sums to
   1), divided by ``log(t+1)`` — in [0, 1]; 1 = uniform. Min-max normalisation over training (SPEC §3)
   is left to the dynamics code.
@@ -116,6 +133,7 @@ class HeadScores:
     blocks: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     swap_mass: np.ndarray | None = None
     cosine: str = DEFAULT_COSINE
+    centred: bool = False
 
     @property
     def n_prompts(self) -> int:
@@ -178,11 +196,26 @@ class SwapAttention:
     query_pos: int
     blocks: tuple[tuple[int, int], ...] | None = None
 
-    def scores(self, taus: float | Sequence[float] = (DEFAULT_TAU,),
-               cosine: str = DEFAULT_COSINE) -> tuple[np.ndarray, np.ndarray]:
-        """(s_pos, s_sym), each [B, L, H, n_tau], by :func:`combine_scores`."""
+    def scores(self, taus: float | Sequence[float] = (DEFAULT_TAU,), cosine: str = DEFAULT_COSINE,
+               centred: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(s_pos, s_sym), each [B, L, H, n_tau], by :func:`combine_scores`; ``centred``: on
+        attention minus :meth:`uniform_centre` (module doc, Centred scores)."""
         i, j = self.pairs[:, 0], self.pairs[:, 1]
-        return combine_scores(self.d[..., i], self.d[..., j], self.dp_i, self.dp_j, taus, cosine)
+        centre = self.uniform_centre()[..., i] if _check_centred(centred, cosine) else None
+        return combine_scores(self.d[..., i], self.d[..., j], self.dp_i, self.dp_j, taus, cosine, centre=centre)
+
+    @property
+    def unit_lengths(self) -> np.ndarray:
+        """Token length of each unit [m]: 1 per key for token swaps, ``stop - start`` per block."""
+        if self.blocks is None:
+            return np.ones(self.d.shape[-1])
+        return np.array([b - a for a, b in self.blocks], dtype=float)
+
+    def uniform_centre(self) -> np.ndarray:
+        """``u_b = M·ℓ_b / N`` [B, L, H, m]: the attention on unit ``b`` of a query spreading the head's
+        mass ``M`` on the units (:attr:`swap_mass`) uniformly over their ``N`` tokens (module doc)."""
+        ell = self.unit_lengths
+        return self.swap_mass[..., None] * (ell / ell.sum())
 
     @property
     def swap_mass(self) -> np.ndarray:
@@ -226,6 +259,14 @@ def pair_cos(x1: Tensor, x2: Tensor, y1: Tensor, y2: Tensor, cosine: str = DEFAU
     return torch.where(zx ^ zy, torch.zeros_like(c), c)
 
 
+def _check_centred(centred: bool, cosine: str) -> bool:
+    if not isinstance(centred, (bool, np.bool_)):
+        raise PosymError(f"centred must be True or False, got {centred!r}")
+    if centred and _check_cosine(cosine) != "torch":
+        raise PosymError("centred scores need cosine='torch' (the exact rule scores a zero centred vector 1)")
+    return bool(centred)
+
+
 def _taus(taus: float | Sequence[float]) -> tuple[float, ...]:
     if isinstance(taus, (int, float)):
         taus = (taus,)
@@ -242,17 +283,22 @@ def _taus(taus: float | Sequence[float]) -> tuple[float, ...]:
 
 
 def combine_scores(d_i, d_j, dp_i, dp_j, taus: float | Sequence[float] = (DEFAULT_TAU,),
-                   cosine: str = DEFAULT_COSINE) -> tuple[np.ndarray, np.ndarray]:
+                   cosine: str = DEFAULT_COSINE, *, centre=None) -> tuple[np.ndarray, np.ndarray]:
     """SPEC §3 steps 3–5 over the last axis (the swaps): arrays [..., S] -> (s_pos, s_sym) [..., n_tau].
 
     ``pos = cos((D'_i, D'_j), (D_i, D_j))``, ``sym = cos((D'_i, D'_j), (D_j, D_i))`` (:func:`pair_cos`
     with ``cosine``), ``α = softmax_S(|D_i - D_j| / τ)``, ``s = Σ_S α·pos`` (resp. ``sym``), float64.
+    ``centre`` [..., S] (optional, broadcastable): subtracted from ``D_i, D_j, D'_i, D'_j`` before the
+    cosines, not from the gap in ``α`` (centred scores, module doc).
     """
     taus = _taus(taus)
     d_i, d_j, dp_i, dp_j = (torch.as_tensor(np.asarray(a), dtype=torch.float64) for a in (d_i, d_j, dp_i, dp_j))
+    gap = (d_i - d_j).abs()
+    if centre is not None:
+        c = torch.as_tensor(np.asarray(centre), dtype=torch.float64)
+        d_i, d_j, dp_i, dp_j = d_i - c, d_j - c, dp_i - c, dp_j - c
     pos = pair_cos(dp_i, dp_j, d_i, d_j, cosine)
     sym = pair_cos(dp_i, dp_j, d_j, d_i, cosine)
-    gap = (d_i - d_j).abs()
     tau = torch.tensor(taus, dtype=torch.float64)
     alpha = torch.softmax(gap[..., None, :] / tau[:, None], dim=-1)  # [..., n_tau, S]
     s_pos = (alpha * pos[..., None, :]).sum(-1)
@@ -547,9 +593,9 @@ def _check_sizes(batch_size: int, chunk_size: int) -> None:
 
 
 def _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_size, chunk_size,
-            cosine: str = DEFAULT_COSINE) -> HeadScores:
+            cosine: str = DEFAULT_COSINE, centred: bool = False) -> HeadScores:
     taus = _taus(taus)
-    _check_cosine(cosine)
+    centred = _check_centred(centred, cosine)
     _check_sizes(batch_size, chunk_size)
     ad, ids, layers = _prepare(model, input_ids, layers, method)
     B, T = ids.shape
@@ -564,17 +610,18 @@ def _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_siz
         idx = np.nonzero(qp == t)[0]
         sw = _swap_attention(ad, ids[torch.as_tensor(idx, device=ids.device)], int(t), layers, method, blocks,
                              int(batch_size), int(chunk_size))
-        sp, ss = sw.scores(taus, cosine)
+        sp, ss = sw.scores(taus, cosine, centred)
         s_pos[idx], s_sym[idx], ent[idx], mass[idx] = sp, ss, sw.entropy, sw.swap_mass
         if sw.blocks is not None:
             used_blocks[int(t)] = sw.blocks
     return HeadScores(s_pos=s_pos, s_sym=s_sym, entropy=ent, taus=taus, layers=tuple(layers), query_pos=qp,
                       kind="token" if blocks is None else "block", method=method, blocks=used_blocks,
-                      swap_mass=mass, cosine=cosine)
+                      swap_mass=mass, cosine=cosine, centred=centred)
 
 
 def scores_fast(model, input_ids, taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
-                layers: Sequence[int] | None = None, batch_size: int = 64, cosine: str = DEFAULT_COSINE) -> HeadScores:
+                layers: Sequence[int] | None = None, batch_size: int = 64, cosine: str = DEFAULT_COSINE,
+                centred: bool = False) -> HeadScores:
     """Positional/symbolic scores of every head by the fast exact path (SPEC §3, "Fast exact path").
 
     model: HF GPT-J / Llama-style / GPT-NeoX causal LM (or a :class:`RopeAdapter`); any attention
@@ -582,29 +629,31 @@ def scores_fast(model, input_ids, taus: float | Sequence[float] = (DEFAULT_TAU,)
     taus: τ or list of τ. query_pos: None (query ``n-1``), an int (negative counts from the end) or
     one int per prompt (multi-query variant: attention truncated to ``[0..t]``, swaps inside
     ``[0, t)``). layers: subset of layers (default all). cosine: ``"torch"`` (the authors') or
-    ``"exact"`` (module doc). One forward pass per ``batch_size`` prompts.
+    ``"exact"`` (module doc). centred: cosines on attention minus the mass-matched uniform row
+    (module doc, Centred scores; default off = Paper B). One forward pass per ``batch_size`` prompts.
     Returns :class:`HeadScores` (s_pos, s_sym [B, L, H, n_tau], entropy [B, L, H]). Equals
     :func:`scores_reference` to float tolerance. The model's training mode is restored afterwards.
     Memory per layer is O(batch_size · H · t²) float64 (lower ``batch_size`` for long prompts).
     """
-    return _scores(model, input_ids, taus, query_pos, layers, "fast", None, batch_size, 1, cosine)
+    return _scores(model, input_ids, taus, query_pos, layers, "fast", None, batch_size, 1, cosine, centred)
 
 
 def scores_reference(model, input_ids, taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
                      layers: Sequence[int] | None = None, batch_size: int = 64, chunk_size: int = 2048,
-                     cosine: str = DEFAULT_COSINE) -> HeadScores:
+                     cosine: str = DEFAULT_COSINE, centred: bool = False) -> HeadScores:
     """Positional/symbolic scores by the literal re-run (SPEC §3 steps 1–5; the slow reference).
 
     Same arguments and result as :func:`scores_fast`. For every layer ``ℓ`` all ``C(t, 2)`` swapped
     copies of each prompt's layer-``ℓ`` input hidden states are re-run (``chunk_size`` sequences per
     forward; layers ``> ℓ`` are skipped). Needs eager attention (PosymError otherwise).
     """
-    return _scores(model, input_ids, taus, query_pos, layers, "reference", None, batch_size, chunk_size, cosine)
+    return _scores(model, input_ids, taus, query_pos, layers, "reference", None, batch_size, chunk_size, cosine,
+                   centred)
 
 
 def scores_blocks_fast(model, input_ids, blocks: BlockSpec = DEFAULT_BLOCKS, taus: float | Sequence[float] = (DEFAULT_TAU,),
                        query_pos=None, *, layers: Sequence[int] | None = None, batch_size: int = 64,
-                       cosine: str = DEFAULT_COSINE) -> HeadScores:
+                       cosine: str = DEFAULT_COSINE, centred: bool = False) -> HeadScores:
     """Block scores (Paper B's LLM version, SPEC §3 last paragraph) by the fast exact path.
 
     ``blocks``: number of contiguous blocks over keys ``0..t-1`` (default 16; sizes as equal as
@@ -613,15 +662,17 @@ def scores_blocks_fast(model, input_ids, blocks: BlockSpec = DEFAULT_BLOCKS, tau
     wholesale; unequal-length pairs are not swapped (module doc). Same formulas on ``(d_a, d_b)``.
     Other arguments and the result as :func:`scores_fast` (``kind="block"``, ``blocks`` recorded).
     """
-    return _scores(model, input_ids, taus, query_pos, layers, "fast", blocks, batch_size, 1, cosine)
+    return _scores(model, input_ids, taus, query_pos, layers, "fast", blocks, batch_size, 1, cosine, centred)
 
 
 def scores_blocks_reference(model, input_ids, blocks: BlockSpec = DEFAULT_BLOCKS,
                             taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
                             layers: Sequence[int] | None = None, batch_size: int = 64,
-                            chunk_size: int = 2048, cosine: str = DEFAULT_COSINE) -> HeadScores:
+                            chunk_size: int = 2048, cosine: str = DEFAULT_COSINE,
+                            centred: bool = False) -> HeadScores:
     """Block scores by the literal re-run (reference for :func:`scores_blocks_fast`); eager attention only."""
-    return _scores(model, input_ids, taus, query_pos, layers, "reference", blocks, batch_size, chunk_size, cosine)
+    return _scores(model, input_ids, taus, query_pos, layers, "reference", blocks, batch_size, chunk_size, cosine,
+                   centred)
 
 
 def swap_attention(model, input_ids, query_pos: int | None = None, *, blocks: BlockSpec | None = None,
@@ -644,12 +695,13 @@ def swap_attention(model, input_ids, query_pos: int | None = None, *, blocks: Bl
 
 def head_scores(model, input_ids, taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
                 blocks: BlockSpec | None = None, method: str = "fast", layers: Sequence[int] | None = None,
-                batch_size: int = 64, chunk_size: int = 2048, cosine: str = DEFAULT_COSINE) -> HeadScores:
+                batch_size: int = 64, chunk_size: int = 2048, cosine: str = DEFAULT_COSINE,
+                centred: bool = False) -> HeadScores:
     """Dispatch to the four score functions: token (``blocks=None``) or block scores, ``method``
     ``"fast"`` (default) or ``"reference"`` (SPEC §3)."""
     if method not in ("fast", "reference"):
         raise PosymError(f"method must be 'fast' or 'reference', got {method!r}")
-    return _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_size, chunk_size, cosine)
+    return _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_size, chunk_size, cosine, centred)
 
 
 __all__ = [
