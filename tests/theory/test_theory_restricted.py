@@ -9,6 +9,7 @@ from transformers import GPTJConfig, GPTJForCausalLM
 
 from posym.errors import PosymError
 from posym.model.adapters import get_adapter
+from posym.model.gptj import rotary_table
 from posym.theory.restricted import (
     RestrictedAttention,
     ToyConfig,
@@ -138,7 +139,7 @@ def test_restrict_frequencies_gptj():
         for block in model.transformer.h:
             block.attn.q_proj.weight.mul_(40)  # sharp attention, so that positions matter
     ids = torch.randint(23, (2, 12))
-    table = model.transformer.rotary_emb.embed_positions
+    table = rotary_table(model)
     orig, base = table.clone(), _logits(model, ids)
     assert not torch.allclose(base, _logits(model, ids, gap=7), atol=1e-4)
     # keep = all: no-op

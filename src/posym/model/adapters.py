@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from posym.errors import PosymError
 from posym.model import rope
 from posym.model.families import FAMILIES, Family
+from posym.model.gptj import rotary_table
 
 Positions = Tensor | Sequence[int] | int
 
@@ -373,11 +374,7 @@ class GPTJAdapter(RopeAdapter):
             raise PosymError("GPT-J rotary table width does not match rotary_dim")
 
     def _table(self) -> Tensor:
-        tr = self.model.transformer
-        emb = getattr(tr, "rotary_emb", None)
-        if emb is not None and hasattr(emb, "embed_positions"):
-            return emb.embed_positions
-        return tr.h[0].attn.embed_positions  # transformers 4.x keeps the table on each attention
+        return rotary_table(self.model)
 
     @property
     def max_positions(self) -> int:

@@ -21,10 +21,12 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import GPTJForCausalLM
 
+from posym.model.gptj import rotary_table
+
 
 def _rotary_tables(model: GPTJForCausalLM, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """sin, cos of shape [T, rotary_dim], repeated per interleaved pair (GPT-J convention)."""
-    table = model.transformer.rotary_emb.embed_positions  # [max_pos, rd]: sin | cos
+    table = rotary_table(model)  # [max_pos, rd]: sin | cos
     sincos = table[positions].to(dtype)
     sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
     return sin.repeat_interleave(2, dim=-1), cos.repeat_interleave(2, dim=-1)

@@ -178,6 +178,30 @@ def load_model(directory: str | os.PathLike, device: str | torch.device = "cpu")
     return load_pretrained(GPTJForCausalLM, directory, device)
 
 
+def rotary_tables(model: torch.nn.Module) -> list[torch.Tensor]:
+    """GPT-J's sinusoidal rotary table(s) ``[max_pos, rotary_dim]`` (sin | cos halves): the model's one
+    ``transformer.rotary_emb.embed_positions`` (transformers >= 5.20), else each attention's
+    ``attn.embed_positions`` (earlier versions; the same values, listed once per distinct tensor)."""
+    tr = getattr(model, "transformer", model)
+    emb = getattr(tr, "rotary_emb", None)
+    if emb is not None and isinstance(getattr(emb, "embed_positions", None), torch.Tensor):
+        return [emb.embed_positions]
+    tables, seen = [], set()
+    for block in getattr(tr, "h", []):
+        t = getattr(block.attn, "embed_positions", None)
+        if isinstance(t, torch.Tensor) and id(t) not in seen:
+            seen.add(id(t))
+            tables.append(t)
+    if not tables:
+        raise PosymError("model has no GPT-J rotary table (embed_positions); only GPT-J checkpoints are supported")
+    return tables
+
+
+def rotary_table(model: torch.nn.Module) -> torch.Tensor:
+    """The (first) GPT-J rotary table ``[max_pos, rotary_dim]`` of :func:`rotary_tables`."""
+    return rotary_tables(model)[0]
+
+
 def extend_positions(model: torch.nn.Module, n_positions: int) -> torch.nn.Module:
     """Rebuild GPT-J's sinusoidal rotary tables to cover ``n_positions`` (in place; no weights change).
 

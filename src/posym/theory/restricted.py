@@ -50,6 +50,7 @@ from torch import Tensor, nn
 
 from posym.errors import PosymError
 from posym.model import rope
+from posym.model.gptj import rotary_tables
 
 TASKS = ("index", "retrieval")
 BANDS = ("high", "low", "all")
@@ -321,20 +322,7 @@ def _gptj_tables(target) -> list[Tensor]:
     model = getattr(target, "model", None) if not isinstance(target, nn.Module) else target  # RopeAdapter
     if model is None:
         raise PosymError("restrict_frequencies: expected a GPT-J model, a GPT-J RopeAdapter or a rotary table")
-    tr = getattr(model, "transformer", model)
-    emb = getattr(tr, "rotary_emb", None)
-    if emb is not None and hasattr(emb, "embed_positions"):
-        return [emb.embed_positions]
-    blocks = getattr(tr, "h", None)
-    if blocks is not None and all(hasattr(b.attn, "embed_positions") for b in blocks):
-        tables, seen = [], set()
-        for b in blocks:  # transformers 4.x: one table per attention (possibly shared)
-            t = b.attn.embed_positions
-            if id(t) not in seen:
-                seen.add(id(t))
-                tables.append(t)
-        return tables
-    raise PosymError("restrict_frequencies: no GPT-J rotary table (embed_positions) found")
+    return rotary_tables(model)
 
 
 def restrict_frequencies(model_or_table, keep: Iterable[int]) -> FrequencyRestriction:
