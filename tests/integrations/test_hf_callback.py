@@ -152,3 +152,23 @@ def test_prompt_sources_and_errors(tmp_path):
     m = tiny_llama()
     both = score_groups(m, prompt_groups(ids, blocks=4), (1e-4,))
     assert len(both) == 4 and both["swap_mass"].between(0, 1 + 1e-9).all()
+
+
+def test_llm_prompts_with_their_own_blocks_are_grouped_and_averaged():
+    """Prompts with blocks (Paper B's block version): groups of one layout are scored together and the
+    result is the prompt-weighted mean of the groups (here: equal to scoring each group alone)."""
+    from posym.tasks.llm_prompts import LLMPrompt
+
+    g = torch.Generator().manual_seed(0)
+    prompts = []
+    for i, (T, blocks) in enumerate([(13, ((0, 4), (4, 8), (8, 12)))] * 3 + [(11, ((0, 5), (5, 10)))] * 2):
+        ids = tuple(int(x) for x in torch.randint(3, get_vocab(TASK).size, (T,), generator=g))
+        prompts.append(LLMPrompt("binding", i, "", ids, blocks, "", -1))
+    groups = prompt_groups(prompts)
+    assert [tuple(gr.ids.shape) for gr in groups] == [(3, 13), (2, 11)]
+    m = tiny_llama()
+    both = score_groups(m, groups, (1e-4,))
+    parts = [score_groups(m, [gr], (1e-4,)) for gr in groups]
+    expect = (parts[0]["s_pos"] * 3 + parts[1]["s_pos"] * 2) / 5
+    np.testing.assert_allclose(both["s_pos"], expect, atol=1e-12)
+    assert (both["n_prompts"] == 5).all()
