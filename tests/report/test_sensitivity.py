@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import html
 import shutil
 
 import numpy as np
@@ -45,6 +46,9 @@ def test_sensitivity_of_two_variants(tiny_repro, tmp_path, capsys):
     assert len(pred) == 2 * 2 * 2  # 2 variants x 2 tasks x 2 seeds
     assert {"delta_positional", "delta_symbolic", "largest_09"} <= set(pred.columns)
     assert (out / "prediction.png").is_file() and (out / "sensitivity.md").is_file()
+    page = (out / "sensitivity.html").read_text()  # the study as an HTML page, figure embedded
+    assert "Paper A vs the variants" in page and "Spearman rho" in page and "data:image/png;base64," in page
+    assert all(html.escape(md_row.split(" | ")[1]) in page for md_row in md.splitlines()[2:])
     a_rows = pred[pred.variant == "A"].drop(columns="variant").reset_index(drop=True)
     pd.testing.assert_frame_equal(a_rows, pred[pred.variant == "B"].drop(columns="variant").reset_index(drop=True))
     assert main(["sensitivity", f"A={tiny_repro}", "--out", str(out)]) == 2  # exists: --force

@@ -471,6 +471,34 @@ def _versions_section(meta: dict) -> str:
 # ------------------------------------------------------------------------------------------------
 # the report
 # ------------------------------------------------------------------------------------------------
+def _page(title: str, body: Sequence[str]) -> str:
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
+            f"<style>{CSS}</style></head><body><main>{''.join(body)}</main></body></html>\n")
+
+
+def sensitivity_page(out_dir: str | os.PathLike, variants: dict[str, str], header: Sequence[str],
+                     rows: Sequence[Sequence[Any]], prediction: pd.DataFrame | None, findings: Sequence[str]) -> str:
+    """The sensitivity study (Paper A vs each reproduction variant) as a self-contained HTML page:
+    the variants and their directories, the table, and the discrepancy-vs-reach prediction with its
+    figure (``OUT/prediction.png``)."""
+    out = Path(out_dir)
+    body = ["<h1>posym — sensitivity study</h1>",
+            '<p class="sub">Which training choice moves which number of Paper A (each variant a '
+            f"reproduction directory). Written {_e(datetime.now(timezone.utc).astimezone().isoformat(timespec='seconds'))}."
+            "</p>", "<h2>Variants</h2>",
+            _table(["variant", "reproduction directory"], [[k, str(v)] for k, v in variants.items()]),
+            "<h2>Paper A vs the variants</h2><p>mean ± sd over the seeds of each variant; “—”: not measured.</p>",
+            _table(header, rows, num_cols=tuple(range(2, len(header))))]
+    if prediction is not None:
+        body += ["<h2>Does the discrepancy of trained heads predict the reach?</h2>",
+                 "<p>Δ (SPEC §4) of each model's pure heads at training length vs the largest added length with "
+                 "accuracy ≥ 0.9.</p>", "".join(f"<p>{_e(x)}</p>" for x in findings),
+                 _table(list(prediction.columns), prediction.round(3).astype(str).values.tolist()),
+                 _img(out / f"{layout.FIG_PREDICTION}.png", "Δ of trained heads vs reach", out)]
+    return _page("posym — sensitivity study", body)
+
+
 def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = None) -> Path:
     """Write ``DIR/report.html`` (or ``path``) from the saved outputs of a reproduction directory;
     also (re)writes the aggregate tables ``DIR/aggregate/``. Returns the report's path."""
@@ -509,9 +537,7 @@ def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = No
         _fig2(out, runs, t), _pure(out, runs, t), _flow(out, runs, t), _freqs(out, runs, t), _discrepancy(out),
         _lengthgen(out, runs, t), _llm(out, meta), _configs(out, runs, meta), _versions_section(meta),
     ]
-    doc = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-           f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
-           f"<style>{CSS}</style></head><body><main>{''.join(body)}</main></body></html>\n")
+    doc = _page(title, body)
     target = Path(path) if path is not None else out / layout.REPORT_HTML
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(doc, encoding="utf-8")

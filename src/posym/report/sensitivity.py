@@ -71,13 +71,12 @@ def _cell(mean: float, sd: float, n: int, quantity: str = "") -> str:
     return s
 
 
-def sensitivity_markdown(table: pd.DataFrame) -> str:
-    """The study as one Markdown table: quantity rows, one column per variant, and Paper A's value."""
+def sensitivity_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The study as header + rows: task, quantity, Paper A's value, then one cell (mean ± sd over
+    seeds) per variant."""
     variants = list(dict.fromkeys(table["variant"]))
-    header = "| task | quantity | Paper A | " + " | ".join(variants) + " |"
-    lines = [header, "|" + "---|" * (3 + len(variants))]
-    keys = list(dict.fromkeys(zip(table["task"], table["quantity"])))
-    for task, q in keys:
+    rows_out = []
+    for task, q in dict.fromkeys(zip(table["task"], table["quantity"])):
         rows = table[(table["task"] == task) & (table["quantity"] == q)]
         paper = rows["paper_text"].dropna().astype(str)
         cells = []
@@ -85,7 +84,15 @@ def sensitivity_markdown(table: pd.DataFrame) -> str:
             r = rows[rows["variant"] == v]
             cells.append(_cell(float(r["posym_mean"].iloc[0]), float(r["posym_sd"].iloc[0]), int(r["n"].iloc[0]), q)
                          if len(r) else "—")
-        lines.append(f"| {task} | {q} | {paper.iloc[0] if len(paper) else '—'} | " + " | ".join(cells) + " |")
+        rows_out.append([task, q, paper.iloc[0] if len(paper) else "—", *cells])
+    return ["task", "quantity", "Paper A", *variants], rows_out
+
+
+def sensitivity_markdown(table: pd.DataFrame) -> str:
+    """The study as one Markdown table: quantity rows, one column per variant, and Paper A's value."""
+    header, rows = sensitivity_rows(table)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
     return "\n".join(lines)
 
 

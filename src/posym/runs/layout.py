@@ -89,6 +89,7 @@ FIG_LLM_HEADS = "llm_heads_plane"
 FIG_LLM_HEADS_LAYERS = "llm_heads_layers"
 SENSITIVITY = "sensitivity.csv"
 SENSITIVITY_MD = "sensitivity.md"
+SENSITIVITY_HTML = "sensitivity.html"
 PREDICTION = "prediction.csv"
 FIG_PREDICTION = "prediction"
 

@@ -7,18 +7,19 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from posym.report.html import sensitivity_page
 from posym.report.sensitivity import (extrapolation_prediction, plot_prediction, rank_correlation, sensitivity_markdown,
-                                      sensitivity_table)
+                                      sensitivity_rows, sensitivity_table)
 from posym.runs import layout
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
 def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, *, predict: bool = True,
                 n: int = 256, force: bool = False, progress: bool = True) -> VerbResult:
-    """Write ``OUT/sensitivity.csv`` + ``.md`` and, with ``predict``, ``OUT/prediction.csv`` +
-    ``prediction.png|pdf`` (Spearman rho in the figure titles)."""
+    """Write ``OUT/sensitivity.csv`` + ``.md`` + ``.html`` (the study as an HTML page) and, with
+    ``predict``, ``OUT/prediction.csv`` + ``prediction.png|pdf`` (Spearman rho in the figure titles)."""
     out = Path(out)
-    files = [out / layout.SENSITIVITY, out / layout.SENSITIVITY_MD]
+    files = [out / layout.SENSITIVITY, out / layout.SENSITIVITY_MD, out / layout.SENSITIVITY_HTML]
     if predict:
         files += [out / layout.PREDICTION, *figure_paths(out / layout.FIG_PREDICTION)]
     outputs = Outputs(files, force).check()
@@ -27,15 +28,18 @@ def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLik
     pred = extrapolation_prediction(variants, n=n, progress=progress) if predict else None
     outputs.csv(table, out / layout.SENSITIVITY)
     outputs.text(md + "\n", out / layout.SENSITIVITY_MD)
-    lines = [md]
+    findings = []
     if pred is not None:
         outputs.csv(pred, out / layout.PREDICTION)
         outputs.figure(plot_prediction(pred), out / layout.FIG_PREDICTION)
         for kind in ("positional", "symbolic"):
             r, p, m = rank_correlation(pred[f"delta_{kind}"].to_numpy(), pred["largest_09"].to_numpy())
-            lines.append(f"Δ of pure {kind} heads vs largest length >= 0.9: Spearman rho {r:.2f} (p = {p:.2f}, "
-                         f"{m} models)")
-    lines.append(f"wrote {out}")
+            findings.append(f"Δ of pure {kind} heads vs largest length >= 0.9: Spearman rho {r:.2f} (p = {p:.2f}, "
+                            f"{m} models)")
+    header, rows = sensitivity_rows(table)
+    outputs.text(sensitivity_page(out, {k: str(v) for k, v in variants.items()}, header, rows, pred, findings),
+                 out / layout.SENSITIVITY_HTML)
+    lines = [md, *findings, f"wrote {out}"]
     return VerbResult(table, outputs.written, "\n".join(lines), {"prediction": pred})
 
 
