@@ -6,7 +6,6 @@ frequency use, summaries, the plane figure and the CLI verb."""
 from __future__ import annotations
 
 import re
-import string
 
 import numpy as np
 import pandas as pd
@@ -56,6 +55,7 @@ from posym.model.adapters import get_adapter
 from posym.report.llm_heads_figures import plot_llm_heads_layers, plot_llm_heads_plane
 from head_builders import sharpen_qk
 from family_models import build_family
+from tiny_tokenizer import word_tokenizer
 
 # The tiny tokenizer knows only some of the word lists' words: the single-token filter must drop the rest.
 KNOWN_ENTITIES = ENTITIES[:10]
@@ -63,19 +63,8 @@ KNOWN_ATTRIBUTES = ATTRIBUTES[:8]
 
 
 def _tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    words = (["<unk>", "<pad>", "<s>", "</s>", "Each", "object", "has", "one", "colour", ".", "The", "is",
-              "Input", "Output", ":"] + list(KNOWN_ENTITIES) + list(KNOWN_ATTRIBUTES)
-             + list(string.ascii_lowercase) + [str(i) for i in range(1, 65)]
-             + [a + d for a in string.ascii_lowercase for d in "123456789"]
-             + [a + b for a in string.ascii_lowercase for b in string.ascii_lowercase])
-    vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", pad_token="<pad>", bos_token="<s>",
-                                   eos_token="</s>")
+    return word_tokenizer(["Each", "object", "has", "one", "colour", ".", "The", "is", "Input", "Output", ":",
+                           *KNOWN_ENTITIES, *KNOWN_ATTRIBUTES], split_punctuation=True)
 
 
 TOK = _tokenizer()

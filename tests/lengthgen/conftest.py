@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import string
-
 import pytest
 import torch
+
+from tiny_tokenizer import word_tokenizer
 
 CHAT_TEMPLATE = ("{% for m in messages %}<s> {{ m['role'] }} {{ m['content'] }} </s> {% endfor %}"
                  "{% if add_generation_prompt %}<s> assistant {% endif %}")
@@ -14,21 +14,7 @@ NO_SYSTEM_TEMPLATE = ("{% if messages[0]['role'] == 'system' %}{{ raise_exceptio
 
 
 def _tokenizer(chat_template: str | None):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    words = (["<unk>", "<pad>", "<s>", "</s>", "system", "user", "assistant", "Input:", "Output:"]
-             + list(string.ascii_lowercase) + [str(i) for i in range(1, 65)]
-             + [a + d for a in string.ascii_lowercase for d in "123456789"]
-             + [a + b for a in string.ascii_lowercase for b in string.ascii_lowercase])
-    vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", pad_token="<pad>",
-                                  bos_token="<s>", eos_token="</s>")
-    if chat_template:
-        tok.chat_template = chat_template
-    return tok
+    return word_tokenizer(["system", "user", "assistant", "Input:", "Output:"], chat_template=chat_template)
 
 
 @pytest.fixture(scope="module")
