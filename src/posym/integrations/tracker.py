@@ -23,8 +23,8 @@ import torch
 
 from posym.errors import PosymError
 from posym.heads.dynamics import classify
-from posym.heads.scores import DEFAULT_TAU, scores_blocks_fast, scores_fast
-from posym.heads.tracking import COLUMNS
+from posym.heads.scores import DEFAULT_TAU
+from posym.heads.tracking import COLUMNS, score_table
 from posym.runs import layout
 from posym.runs.tables import append_table, write_table
 from posym.tasks import TASKS, make_split
@@ -97,12 +97,9 @@ def score_groups(model: torch.nn.Module, groups: Sequence[PromptGroup], taus: Se
     """
     device = next(model.parameters()).device
     frames = []
-    with torch.no_grad(), _KeepRng():
+    with _KeepRng():
         for g in groups:
-            ids = g.ids.to(device)
-            res = (scores_fast(model, ids, taus=taus, batch_size=batch_size) if g.blocks is None else
-                   scores_blocks_fast(model, ids, blocks=g.blocks, taus=taus, batch_size=batch_size))
-            frames.append(res.to_frame())
+            frames.append(score_table(model, g.ids.to(device), taus, batch_size=batch_size, blocks=g.blocks))
     if len(frames) == 1:
         return frames[0]
     df = pd.concat(frames, ignore_index=True)
