@@ -560,7 +560,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--tasks", type=str_list(TASK_CHOICES), default=list(TASK_CHOICES),
                     help="comma-separated subset of number,letter")
     rp.add_argument("--jobs", type=positive_int, default=None, help="worker processes (default: min(#cpus, #runs); 1 = serial)")
-    rp.add_argument("--no-llm", action="store_true", help="leave out the offline SmolLM2 evaluation (Table 3)")
+    rp.add_argument("--no-llm", action="store_true", help="leave out the offline LLM evaluations (Table 3; setting llm_models)")
     rp.add_argument("--stages", type=str_list(), default=None, help="only these stages, e.g. train,dynamics or freqs-number-s0")
     rp.add_argument("--quiet", action="store_true", help="no progress bars (stage lines are still printed)")
     rp.add_argument("--set", action="append", type=key_value, metavar="KEY=VALUE",

@@ -151,7 +151,7 @@ def test_other_settings_are_refused(tiny_repro):
 
 def test_llm_skipped_with_a_note_when_the_extra_is_absent(repro_copy, monkeypatch):
     note = "the [llm] extra is not installed (test)"
-    monkeypatch.setattr(rp, "llm_available", lambda: (False, note))
+    monkeypatch.setattr(rp, "llm_available", lambda model: (False, note))
     _again(repro_copy, llm=True)
     last = _last_run(repro_copy)
     assert "llm" in last["skipped"] and last["executed"] == ["report"]
@@ -169,12 +169,12 @@ def test_llm_stage_runs_the_protocol_and_reaches_the_report(repro_copy, monkeypa
 
     calls = {}
 
-    def fake_llm_eval(out=None, threads=None, progress=True, lengths=(), n=1, runs=1, **kw):
+    def fake_llm_eval(model=None, out=None, threads=None, progress=True, lengths=(), n=1, runs=1, **kw):
         calls.update(lengths=list(lengths), n=n, runs=runs)
         return le.run_protocol(lambda prompts: ["z"] * len(prompts), "fake-llm", out, lengths=[32, 100], runs=2,
                                n=2, progress=False)
 
-    monkeypatch.setattr(rp, "llm_available", lambda: (True, "fake.gguf"))
+    monkeypatch.setattr(rp, "llm_available", lambda model: (True, "fake.gguf"))
     monkeypatch.setattr(le, "llm_eval", fake_llm_eval)
     _again(repro_copy, llm=True)
     assert _last_run(repro_copy)["executed"] == ["llm", "report"]
@@ -194,7 +194,8 @@ def test_choice_stage_writes_its_table_and_reaches_the_report(repro_copy, monkey
     le = importlib.import_module("posym.lengthgen.llm_eval")
     protocols = []
 
-    def fake_llm_eval(out=None, threads=None, progress=True, lengths=(), n=1, runs=1, protocol="generate", **kw):
+    def fake_llm_eval(model=None, out=None, threads=None, progress=True, lengths=(), n=1, runs=1, protocol="generate",
+                      **kw):
         protocols.append(protocol)
         if protocol == "generate":
             return le.run_protocol(lambda prompts: ["z"] * len(prompts), "fake-llm", out, lengths=[32], runs=1, n=2,
@@ -202,7 +203,7 @@ def test_choice_stage_writes_its_table_and_reaches_the_report(repro_copy, monkey
         return le.run_protocol(lambda prompts, cands: [[0.0] * len(c) for c in cands], "fake-llm", out, lengths=[32],
                                runs=1, n=2, progress=False, protocol="choice")
 
-    monkeypatch.setattr(rp, "llm_available", lambda: (True, "fake.gguf"))
+    monkeypatch.setattr(rp, "llm_available", lambda model: (True, "fake.gguf"))
     monkeypatch.setattr(le, "llm_eval", fake_llm_eval)
     _again(repro_copy, llm=True, overrides={"llm_choice": True})
     assert sorted(protocols) == ["choice", "generate"] and read_marker(repro_copy, "choice") is not None
@@ -212,6 +213,47 @@ def test_choice_stage_writes_its_table_and_reaches_the_report(repro_copy, monkey
     assert "Log-likelihood protocol" in page and "number chance" in page
     with pytest.raises(PosymError, match="llm_choice"):
         _again(repro_copy, llm=True, overrides={"llm_choice": "yes"})
+
+
+def test_every_model_of_llm_models_gets_its_stages_folder_and_report_section(repro_copy, monkeypatch):
+    """llm_models: the first model writes DIR/llm/, each other DIR/llm/models/<name>/ (stages llm-<name>,
+    choice-<name>); a model that is not installed is skipped with its own note; the report shows every
+    model, and the aggregate figure draws every model and protocol."""
+    import importlib
+
+    le = importlib.import_module("posym.lengthgen.llm_eval")
+    asked = []
+
+    def fake_llm_eval(model=None, out=None, threads=None, progress=True, lengths=(), n=1, runs=1,
+                      protocol="generate", **kw):
+        asked.append((model, protocol, Path(out).relative_to(repro_copy).as_posix()))
+        acc = {"m-one": "z", "m-two": "y"}[model]
+        if protocol == "generate":
+            return le.run_protocol(lambda prompts: [acc] * len(prompts), f"label-{model}", out, lengths=[32], runs=1,
+                                   n=2, progress=False)
+        return le.run_protocol(lambda prompts, cands: [[0.0] * len(c) for c in cands], f"label-{model}", out,
+                               lengths=[32], runs=1, n=2, progress=False, protocol="choice")
+
+    available = {"m-one": (True, "one.gguf"), "m-two": (True, "two.gguf"), "runs/m-three/": (False, "not here")}
+    monkeypatch.setattr(rp, "llm_available", lambda model: available[model])
+    monkeypatch.setattr(le, "llm_eval", fake_llm_eval)
+    _again(repro_copy, llm=True, overrides={"llm_choice": True, "llm_models": ["m-one", "m-two", "runs/m-three/"]})
+    assert sorted(asked) == [("m-one", "choice", "llm/choice"), ("m-one", "generate", "llm"),
+                             ("m-two", "choice", "llm/models/m-two/choice"), ("m-two", "generate", "llm/models/m-two")]
+    last = _last_run(repro_copy)
+    assert sorted(last["executed"]) == ["choice", "choice-m-two", "llm", "llm-m-two", "report"]
+    assert {"choice-m-three", "llm-m-three"} <= set(last["skipped"]) and read_marker(repro_copy, "llm-m-three") is None
+    assert "not here" in json.loads((repro_copy / "llm/models/m-three/skipped.json").read_text())["reason"]
+    page = (repro_copy / "report.html").read_text()
+    assert "label-m-one" in page and "label-m-two" in page and "not here" in page
+    both = pd.read_csv(repro_copy / "aggregate" / "llm_models.csv")
+    assert sorted(set(zip(both["model"], both["protocol"]))) == [
+        ("label-m-one", "choice"), ("label-m-one", "generate"), ("label-m-two", "choice"), ("label-m-two", "generate")]
+    assert (repro_copy / "aggregate" / "figures" / "llm_models.png").is_file()
+    with pytest.raises(PosymError, match="name the models in llm_models"):
+        _again(repro_copy, llm=True, overrides={"llm": {"model": "m-two"}})
+    with pytest.raises(PosymError, match="share the folder name 'm-two'"):
+        _again(repro_copy, llm=True, overrides={"llm_models": ["m-two", "x/m-two"]})
 
 
 def test_stage_selection():

@@ -2,7 +2,9 @@
 
 Reads only saved tables of the per-seed run directories ``DIR/<task>/seed<k>/`` written by
 ``posym reproduce`` (metrics.csv, purity_gamma*.csv, freq_table.csv, ablation.csv,
-lengthgen_summary.csv, scores.csv), plus ``DIR/theory/discrepancy.csv`` and ``DIR/llm/llm_table.csv``,
+lengthgen_summary.csv, scores.csv), plus ``DIR/theory/discrepancy.csv`` and the ``llm_table.csv`` of
+every model and protocol under ``DIR/llm/`` (``llm`` is the first model's generate table, ``llm_models``
+all of them),
 and produces tidy tables with one ``mean`` / ``sd`` / ``n`` triple per quantity:
 
 * ``sd`` is the sample standard deviation over seeds (ddof = 1); with one seed it is **NaN** (shown
@@ -473,6 +475,7 @@ def aggregate(out_dir: str | os.PathLike, write: bool = True) -> dict[str, pd.Da
     }
     llm = _read_csv(out / layout.LLM / layout.LLM_TABLE)
     tables["llm"] = llm if llm is not None else pd.DataFrame(columns=["task", "length", "mean", "sd"])
+    tables["llm_models"] = llm_models_table(out)
     tables["paper_vs_posym"] = paper_vs_posym(out, tables)
     if write:
         adir = out / layout.AGGREGATE
@@ -481,6 +484,22 @@ def aggregate(out_dir: str | os.PathLike, write: bool = True) -> dict[str, pd.Da
             write_table(df, layout.aggregate_table(out, name))
         _write_figures(adir / layout.FIGURES, tables, runs)
     return tables
+
+
+def llm_models_table(out_dir: str | os.PathLike) -> pd.DataFrame:
+    """Every ``llm_table.csv`` of a reproduction (each model of ``llm_models``, both protocols) in one
+    table with ``model`` and ``protocol`` columns (empty when no LLM stage ran)."""
+    frames = []
+    for folder in layout.llm_model_dirs(out_dir):
+        for sub, protocol in ((folder, "generate"), (folder / layout.LLM_CHOICE, "choice")):
+            t = _read_csv(sub / layout.LLM_TABLE)
+            if t is not None and len(t):
+                if "protocol" not in t:
+                    t = t.assign(protocol=protocol)
+                frames.append(t)
+    if not frames:
+        return pd.DataFrame(columns=["model", "protocol", "task", "length", "mean", "sd"])
+    return pd.concat(frames, ignore_index=True)
 
 
 def _write_figures(fig_dir: Path, tables: dict[str, pd.DataFrame], runs: dict) -> None:
@@ -502,8 +521,15 @@ def _write_figures(fig_dir: Path, tables: dict[str, pd.DataFrame], runs: dict) -
         fig.axes[0].set_title(f"length generalization (mean ± sd over {n} seed{'s' if n != 1 else ''})")
         save_figure(fig, fig_dir / layout.FIG_LENGTHGEN_SEEDS)
         plt.close(fig)
+    llm = tables["llm_models"]
+    if len(llm) and (llm["model"].nunique() > 1 or llm["protocol"].nunique() > 1):
+        from posym.report.llm_figures import plot_llm_protocols
+
+        fig = plot_llm_protocols(llm)
+        save_figure(fig, fig_dir / layout.FIG_LLM_MODELS)
+        plt.close(fig)
 
 
 __all__ = ["PAPER_DISCREPANCY", "PAPER_TABLE3", "ablation_summary", "accuracy_curves", "aggregate",
-           "find_runs", "freq_summary", "initial_scores", "lengthgen_summary", "mean_sd", "paper_vs_posym",
+           "find_runs", "freq_summary", "initial_scores", "llm_models_table", "lengthgen_summary", "mean_sd", "paper_vs_posym",
            "plot_accuracy_bands", "purity_counts", "purity_layers", "training_summary"]

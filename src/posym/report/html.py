@@ -385,34 +385,50 @@ def _llm_rows(table: pd.DataFrame) -> tuple[list, list[list[str]]]:
 
 
 def _llm(out: Path, meta: dict) -> str:
-    parts = ['<h2 id="table3">Table 3 — 1-hop prompts on a pretrained LLM</h2>',
-             "<p>SPEC §1.5 protocol (instructions, worked examples, “output just the target token”) on "
-             "SmolLM2-135M-Instruct (GGUF, offline). Paper A's Table 3 (frontier API models): number "
-             "accuracy &lt; 0.5 at length 32 and &lt; 0.1 at 100 for all models; letter &gt; 0.88 at 32 and "
-             "&gt; 0.65 at 100.</p>"]
-    table = _csv(out / layout.LLM / layout.LLM_TABLE)
-    skipped = _read_json(out / layout.LLM / layout.SKIPPED_JSON)
-    if table is None:
-        why = skipped.get("reason") or meta.get("llm_note") or "the llm stage has not run"
-        return "".join(parts) + _note(f"Table 3 not reproduced here — {why}")
-    lengths, rows = _llm_rows(table)
-    model = table["model"].iloc[0] if "model" in table else "LLM"
-    runs = int(table["runs"].min()) if "runs" in table else 1
-    n = int(table["n"].min()) if "n" in table else 0
-    parts.append(f"<p>{_e(model)}: accuracy, mean ± sd over {runs} run(s) of {n} prompts each.</p>")
-    parts.append(_table(["task"] + [f"length {x}" for x in lengths], rows, num_cols=tuple(range(1, len(lengths) + 1))))
-    parts.append(_img(layout.png(out / layout.LLM, layout.FIG_LLM), "accuracy vs target-window length", out))
-    parts.append(_llm_choice(out / layout.LLM / layout.LLM_CHOICE, out))
+    parts = ['<h2 id="table3">Table 3 — 1-hop prompts on pretrained LLMs</h2>',
+             "<p>SPEC §1.5 protocol (instructions, worked examples, “output just the target token”) on the "
+             "offline models of the setting <code>llm_models</code>. Paper A's Table 3 (frontier API models): "
+             "number accuracy &lt; 0.5 at length 32 and &lt; 0.1 at 100 for all models; letter &gt; 0.88 at 32 "
+             "and &gt; 0.65 at 100.</p>"]
+    folders = layout.llm_model_dirs(out) or [out / layout.LLM]
+    for i, folder in enumerate(folders):
+        parts.append(_llm_model(folder, out, meta if i == 0 else {}, heading=len(folders) > 1))
+    combined = layout.png(out / layout.AGGREGATE, layout.FIG_LLM_MODELS)
+    if combined.is_file():
+        parts.append(_img(combined, "every model and protocol: accuracy vs target-window length", out))
     return "".join(parts)
 
 
-def _llm_choice(folder: Path, out: Path) -> str:
+def _llm_model(folder: Path, out: Path, meta: dict, heading: bool) -> str:
+    """One model's generate table and figure, then its choice protocol (if it ran), or why it is missing."""
+    table = _csv(folder / layout.LLM_TABLE)
+    choice = _csv(folder / layout.LLM_CHOICE / layout.LLM_TABLE)
+    skipped = _read_json(folder / layout.SKIPPED_JSON)
+    name = next((t["model"].iloc[0] for t in (table, choice) if t is not None and "model" in t), folder.name)
+    parts = [f"<h3>{_e(name)}</h3>"] if heading else []
+    if table is None and choice is None:
+        why = skipped.get("reason") or meta.get("llm_note") or "the llm stage has not run"
+        return "".join(parts) + _note(f"Table 3 not reproduced here — {why}")
+    if table is not None:
+        lengths, rows = _llm_rows(table)
+        runs = int(table["runs"].min()) if "runs" in table else 1
+        n = int(table["n"].min()) if "n" in table else 0
+        parts.append(f"<p>{_e(name)}, greedy generation: accuracy, mean ± sd over {runs} run(s) of {n} prompts "
+                     "each.</p>")
+        parts.append(_table(["task"] + [f"length {x}" for x in lengths], rows,
+                            num_cols=tuple(range(1, len(lengths) + 1))))
+        parts.append(_img(layout.png(folder, layout.FIG_LLM), "accuracy vs target-window length", out))
+    parts.append(_llm_choice(folder / layout.LLM_CHOICE, out, level=4 if heading else 3))
+    return "".join(parts)
+
+
+def _llm_choice(folder: Path, out: Path, level: int = 3) -> str:
     """The log-likelihood protocol's table (accuracy and chance level per length), if it ran."""
     table = _csv(folder / layout.LLM_TABLE)
     if table is None:
         return ""
     lengths, rows = _llm_rows(table)
-    return ("<h3>Log-likelihood protocol (choice)</h3><p>Every distinct target-window token scored as the answer by "
+    return (f"<h{level}>Log-likelihood protocol (choice)</h{level}><p>Every distinct target-window token scored as the answer by "
             "the model's log-probability after the same prompt; the argmax counts. Chance = mean of 1 / (distinct "
             "candidates).</p>"
             + _table(["task"] + [f"length {x}" for x in lengths], rows, num_cols=tuple(range(1, len(lengths) + 1)))

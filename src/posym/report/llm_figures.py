@@ -5,6 +5,9 @@
   get one line style each; a ``chance`` column (the choice protocol) adds a thin dotted chance line
   per task.
 The verb ``posym llm eval`` saves it as ``<out>/figures/llm_lengthgen`` (PNG + PDF).
+
+* :func:`plot_llm_protocols` — one such panel per protocol (generate, choice) of several models
+  side by side (``DIR/aggregate/figures/llm_models`` of a reproduction).
 """
 
 from __future__ import annotations
@@ -60,6 +63,21 @@ def plot_llm_lengthgen(table: pd.DataFrame, ax: plt.Axes | None = None, title: s
            title=title or "1-hop prompts: accuracy vs length")
     ax.title.set_fontsize(9)
     ax.legend(fontsize=7, loc="best")
+    return fig
+
+
+def plot_llm_protocols(table: pd.DataFrame) -> plt.Figure:
+    """One :func:`plot_llm_lengthgen` panel per ``protocol`` of ``table`` (generate first), every model
+    in each; the y axes are shared."""
+    if "protocol" not in table:
+        raise PosymError("LLM table lacks column 'protocol'")
+    protocols = sorted(dict.fromkeys(table["protocol"]), key=lambda p: (p != "generate", p))
+    fig, axes = plt.subplots(1, len(protocols), figsize=(5.2 * len(protocols), 3.6), sharey=True, squeeze=False)
+    for ax, protocol in zip(axes[0], protocols):
+        sub = table[table["protocol"] == protocol]
+        how = "greedy generation" if protocol == "generate" else "log-likelihood choice, chance dotted"
+        plot_llm_lengthgen(sub, ax=ax, title=f"{how} ({sub['model'].nunique() if 'model' in sub else 1} model(s))")
+    fig.tight_layout()
     return fig
 
 

@@ -18,7 +18,8 @@ A **run directory** (``posym train --out RUN``)::
 
 A **reproduction directory** (``posym reproduce --out DIR``) holds run directories
 ``DIR/<task>/seed<k>/`` (:func:`run_dir`) plus ``reproduce.json``, ``stages/<name>.done`` markers
-(:func:`marker_path`), ``stages/last_run.json``, ``theory/``, ``llm/``, ``aggregate/`` and
+(:func:`marker_path`), ``stages/last_run.json``, ``theory/``, ``llm/`` (the first model of the
+``llm_models`` setting; ``llm/models/<name>/`` the others, :func:`llm_dir`), ``aggregate/`` and
 ``report.html``.
 """
 
@@ -29,6 +30,7 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import Sequence
 
 from posym.errors import PosymError
 from posym.model.gptj import HF_CONFIG, HF_WEIGHTS
@@ -74,6 +76,8 @@ TRAINED_DISCREPANCY = "trained_discrepancy"
 RESTRICTED = "restricted"
 LLM_ANSWERS = "answers.jsonl"
 LLM_CHOICE = "choice"  # DIR/llm/choice/: the log-likelihood protocol of a reproduction
+LLM_MODELS = "models"  # DIR/llm/models/<name>/: the further models of a reproduction (setting llm_models)
+FIG_LLM_MODELS = "llm_models"  # DIR/aggregate/figures/: every model and protocol of a reproduction
 LLM_EVAL_JSON = "llm_eval.json"
 LLM_RUNS = "llm_runs.csv"
 LLM_TABLE = "llm_table.csv"
@@ -92,6 +96,31 @@ SENSITIVITY_MD = "sensitivity.md"
 SENSITIVITY_HTML = "sensitivity.html"
 PREDICTION = "prediction.csv"
 FIG_PREDICTION = "prediction"
+
+
+def llm_model_slug(model: str | os.PathLike) -> str:
+    """Folder name of one model of the ``llm_models`` setting: a bundled short name as it is, a path
+    by its last part (``runs/my-llm/`` -> ``my-llm``)."""
+    name = Path(str(model).rstrip("/\\")).name or str(model)
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._").lower() or "model"
+
+
+def llm_dir(out: str | os.PathLike, models: Sequence[str], index: int,
+            protocol: str = "generate") -> Path:
+    """Output folder of model ``models[index]`` of a reproduction: ``DIR/llm/`` for the first,
+    ``DIR/llm/models/<slug>/`` for the others; the choice protocol in its ``choice/`` subfolder."""
+    base = Path(out) / LLM
+    if index:
+        base = base / LLM_MODELS / llm_model_slug(models[index])
+    return base / LLM_CHOICE if protocol == "choice" else base
+
+
+def llm_model_dirs(out: str | os.PathLike) -> list[Path]:
+    """The generate-protocol folders of every model of a reproduction that exist: ``DIR/llm/`` first,
+    then ``DIR/llm/models/*/`` by name (each may hold a ``choice/`` subfolder)."""
+    base = Path(out) / LLM
+    extra = sorted(p for p in (base / LLM_MODELS).glob("*") if p.is_dir()) if (base / LLM_MODELS).is_dir() else []
+    return ([base] if base.is_dir() else []) + extra
 
 
 def purity(gamma: float) -> str:
@@ -337,7 +366,7 @@ def stage_table(out: str | os.PathLike) -> list[dict]:
 
 __all__ = [n for n in dir() if n.isupper() or n in (
     "accuracy_figure", "aggregate_table", "best_checkpoint", "best_dir", "figure", "fig2", "find_runs", "flow_name",
-    "checkpoint_series", "is_checkpoint",
+    "checkpoint_series", "is_checkpoint", "llm_dir", "llm_model_dirs", "llm_model_slug",
     "list_checkpoints", "marker_path", "png", "pure_counts", "purity", "qk_geometry", "read_json", "read_marker",
     "read_meta", "run_dir", "stage_table", "step_dir", "step_of_name", "summary_path", "write_json_atomic",
     "write_meta")]

@@ -15,8 +15,10 @@ Stages (``{task}`` ∈ number, letter; ``{k}`` = seed 0..K-1, the init, data and
 ``freqs-{task}-s{k}``       RoPE frequency use, Table 1, Fig. 8, Fig. 4B
 ``lengthgen-{task}-s{k}``   accuracy vs added target-window tokens (Fig. 5B)
 ``discrepancy``             Δ(n) of the RoPE constructions (Fig. 5A) -> ``DIR/theory/``
-``llm``                     1-hop prompts on SmolLM2-135M, offline (Table 3) -> ``DIR/llm/``
+``llm``                     1-hop prompts on the first of ``llm_models`` (SmolLM2-135M), offline
+                            (Table 3) -> ``DIR/llm/``
 ``choice``                  the same prompts by log-likelihood, with chance levels -> ``DIR/llm/choice/``
+``llm-{m}``/``choice-{m}``  the same for each further model ``m`` of ``llm_models`` -> ``DIR/llm/models/{m}/``
 ``report``                  multi-seed aggregation (``DIR/aggregate/``) and ``DIR/report.html``
 ==========================  =====================================================================
 
@@ -62,21 +64,23 @@ _PRIORITY = {"train": 0, "llm": 1, "choice": 1, "lengthgen": 2, "freqs": 3, "abl
 # ------------------------------------------------------------------------------------------------
 # the [llm] extra
 # ------------------------------------------------------------------------------------------------
-def llm_available() -> tuple[bool, str]:
-    """Whether the offline SmolLM2 evaluation can run: ``(True, gguf path)`` or ``(False, reason)``."""
+def llm_available(model: str = "smollm2") -> tuple[bool, str]:
+    """Whether the offline evaluation of ``model`` (a name of the ``llm_models`` setting) can run:
+    ``(True, its source)`` or ``(False, reason)``."""
     import importlib.util
 
-    from posym.model.llm import INSTALL_HINT
+    from posym.model.llm import INSTALL_HINT, llm_source
 
     if importlib.util.find_spec("gguf") is None:
         return False, ("the [llm] extra is not installed (no 'gguf' package); install it with "
                        f"pip install -e '.[llm]' && {INSTALL_HINT}")
     try:
-        from posym.model.llm import default_gguf
-
-        return True, str(default_gguf())
+        src, gguf = llm_source(model)
     except PosymError as exc:
         return False, str(exc)
+    if gguf is None and not Path(src).is_dir():
+        return False, f"no model directory {src!r}"
+    return True, str(Path(src) / gguf) if gguf else src
 
 
 # ------------------------------------------------------------------------------------------------
@@ -158,22 +162,25 @@ def stage_discrepancy(ctx: Context) -> dict:
     return {"rows": len(res.table)}
 
 
-def _llm_stage(ctx: Context, out: Path, **extra: Any) -> dict:
+def _llm_stage(ctx: Context, index: int, protocol: str) -> dict:
     from posym.verbs.llm import llm_eval
 
+    models = ctx.settings["llm_models"]
     kw = {k: v for k, v in dict(ctx.settings["llm"]).items() if v is not None}
-    res = llm_eval(out=out, threads=ctx.threads, progress=ctx.progress, **kw, **extra).data["result"]
-    (Path(ctx.out) / layout.LLM / layout.SKIPPED_JSON).unlink(missing_ok=True)
+    res = llm_eval(models[index], out=layout.llm_dir(ctx.out, models, index, protocol), threads=ctx.threads,
+                   progress=ctx.progress, protocol=protocol, **kw).data["result"]
+    (layout.llm_dir(ctx.out, models, index) / layout.SKIPPED_JSON).unlink(missing_ok=True)
     return {"model": res.model, "answered": res.n_new, "cached": res.n_cached, "seconds": round(res.seconds, 1)}
 
 
-def stage_llm(ctx: Context) -> dict:
-    return _llm_stage(ctx, Path(ctx.out) / layout.LLM)
+def stage_llm(ctx: Context, index: int = 0) -> dict:
+    """SPEC §1.5's 1-hop prompts by greedy generation on model ``llm_models[index]``."""
+    return _llm_stage(ctx, index, "generate")
 
 
-def stage_choice(ctx: Context) -> dict:
+def stage_choice(ctx: Context, index: int = 0) -> dict:
     """The log-likelihood protocol on the same prompts (SPEC §1.5; chance level per length)."""
-    return _llm_stage(ctx, Path(ctx.out) / layout.LLM / layout.LLM_CHOICE, protocol="choice")
+    return _llm_stage(ctx, index, "choice")
 
 
 STAGE_FUNCS: dict[str, Callable[..., dict]] = {
@@ -192,21 +199,26 @@ class Stage:
     kind: str
     task: str | None = None
     seed: int | None = None
+    model: int | None = None  # llm / choice: index into the llm_models setting
     deps: tuple[str, ...] = ()
     skip_note: str | None = None  # set: the stage is skipped with this note (no marker)
 
     @property
     def args(self) -> tuple:
-        return (self.task, self.seed) if self.task is not None else ()
+        if self.task is not None:
+            return (self.task, self.seed)
+        return (self.model,) if self.model is not None else ()
 
     @property
     def priority(self) -> int:
         return _PRIORITY[self.kind]
 
 
-def plan_stages(tasks: Sequence[str], seeds: int, llm: bool = True, choice: bool = True) -> list[Stage]:
+def plan_stages(tasks: Sequence[str], seeds: int, llm: bool = True, choice: bool = True,
+                llm_models: Sequence[str] = ("smollm2",)) -> list[Stage]:
     """Every stage of a reproduction, in a valid order (dependencies first); ``choice``: with ``llm``,
-    also the log-likelihood protocol (stage ``choice``)."""
+    also the log-likelihood protocol (stage ``choice``). The first of ``llm_models`` has the stages
+    ``llm`` / ``choice``, each other one ``llm-<name>`` / ``choice-<name>``."""
     stages: list[Stage] = []
     for task in tasks:
         for k in range(seeds):
@@ -217,9 +229,11 @@ def plan_stages(tasks: Sequence[str], seeds: int, llm: bool = True, choice: bool
                 stages.append(Stage(f"{kind}-{task}-s{k}", kind, task, k, deps=(f"train-{task}-s{k}",)))
     stages.append(Stage("discrepancy", "discrepancy"))
     if llm:
-        stages.append(Stage("llm", "llm"))
-        if choice:
-            stages.append(Stage("choice", "choice"))
+        for i, m in enumerate(llm_models):
+            suffix = f"-{layout.llm_model_slug(m)}" if i else ""
+            stages.append(Stage(f"llm{suffix}", "llm", model=i))
+            if choice:
+                stages.append(Stage(f"choice{suffix}", "choice", model=i))
     stages.append(Stage("report", "report", deps=tuple(s.name for s in stages)))
     return stages
 
@@ -296,7 +310,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
     ``seeds`` K: runs with seeds 0..K-1 per task, aggregated as mean ± sd. ``tasks``: subset of
     number, letter. ``stages``: only these stages (names, kinds or name prefixes; see
     :func:`select_stages`); the others are neither run nor required unless a selected stage needs
-    one that is not done. ``llm=False`` leaves out the SmolLM2 evaluation; without the ``[llm]``
+    one that is not done. ``llm=False`` leaves out the LLM evaluations (``llm_models``); without the ``[llm]``
     extra it is skipped with a note (in the report too). ``jobs``: worker processes (default
     ``min(#cpus, #runs)``; 1 = everything in this process). ``overrides``: settings merged into
     the preset's :data:`PRESETS` dict (e.g. ``{"lengthgen_n": 100}``).
@@ -320,7 +334,8 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise PosymError(f"{out} exists and is not a directory")
-    all_stages = plan_stages(tasks, seeds, llm=llm, choice=bool(settings["llm_choice"]))
+    all_stages = plan_stages(tasks, seeds, llm=llm, choice=bool(settings["llm_choice"]),
+                             llm_models=settings["llm_models"])
     chosen = select_stages(all_stages, stages)
     with DirLock(out, "reproduction"):  # one reproduction per directory at a time
         _check_settings(out, preset, settings)
@@ -334,12 +349,15 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
 def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], seeds: int, device: str,
                chosen: list[Stage], llm: bool, progress: bool, jobs: int | None, t_start: float) -> Path:
     llm_note = None if llm else "not run: --no-llm"
+    models = settings["llm_models"]
+    available: dict[int, tuple[bool, str]] = {}
     for llm_stage in (s for s in chosen if s.kind in ("llm", "choice")):
         if layout.read_marker(out, llm_stage.name) is None:
-            ok, why = llm_available()
+            i = int(llm_stage.model or 0)
+            ok, why = available[i] if i in available else available.setdefault(i, llm_available(models[i]))
             if not ok:
-                llm_stage.skip_note = f"SmolLM2 evaluation skipped: {why}"
-                llm_note = llm_stage.skip_note
+                llm_stage.skip_note = f"{models[i]} evaluation skipped: {why}"
+                llm_note = llm_note or llm_stage.skip_note
 
     n_runs = len(tasks) * seeds
     cpus = os.cpu_count() or 1
@@ -371,7 +389,7 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
             _say(f"skip  {st.name} (done, {m.get('seconds', 0):.1f} s)")
         elif st.skip_note:
             state[st.name] = "skipped"
-            note_path = out / layout.LLM / layout.SKIPPED_JSON
+            note_path = layout.llm_dir(out, models, int(st.model or 0)) / layout.SKIPPED_JSON
             old_note = json.loads(note_path.read_text()).get("reason") if note_path.is_file() else None
             if old_note != st.skip_note:
                 new_notes = True

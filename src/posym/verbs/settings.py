@@ -26,7 +26,11 @@ QUICK_LENGTHGEN_GRID = tuple(range(0, 101, 10)) + tuple(range(200, 1001, 100))
 #:   tokens are: "window", "distractor" or "copies"; SPEC §1.4, our choice);
 #: * ``discrepancy`` — keywords of ``posym.verbs.theory.discrepancy`` (Fig. 5A values);
 #: * ``llm`` — keywords of ``posym.lengthgen.llm_eval`` (lengths None = SPEC §1.5's 11 lengths);
-#:   ``llm_choice`` — also the log-likelihood ("choice") protocol on the same prompts (stage ``choice``).
+#:   ``llm_choice`` — also the log-likelihood ("choice") protocol on the same prompts (stage ``choice``);
+#:   ``llm_models`` — the models asked, each a bundled short name (``posym.model.llm.BUNDLED``), an HF
+#:   directory or a ``.gguf`` file: the first writes ``DIR/llm/`` (stages ``llm``, ``choice``), each
+#:   other ``DIR/llm/models/<name>/`` (stages ``llm-<name>``, ``choice-<name>``); a model whose package
+#:   is not installed is skipped with a note.
 PRESETS: dict[str, dict[str, Any]] = {
     # ≤ 20 min on a 2-core CPU: 1,500-step quick models (8 layers, ≈ 5–9 min per task, both trained
     # side by side), analyses scaled down.
@@ -45,6 +49,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "discrepancy": {"theta_index": 0.8, "theta_retrieval": 0.0027, "alphabet": 8, "n_max": 100},
         "llm": {"lengths": [12, 32, 100], "n": 10, "runs": 2},
         "llm_choice": True,  # also the log-likelihood protocol (stage "choice"; SPEC §1.5)
+        "llm_models": ["smollm2"],
     },
     # Testing only (not in the CLI help): a seconds-long end-to-end run.
     "tiny": {
@@ -64,14 +69,16 @@ PRESETS: dict[str, dict[str, Any]] = {
         "discrepancy": {"theta_index": 0.8, "theta_retrieval": 0.0027, "alphabet": 8, "n_max": 20},
         "llm": {"lengths": [12], "n": 2, "runs": 1},
         "llm_choice": False,
+        "llm_models": ["smollm2"],
     },
 }
 
 # The paper's setting (SPEC §2 model and training; full analysis sizes; lengthgen to +5000;
-# SmolLM2 with the default protocol: 11 lengths, 40 prompts, 5 runs).
+# both offline models — SmolLM2 and Gemma-3-270M (the [gemma] extra) — with both protocols on SPEC
+# §1.5's grid: 11 lengths, 5 runs, 40 prompts per run).
 PRESETS["paper"] = {**PRESETS["quick"], "train_preset": "paper", "ablation_n": 2000, "freqs_n": 512,
                     "lengthgen_grid": "paper", "lengthgen_n": 200,
-                    "llm": {"lengths": None, "n": 40, "runs": 5}}
+                    "llm": {"lengths": None, "n": 40, "runs": 5}, "llm_models": ["smollm2", "gemma3-270m"]}
 
 
 def preset_settings(preset: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -114,7 +121,8 @@ STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
     "train": ("train_preset", "train"), "dynamics": ("gammas",), "flow": ("flow_hops",),
     "ablate": ("ablation_n",), "freqs": ("freqs_n", "freqs_scores"),
     "lengthgen": ("lengthgen_grid", "lengthgen_n", "lengthgen_data_seeds", "lengthgen_extra_rule"),
-    "discrepancy": ("discrepancy",), "llm": ("llm",), "choice": ("llm", "llm_choice"),
+    "discrepancy": ("discrepancy",), "llm": ("llm", "llm_models"),
+    "choice": ("llm", "llm_choice", "llm_models"),
 }
 
 
@@ -186,6 +194,19 @@ def validate_settings(settings: dict[str, Any], tasks: Sequence[str]) -> None:
     if not isinstance(settings["llm_choice"], bool):
         raise PosymError(f"bad reproduction setting llm_choice={settings['llm_choice']!r}: expected true or false")
     _keywords("llm", settings["llm"], llm_eval)
+    given = sorted(k for k in settings["llm"] if k in ("model", "gguf"))
+    if given:
+        raise PosymError(f"bad reproduction setting llm.{given[0]}: name the models in llm_models instead")
+    models = settings["llm_models"]
+    if not isinstance(models, list) or not models or not all(isinstance(m, str) and m.strip() for m in models):
+        raise PosymError(f"bad reproduction setting llm_models={models!r}: expected a list of model names or paths, "
+                         "e.g. [\"smollm2\", \"gemma3-270m\"]")
+    from posym.runs.layout import llm_model_slug
+
+    slugs = [llm_model_slug(m) for m in models]
+    if len(set(slugs)) < len(slugs):
+        raise PosymError(f"bad reproduction setting llm_models={models!r}: two models share the folder name "
+                         f"{next(s for s in slugs if slugs.count(s) > 1)!r}")
     for k, v in settings["llm"].items():
         if k in ("n", "runs"):
             _positive_int(f"llm.{k}", v)
