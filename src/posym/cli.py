@@ -544,7 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("sensitivity", help="compare reproduction variants (training choices) and test whether "
                                              "head discrepancy predicts length extrapolation")
     sv.add_argument("variants", nargs="+", type=_variant, metavar="NAME=DIR",
-                    help="a variant name and its reproduction directory")
+                    help="a variant name and its reproduction directory, or (a Fig. 5B-only variant, e.g. another "
+                         "extra-token rule) its posym lengthgen tables: NAME=a.csv[,b.csv]")
     sv.add_argument("--out", required=True, help="output directory (sensitivity.csv/.md, prediction.csv/.png)")
     sv.add_argument("--n", type=positive_int, default=256, help="prompts per model for the discrepancy at training length")
     sv.add_argument("--no-predict", action="store_true", help="only the sensitivity table (no model is loaded)")

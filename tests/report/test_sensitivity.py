@@ -56,3 +56,35 @@ def test_sensitivity_of_two_variants(tiny_repro, tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     assert main(["sensitivity", f"A={tiny_repro}", "--no-predict", "--out", str(tmp_path / "afile" / "o")]) == 2
     assert "afile is a file" in capsys.readouterr().err
+
+
+def test_a_fig5b_only_variant_from_lengthgen_tables(tiny_repro, tmp_path):
+    """A variant given as `posym lengthgen` tables (another extra-token rule on the same models) adds its
+    Fig. 5B rows, computed from those tables exactly as a reproduction's are; it has no models to predict
+    from, so the prediction covers the reproduction variants only."""
+    from posym.report.aggregate import largest_length_above
+
+    tables = []
+    for task in ("number", "letter"):
+        csv = tmp_path / f"{task}-distractor.csv"
+        assert main(["lengthgen", str(tiny_repro / task / "seed0"), "--grid", "0,50", "--n", "8",
+                     "--extra-rule", "distractor", "--out", str(csv)]) == 0
+        tables.append(csv)
+    spec = ",".join(map(str, tables))
+    t = sensitivity_table({"A": tiny_repro, "E": spec})
+    e = t[t.variant == "E"]
+    assert set(e.section) == {"Fig. 5B (length generalization)"} and set(e.task) == {"number", "letter"}
+    summary = pd.read_csv(tmp_path / "letter-distractor_summary.csv")
+    at50 = e[(e.task == "letter") & (e.quantity == "accuracy at +50 tokens")]
+    assert float(at50.posym_mean.iloc[0]) == float(summary.loc[summary.extra_tokens == 50, "acc_mean"].iloc[0])
+    largest = e[(e.task == "letter") & e.quantity.str.startswith("largest")]
+    expected = largest_length_above(summary)
+    got = float(largest.posym_mean.iloc[0])
+    assert (math.isnan(got) and math.isnan(expected)) or got == expected
+    assert e[e.quantity == "accuracy at +1000 tokens"].posym_mean.isna().all()  # not in this grid
+    out = tmp_path / "study"
+    assert main(["sensitivity", f"A={tiny_repro}", f"E={spec}", "--out", str(out), "--n", "8"]) == 0
+    assert set(pd.read_csv(out / "prediction.csv").variant) == {"A"}
+    assert (out / "sensitivity.md").read_text().splitlines()[0] == "| task | quantity | Paper A | A | E |"
+    assert main(["sensitivity", f"A={tiny_repro}", f"E={tmp_path / 'missing.csv'}", "--no-predict",
+                 "--out", str(tmp_path / "s2")]) == 2

@@ -308,13 +308,8 @@ def paper_vs_posym(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] |
     runs = find_runs(out)
     rows: list[dict] = []
 
-    def add(section, task, quantity, paper_value, mean, sd=math.nan, n=0, note="", paper_text=None):
-        diff = mean - paper_value if (isinstance(paper_value, (int, float)) and math.isfinite(paper_value)
-                                      and math.isfinite(mean)) else math.nan
-        rows.append({"section": section, "task": task, "quantity": quantity,
-                     "paper": float(paper_value) if isinstance(paper_value, (int, float)) else math.nan,
-                     "paper_text": paper_text if paper_text is not None else _fmt_num(paper_value),
-                     "posym_mean": mean, "posym_sd": sd, "n": n, "difference": diff, "note": note})
+    def add(*args, **kw):
+        rows.append(_paper_row(*args, **kw))
 
     steps_note = {}
     for task, seeds in runs.items():
@@ -367,19 +362,7 @@ def paper_vs_posym(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] |
     lg = t.get("lengthgen", pd.DataFrame())
     for task in runs:
         curve = lg[lg["task"] == task] if len(lg) else lg
-        for extra, pv in paper.LENGTHGEN[task].items():
-            r = curve[curve["extra_tokens"] == extra] if len(curve) else curve
-            if len(r):
-                add("Fig. 5B (length generalization)", task, f"accuracy at +{extra} tokens", pv,
-                    float(r["acc_mean"].iloc[0]), float(r["acc_sd"].iloc[0]), int(r["n_seeds"].iloc[0]))
-            elif len(curve):
-                add("Fig. 5B (length generalization)", task, f"accuracy at +{extra} tokens", pv, math.nan,
-                    note="not in this preset's grid")
-        if task == "letter" and len(curve):
-            m, s, n = mean_sd(lengthgen_per_seed_largest(runs, task))
-            add("Fig. 5B (length generalization)", task, "largest added length with accuracy >= 0.9",
-                PAPER_LETTER_09_LENGTH, m, s, n, paper_text="≈ 750–850",
-                note=f"grid of this preset up to +{int(curve['extra_tokens'].max())}")
+        rows += fig5b_rows(task, curve, lengthgen_per_seed_largest(runs, task))
     llm = t.get("llm", pd.DataFrame())
     if len(llm):
         for (task, length), (op, bound) in PAPER_TABLE3.items():
@@ -394,6 +377,39 @@ def paper_vs_posym(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] |
                      f"{'meets' if ok else 'does not meet'} the paper's bound")
     return pd.DataFrame(rows, columns=["section", "task", "quantity", "paper", "paper_text", "posym_mean",
                                        "posym_sd", "n", "difference", "note"])
+
+
+def _paper_row(section: str, task: str, quantity: str, paper_value, mean: float, sd: float = math.nan, n: int = 0,
+               note: str = "", paper_text: str | None = None) -> dict:
+    """One row of :func:`paper_vs_posym` (difference = posym mean − paper where both are numbers)."""
+    diff = mean - paper_value if (isinstance(paper_value, (int, float)) and math.isfinite(paper_value)
+                                  and math.isfinite(mean)) else math.nan
+    return {"section": section, "task": task, "quantity": quantity,
+            "paper": float(paper_value) if isinstance(paper_value, (int, float)) else math.nan,
+            "paper_text": paper_text if paper_text is not None else _fmt_num(paper_value),
+            "posym_mean": mean, "posym_sd": sd, "n": n, "difference": diff, "note": note}
+
+
+def fig5b_rows(task: str, curve: pd.DataFrame, largest: Sequence[float]) -> list[dict]:
+    """The Fig. 5B rows of :func:`paper_vs_posym` for one task: accuracy at each of Paper A's points
+    (``curve``: extra_tokens, acc_mean, acc_sd, n_seeds — :func:`lengthgen_summary`) and, for the
+    letter task, the largest added length with accuracy >= 0.9 (mean ± sd of ``largest``, one per
+    model)."""
+    rows = []
+    for extra, pv in paper.LENGTHGEN[task].items():
+        r = curve[curve["extra_tokens"] == extra] if len(curve) else curve
+        if len(r):
+            rows.append(_paper_row("Fig. 5B (length generalization)", task, f"accuracy at +{extra} tokens", pv,
+                                   float(r["acc_mean"].iloc[0]), float(r["acc_sd"].iloc[0]), int(r["n_seeds"].iloc[0])))
+        elif len(curve):
+            rows.append(_paper_row("Fig. 5B (length generalization)", task, f"accuracy at +{extra} tokens", pv,
+                                   math.nan, note="not in this preset's grid"))
+    if task == "letter" and len(curve):
+        m, s, n = mean_sd(largest)
+        rows.append(_paper_row("Fig. 5B (length generalization)", task, "largest added length with accuracy >= 0.9",
+                               PAPER_LETTER_09_LENGTH, m, s, n, paper_text="≈ 750–850",
+                               note=f"grid of this preset up to +{int(curve['extra_tokens'].max())}"))
+    return rows
 
 
 def _fmt_num(v) -> str:
@@ -531,5 +547,5 @@ def _write_figures(fig_dir: Path, tables: dict[str, pd.DataFrame], runs: dict) -
 
 
 __all__ = ["PAPER_DISCREPANCY", "PAPER_TABLE3", "ablation_summary", "accuracy_curves", "aggregate",
-           "find_runs", "freq_summary", "initial_scores", "llm_models_table", "lengthgen_summary", "mean_sd", "paper_vs_posym",
-           "plot_accuracy_bands", "purity_counts", "purity_layers", "training_summary"]
+           "fig5b_rows", "find_runs", "freq_summary", "initial_scores", "lengthgen_summary", "llm_models_table",
+           "mean_sd", "paper_vs_posym", "plot_accuracy_bands", "purity_counts", "purity_layers", "training_summary"]

@@ -2,7 +2,10 @@
 length extrapolation (a first step).
 
 A *variant* is a reproduction directory (``DIR/<task>/seed<k>/`` run directories plus
-``DIR/aggregate/``, as ``posym reproduce`` writes) trained or selected with one documented setting.
+``DIR/aggregate/``, as ``posym reproduce`` writes) trained or selected with one documented setting —
+or, for a variant that changes only how Fig. 5B is measured (e.g. another extra-token rule on the same
+models), one or more ``posym lengthgen --out X.csv`` tables (comma-separated ``.csv`` paths; their
+``X_summary.csv`` beside them), which give only the Fig. 5B rows and no models to predict from.
 
 * :func:`sensitivity_table` lines up the paper-vs-posym rows (Fig. 2 milestones, pure heads at
   γ = 0.1, Fig. 5B) of every variant: one row per (variant, task, quantity), mean ± sd over seeds.
@@ -37,9 +40,18 @@ STUDY_ROWS: tuple[tuple[str, str], ...] = (
 )
 
 
+def lengthgen_tables(value: str | os.PathLike) -> list[Path] | None:
+    """The ``posym lengthgen`` tables of a Fig. 5B-only variant (``a.csv[,b.csv…]``), else None."""
+    parts = [x for x in str(value).split(",") if x]
+    return [Path(x) for x in parts] if parts and all(x.endswith(".csv") for x in parts) else None
+
+
 def _variant_dirs(variants: Mapping[str, str | os.PathLike]) -> dict[str, Path]:
+    """The reproduction directories among ``variants`` (the Fig. 5B-only ones are left out)."""
     out = {}
     for name, d in variants.items():
+        if lengthgen_tables(d) is not None:
+            continue
         p = Path(d)
         if not layout.aggregate_table(p, "paper_vs_posym").is_file():
             raise PosymError(f"variant {name}: {p} has no aggregate/paper_vs_posym.csv (run posym reproduce or "
@@ -48,11 +60,34 @@ def _variant_dirs(variants: Mapping[str, str | os.PathLike]) -> dict[str, Path]:
     return out
 
 
+def _lengthgen_rows(name: str, tables: list[Path]) -> pd.DataFrame:
+    """The Fig. 5B rows of a Fig. 5B-only variant: one model per table (n = 1)."""
+    from posym.report.aggregate import fig5b_rows, largest_length_above
+
+    rows = []
+    for path in tables:
+        summary = layout.summary_path(path)
+        if not (path.is_file() and summary.is_file()):
+            raise PosymError(f"variant {name}: no lengthgen table {path} with its {summary.name} (run posym "
+                             f"lengthgen RUN --out {path})")
+        tasks = pd.read_csv(path)["task"].unique()
+        if len(tasks) != 1:
+            raise PosymError(f"variant {name}: {path} holds tasks {list(tasks)}; give one table per task")
+        curve = pd.read_csv(summary).assign(n_seeds=1)
+        rows += fig5b_rows(str(tasks[0]), curve, [largest_length_above(curve)])
+    return pd.DataFrame(rows).assign(variant=name)
+
+
 def sensitivity_table(variants: Mapping[str, str | os.PathLike]) -> pd.DataFrame:
     """Long table: variant, section, task, quantity, paper_text, posym_mean, posym_sd, n."""
+    dirs = _variant_dirs(variants)
     frames = []
-    for name, d in _variant_dirs(variants).items():
-        pv = pd.read_csv(layout.aggregate_table(d, "paper_vs_posym"))
+    for name, value in variants.items():
+        tables = lengthgen_tables(value)
+        if tables is not None:
+            frames.append(_lengthgen_rows(name, tables))
+            continue
+        pv = pd.read_csv(layout.aggregate_table(dirs[name], "paper_vs_posym"))
         keep = np.zeros(len(pv), dtype=bool)
         for section, prefix in STUDY_ROWS:
             keep |= (pv["section"] == section) & pv["quantity"].astype(str).str.startswith(prefix)
