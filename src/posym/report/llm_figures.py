@@ -3,7 +3,7 @@
 * :func:`plot_llm_lengthgen` — accuracy vs target-window length, one line per task (number vs
   letter), a band of ± one sd over runs; several models (a ``model`` column with more than one value)
   get one line style each; a ``chance`` column (the choice protocol) adds a thin dotted chance line
-  per task.
+  per task (drawn once: it depends on the prompts, not the model).
 The verb ``posym llm eval`` saves it as ``<out>/figures/llm_lengthgen`` (PNG + PDF).
 
 * :func:`plot_llm_protocols` — one such panel per protocol (generate, choice) of several models
@@ -37,6 +37,7 @@ def plot_llm_lengthgen(table: pd.DataFrame, ax: plt.Axes | None = None, title: s
     else:
         fig = ax.figure
     models = list(dict.fromkeys(table["model"])) if "model" in table else [None]
+    chance_drawn: set[str] = set()
     for mi, model in enumerate(models):
         sub = table if model is None else table[table["model"] == model]
         for task in dict.fromkeys(sub["task"]):
@@ -48,9 +49,10 @@ def plot_llm_lengthgen(table: pd.DataFrame, ax: plt.Axes | None = None, title: s
             line, = ax.plot(x, m, marker="o", ms=3, ls=_STYLES[mi % len(_STYLES)], color=color, label=label)
             ax.fill_between(x, np.clip(m - sd, 0, 1), np.clip(m + sd, 0, 1), color=line.get_color(),
                             alpha=0.2, lw=0)
-            if "chance" in g and g["chance"].notna().all():
+            if "chance" in g and g["chance"].notna().all() and task not in chance_drawn:
+                chance_drawn.add(task)  # the chance level depends on the prompts only: one line per task
                 ax.plot(x, g["chance"].to_numpy(float), ls=":", lw=0.9, color=line.get_color(),
-                        label=f"{label} chance")
+                        label=f"{task} chance")
     if logx:
         ax.set_xscale("log")
         ticks = sorted(table["length"].unique())
