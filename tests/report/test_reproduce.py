@@ -256,6 +256,30 @@ def test_every_model_of_llm_models_gets_its_stages_folder_and_report_section(rep
         _again(repro_copy, llm=True, overrides={"llm_models": ["m-two", "x/m-two"]})
 
 
+def test_a_directory_made_before_llm_models_existed_stays_resumable(repro_copy, monkeypatch):
+    """reproduce.json written before the llm_models setting means the one model of then (SmolLM2): a
+    re-run is not refused, while naming other models contradicts the finished llm stage."""
+    import importlib
+
+    le = importlib.import_module("posym.lengthgen.llm_eval")
+    monkeypatch.setattr(rp, "llm_available", lambda model: (True, "fake.gguf"))
+
+    def fake_llm_eval(model=None, out=None, threads=None, progress=True, lengths=(), n=1, runs=1, **kw):
+        return le.run_protocol(lambda prompts: ["z"] * len(prompts), "fake-llm", out, lengths=[32], runs=1, n=2,
+                               progress=False)
+
+    monkeypatch.setattr(le, "llm_eval", fake_llm_eval)
+    _again(repro_copy, llm=True)
+    meta_path = repro_copy / "reproduce.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["settings"]["llm_models"]
+    meta_path.write_text(json.dumps(meta))
+    _again(repro_copy, llm=True)
+    assert _last_run(repro_copy)["executed"] == []
+    with pytest.raises(PosymError, match="made with llm_models=.*stage llm is done"):
+        _again(repro_copy, llm=True, overrides={"llm_models": ["gemma3-270m"]})
+
+
 def test_stage_selection():
     stages = plan_stages(("number", "letter"), 2)
     assert [s.name for s in select_stages(stages, ["freqs"])] == [

@@ -52,8 +52,8 @@ from posym.runs.layout import run_dir
 from posym.runs.lock import DirLock
 from posym.runs.provenance import versions
 from posym.verbs.pool import Inline, call_stage, terminate_workers, worker_init
-from posym.verbs.settings import (PRESETS, STAGE_SETTINGS, TASKS, overrides_from_pairs, preset_settings,  # noqa: F401
-                                  validate_settings)
+from posym.verbs.settings import (IMPLIED_SETTINGS, PRESETS, STAGE_SETTINGS, TASKS,  # noqa: F401
+                                  overrides_from_pairs, preset_settings, validate_settings)
 
 STAGE_KINDS = ("train", "dynamics", "flow", "ablate", "freqs", "lengthgen", "discrepancy", "llm", "choice", "report")
 RUN_STAGES = ("dynamics", "flow", "ablate", "freqs", "lengthgen")  # per (task, seed), after training
@@ -278,7 +278,7 @@ def _check_settings(out: Path, preset: str, settings: dict) -> None:
         raise PosymError(f"{out} was made with preset {old.get('preset')!r}, not {preset!r}; "
                          "use another --out directory (or delete it) to reproduce with these")
     new = json.loads(json.dumps(settings))
-    before = old.get("settings") or {}
+    before = {**IMPLIED_SETTINGS, **(old.get("settings") or {})}
     for key in sorted(set(new) | set(before)):
         if new.get(key) == before.get(key):
             continue

@@ -116,6 +116,11 @@ def overrides_from_pairs(pairs: dict[str, Any]) -> dict[str, Any]:
     return overrides
 
 
+#: Settings added after the first release, with the value a directory made before them was run with
+#: (a ``reproduce.json`` without the key means this value, so such directories stay resumable).
+IMPLIED_SETTINGS: dict[str, Any] = {"llm_models": ["smollm2"]}
+
+
 #: The settings each kind of stage reads (a changed setting invalidates only these stages).
 STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
     "train": ("train_preset", "train"), "dynamics": ("gammas",), "flow": ("flow_hops",),
@@ -217,4 +222,4 @@ def validate_settings(settings: dict[str, Any], tasks: Sequence[str]) -> None:
                 _positive_int("llm.lengths", x)
 
 
-__all__ = ["PRESETS", "STAGE_SETTINGS", "TASKS", "overrides_from_pairs", "preset_settings", "validate_settings"]
+__all__ = ["IMPLIED_SETTINGS", "PRESETS", "STAGE_SETTINGS", "TASKS", "overrides_from_pairs", "preset_settings", "validate_settings"]
