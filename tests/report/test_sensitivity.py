@@ -46,6 +46,11 @@ def test_sensitivity_of_two_variants(tiny_repro, tmp_path, capsys):
     assert len(pred) == 2 * 2 * 2  # 2 variants x 2 tasks x 2 seeds
     assert {"delta_positional", "delta_symbolic", "largest_09"} <= set(pred.columns)
     assert (out / "prediction.png").is_file() and (out / "sensitivity.md").is_file()
+    curves = pd.read_csv(out / "fig5b_variants.csv")  # Fig. 5B of every variant, the aggregate's curve
+    agg = pd.read_csv(tiny_repro / "aggregate" / "lengthgen.csv")
+    assert set(curves.variant) == {"A", "B"} and len(curves) == 2 * len(agg)
+    assert np.allclose(curves[curves.variant == "A"].acc_mean, agg.acc_mean)
+    assert (out / "fig5b_variants.png").is_file()
     page = (out / "sensitivity.html").read_text()  # the study as an HTML page, figure embedded
     assert "Paper A vs the variants" in page and "Spearman rho" in page and "data:image/png;base64," in page
     assert all(html.escape(md_row.split(" | ")[1]) in page for md_row in md.splitlines()[2:])
@@ -85,6 +90,9 @@ def test_a_fig5b_only_variant_from_lengthgen_tables(tiny_repro, tmp_path):
     out = tmp_path / "study"
     assert main(["sensitivity", f"A={tiny_repro}", f"E={spec}", "--out", str(out), "--n", "8"]) == 0
     assert set(pd.read_csv(out / "prediction.csv").variant) == {"A"}
+    curves = pd.read_csv(out / "fig5b_variants.csv")
+    e_letter = curves[(curves.variant == "E") & (curves.task == "letter")]
+    assert np.allclose(e_letter.sort_values("extra_tokens").acc_mean, summary.sort_values("extra_tokens").acc_mean)
     assert (out / "sensitivity.md").read_text().splitlines()[0] == "| task | quantity | Paper A | A | E |"
     assert main(["sensitivity", f"A={tiny_repro}", f"E={tmp_path / 'missing.csv'}", "--no-predict",
                  "--out", str(tmp_path / "s2")]) == 2

@@ -496,16 +496,18 @@ def _page(title: str, body: Sequence[str]) -> str:
 def sensitivity_page(out_dir: str | os.PathLike, variants: dict[str, str], header: Sequence[str],
                      rows: Sequence[Sequence[Any]], prediction: pd.DataFrame | None, findings: Sequence[str]) -> str:
     """The sensitivity study (Paper A vs each reproduction variant) as a self-contained HTML page:
-    the variants and their directories, the table, and the discrepancy-vs-reach prediction with its
-    figure (``OUT/prediction.png``)."""
+    the variants and their directories, the table, Fig. 5B of every variant (``OUT/fig5b_variants.png``)
+    and the discrepancy-vs-reach prediction with its figure (``OUT/prediction.png``)."""
     out = Path(out_dir)
     body = ["<h1>posym — sensitivity study</h1>",
             '<p class="sub">Which training choice moves which number of Paper A (each variant a '
             f"reproduction directory). Written {_e(datetime.now(timezone.utc).astimezone().isoformat(timespec='seconds'))}."
             "</p>", "<h2>Variants</h2>",
-            _table(["variant", "reproduction directory"], [[k, str(v)] for k, v in variants.items()]),
+            _table(["variant", "reproduction directory or lengthgen tables"], [[k, str(v)] for k, v in variants.items()]),
             "<h2>Paper A vs the variants</h2><p>mean ± sd over the seeds of each variant; “—”: not measured.</p>",
-            _table(header, rows, num_cols=tuple(range(2, len(header))))]
+            _table(header, rows, num_cols=tuple(range(2, len(header)))),
+            _img(out / f"{layout.FIG_VARIANT_CURVES}.png", "Fig. 5B of every variant, Paper A's points as circles",
+                 out)]
     if prediction is not None:
         body += ["<h2>Does the discrepancy of trained heads predict the reach?</h2>",
                  "<p>Δ (SPEC §4) of each model's pure heads at training length vs the largest added length with "

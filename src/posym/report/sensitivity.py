@@ -15,6 +15,8 @@ models), one or more ``posym lengthgen --out X.csv`` tables (comma-separated ``.
   pairs it with the largest added length at which the model's accuracy stays >= 0.9 (Fig. 5B).
   :func:`rank_correlation` is Spearman's rho with an exact permutation p-value (Monte Carlo above 8
   models).
+* :func:`variant_curves` / :func:`plot_variant_curves` — Fig. 5B of every variant side by side (one
+  panel per task, Paper A's points as markers).
 """
 
 from __future__ import annotations
@@ -94,6 +96,55 @@ def sensitivity_table(variants: Mapping[str, str | os.PathLike]) -> pd.DataFrame
         frames.append(pv[keep].assign(variant=name))
     cols = ["variant", "section", "task", "quantity", "paper_text", "posym_mean", "posym_sd", "n"]
     return pd.concat(frames, ignore_index=True)[cols]
+
+
+def variant_curves(variants: Mapping[str, str | os.PathLike]) -> pd.DataFrame:
+    """Fig. 5B of every variant: variant, task, extra_tokens, acc_mean, acc_sd, n_seeds (a reproduction's
+    ``aggregate/lengthgen.csv``, mean ± sd over its seeds; a Fig. 5B-only variant's tables, one model)."""
+    dirs = _variant_dirs(variants)
+    frames = []
+    for name, value in variants.items():
+        tables = lengthgen_tables(value)
+        if tables is None:
+            path = layout.aggregate_table(dirs[name], "lengthgen")
+            if path.is_file():
+                frames.append(pd.read_csv(path).assign(variant=name))
+            continue
+        for t in tables:
+            task = str(pd.read_csv(t)["task"].iloc[0])
+            frames.append(pd.read_csv(layout.summary_path(t)).assign(variant=name, task=task, n_seeds=1))
+    cols = ["variant", "task", "extra_tokens", "acc_mean", "acc_sd", "n_seeds"]
+    return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
+
+
+def plot_variant_curves(curves: pd.DataFrame):
+    """One panel per task: accuracy vs added tokens of every variant (± sd over seeds where there are
+    several), Paper A's Fig. 5B points as black markers, the 0.9 line dotted."""
+    import matplotlib.pyplot as plt
+
+    from posym.report import paper
+
+    tasks = [t for t in ("number", "letter") if (curves["task"] == t).any()]
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = {v: palette[i % len(palette)] for i, v in enumerate(dict.fromkeys(curves["variant"]))}  # same in every panel
+    fig, axes = plt.subplots(1, max(1, len(tasks)), figsize=(5.2 * max(1, len(tasks)), 3.8), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for name, g in curves[curves["task"] == task].groupby("variant", sort=False):
+            g = g.sort_values("extra_tokens")
+            line, = ax.plot(g["extra_tokens"], g["acc_mean"], marker=".", ms=3, color=colors[name], label=str(name))
+            sd = g["acc_sd"].fillna(0)
+            if (g["n_seeds"] > 1).any() and (sd > 0).any():
+                ax.fill_between(g["extra_tokens"], g["acc_mean"] - sd, g["acc_mean"] + sd, color=line.get_color(),
+                                alpha=0.15, lw=0)
+        xs, ys = zip(*sorted(paper.LENGTHGEN[task].items()))
+        ax.plot(xs, ys, ls="none", marker="o", mfc="none", color="black", label="Paper A")
+        ax.axhline(0.9, color="grey", lw=0.5, ls=":")
+        ax.set_xscale("symlog", linthresh=100)
+        ax.set(xlabel="added target-window tokens", ylabel="accuracy", ylim=(-0.02, 1.02), xlim=(0, None),
+               title=f"Fig. 5B by variant: {task} task")
+        ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    return fig
 
 
 def _cell(mean: float, sd: float, n: int, quantity: str = "") -> str:
@@ -222,5 +273,5 @@ def plot_prediction(table: pd.DataFrame, ax=None):
     return fig
 
 
-__all__ = ["STUDY_ROWS", "extrapolation_prediction", "plot_prediction", "rank_correlation",
-           "sensitivity_markdown", "sensitivity_table"]
+__all__ = ["STUDY_ROWS", "extrapolation_prediction", "lengthgen_tables", "plot_prediction", "plot_variant_curves",
+           "rank_correlation", "sensitivity_markdown", "sensitivity_table", "variant_curves"]

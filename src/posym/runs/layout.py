@@ -96,6 +96,8 @@ SENSITIVITY_MD = "sensitivity.md"
 SENSITIVITY_HTML = "sensitivity.html"
 PREDICTION = "prediction.csv"
 FIG_PREDICTION = "prediction"
+VARIANT_CURVES = "fig5b_variants.csv"  # Fig. 5B of every variant of a sensitivity study
+FIG_VARIANT_CURVES = "fig5b_variants"
 
 
 def llm_model_slug(model: str | os.PathLike) -> str:

@@ -8,26 +8,31 @@ from pathlib import Path
 from typing import Mapping
 
 from posym.report.html import sensitivity_page
-from posym.report.sensitivity import (extrapolation_prediction, plot_prediction, rank_correlation, sensitivity_markdown,
-                                      sensitivity_rows, sensitivity_table)
+from posym.report.sensitivity import (extrapolation_prediction, plot_prediction, plot_variant_curves, rank_correlation,
+                                      sensitivity_markdown, sensitivity_rows, sensitivity_table, variant_curves)
 from posym.runs import layout
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
 def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, *, predict: bool = True,
                 n: int = 256, force: bool = False, progress: bool = True) -> VerbResult:
-    """Write ``OUT/sensitivity.csv`` + ``.md`` + ``.html`` (the study as an HTML page) and, with
-    ``predict``, ``OUT/prediction.csv`` + ``prediction.png|pdf`` (Spearman rho in the figure titles)."""
+    """Write ``OUT/sensitivity.csv`` + ``.md`` + ``.html`` (the study as an HTML page), Fig. 5B of every
+    variant (``OUT/fig5b_variants.csv`` + ``.png|pdf``) and, with ``predict``, ``OUT/prediction.csv`` +
+    ``prediction.png|pdf`` (Spearman rho in the figure titles)."""
     out = Path(out)
-    files = [out / layout.SENSITIVITY, out / layout.SENSITIVITY_MD, out / layout.SENSITIVITY_HTML]
+    files = [out / layout.SENSITIVITY, out / layout.SENSITIVITY_MD, out / layout.SENSITIVITY_HTML,
+             out / layout.VARIANT_CURVES, *figure_paths(out / layout.FIG_VARIANT_CURVES)]
     if predict:
         files += [out / layout.PREDICTION, *figure_paths(out / layout.FIG_PREDICTION)]
     outputs = Outputs(files, force).check()
     table = sensitivity_table(variants)
     md = sensitivity_markdown(table)
     pred = extrapolation_prediction(variants, n=n, progress=progress) if predict else None
+    curves = variant_curves(variants)
     outputs.csv(table, out / layout.SENSITIVITY)
     outputs.text(md + "\n", out / layout.SENSITIVITY_MD)
+    outputs.csv(curves, out / layout.VARIANT_CURVES)
+    outputs.figure(plot_variant_curves(curves), out / layout.FIG_VARIANT_CURVES)
     findings = []
     if pred is not None:
         outputs.csv(pred, out / layout.PREDICTION)
