@@ -62,21 +62,27 @@ def _variant_dirs(variants: Mapping[str, str | os.PathLike]) -> dict[str, Path]:
     return out
 
 
+def _lengthgen_curve(name: str, path: Path) -> tuple[str, pd.DataFrame]:
+    """Task and Fig. 5B curve (``X_summary.csv``, one model: n_seeds = 1) of one table of a Fig. 5B-only
+    variant; PosymError naming the variant when a file is missing or holds several tasks."""
+    summary = layout.summary_path(path)
+    if not (path.is_file() and summary.is_file()):
+        raise PosymError(f"variant {name}: no lengthgen table {path} with its {summary.name} (run posym "
+                         f"lengthgen RUN --out {path})")
+    tasks = pd.read_csv(path)["task"].unique()
+    if len(tasks) != 1:
+        raise PosymError(f"variant {name}: {path} holds tasks {list(tasks)}; give one table per task")
+    return str(tasks[0]), pd.read_csv(summary).assign(n_seeds=1)
+
+
 def _lengthgen_rows(name: str, tables: list[Path]) -> pd.DataFrame:
     """The Fig. 5B rows of a Fig. 5B-only variant: one model per table (n = 1)."""
     from posym.report.aggregate import fig5b_rows, largest_length_above
 
     rows = []
     for path in tables:
-        summary = layout.summary_path(path)
-        if not (path.is_file() and summary.is_file()):
-            raise PosymError(f"variant {name}: no lengthgen table {path} with its {summary.name} (run posym "
-                             f"lengthgen RUN --out {path})")
-        tasks = pd.read_csv(path)["task"].unique()
-        if len(tasks) != 1:
-            raise PosymError(f"variant {name}: {path} holds tasks {list(tasks)}; give one table per task")
-        curve = pd.read_csv(summary).assign(n_seeds=1)
-        rows += fig5b_rows(str(tasks[0]), curve, [largest_length_above(curve)])
+        task, curve = _lengthgen_curve(name, path)
+        rows += fig5b_rows(task, curve, [largest_length_above(curve)])
     return pd.DataFrame(rows).assign(variant=name)
 
 
@@ -111,8 +117,8 @@ def variant_curves(variants: Mapping[str, str | os.PathLike]) -> pd.DataFrame:
                 frames.append(pd.read_csv(path).assign(variant=name))
             continue
         for t in tables:
-            task = str(pd.read_csv(t)["task"].iloc[0])
-            frames.append(pd.read_csv(layout.summary_path(t)).assign(variant=name, task=task, n_seeds=1))
+            task, curve = _lengthgen_curve(name, t)
+            frames.append(curve.assign(variant=name, task=task))
     cols = ["variant", "task", "extra_tokens", "acc_mean", "acc_sd", "n_seeds"]
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
 
