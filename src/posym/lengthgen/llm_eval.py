@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ import pandas as pd
 
 from posym.errors import PosymError
 from posym.runs import layout
+from posym.runs.layout import safe_name
 from posym.runs.tables import write_table
 from posym.tasks.prompts import (
     DEFAULT_LENGTHS,
@@ -393,8 +393,7 @@ def short_label(label: str) -> str:
 
 
 def _slug(label: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9._-]+", "-", short_label(label)).strip("-._")
-    return s.lower() or "model"
+    return safe_name(short_label(label))
 
 
 def _check_context(answerer: Any, lm: Any, tasks: Sequence[str], lengths: Sequence[int], n_examples: int,

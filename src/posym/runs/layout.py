@@ -100,11 +100,16 @@ VARIANT_CURVES = "fig5b_variants.csv"  # Fig. 5B of every variant of a sensitivi
 FIG_VARIANT_CURVES = "fig5b_variants"
 
 
+def safe_name(text: str) -> str:
+    """``text`` as a lower-case file name: runs of other characters than letters, digits, ``._-``
+    become ``-`` ("model" if nothing is left)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._").lower() or "model"
+
+
 def llm_model_slug(model: str | os.PathLike) -> str:
     """Folder name of one model of the ``llm_models`` setting: a bundled short name as it is, a path
     by its last part (``runs/my-llm/`` -> ``my-llm``)."""
-    name = Path(str(model).rstrip("/\\")).name or str(model)
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._").lower() or "model"
+    return safe_name(Path(str(model).rstrip("/\\")).name or str(model))
 
 
 def llm_dir(out: str | os.PathLike, models: Sequence[str], index: int,
@@ -370,5 +375,6 @@ __all__ = [n for n in dir() if n.isupper() or n in (
     "accuracy_figure", "aggregate_table", "best_checkpoint", "best_dir", "figure", "fig2", "find_runs", "flow_name",
     "checkpoint_series", "is_checkpoint", "llm_dir", "llm_model_dirs", "llm_model_slug",
     "list_checkpoints", "marker_path", "png", "pure_counts", "purity", "qk_geometry", "read_json", "read_marker",
-    "read_meta", "run_dir", "stage_table", "step_dir", "step_of_name", "summary_path", "write_json_atomic",
+    "read_meta", "run_dir", "safe_name", "stage_table", "step_dir", "step_of_name", "summary_path",
+    "write_json_atomic",
     "write_meta")]
