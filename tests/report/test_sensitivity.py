@@ -96,3 +96,21 @@ def test_a_fig5b_only_variant_from_lengthgen_tables(tiny_repro, tmp_path):
     assert (out / "sensitivity.md").read_text().splitlines()[0] == "| task | quantity | Paper A | A | E |"
     assert main(["sensitivity", f"A={tiny_repro}", f"E={tmp_path / 'missing.csv'}", "--no-predict",
                  "--out", str(tmp_path / "s2")]) == 2
+
+
+def test_prediction_checks_every_model_before_loading_one(repro_copy, monkeypatch):
+    """A model without its analyses (e.g. a run still in progress) is named before any model is loaded."""
+    import posym.runs.resolve as resolve
+    from posym.errors import PosymError
+    from posym.report.sensitivity import extrapolation_prediction
+    from posym.runs import layout
+
+    missing = repro_copy / "letter" / "seed1" / layout.summary_path(layout.LENGTHGEN)
+    missing.unlink()
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded before every model was checked")
+
+    monkeypatch.setattr(resolve, "resolve_model", no_loading)
+    with pytest.raises(PosymError, match=r"letter/seed1 lacks purity_gamma0\.1\.csv or lengthgen_summary\.csv"):
+        extrapolation_prediction({"A": repro_copy}, n=4, progress=False)
