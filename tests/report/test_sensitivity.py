@@ -27,6 +27,22 @@ def test_rank_correlation_exact_and_permutation():
     assert m == 3 and r == 1.0
 
 
+def test_prediction_findings_pooled_and_within_each_task():
+    """rho over all models and within each task: here the tasks' correlations are opposite (+1, -1), the
+    pooled one 1 - 6*8/(6*35) = 0.77; with 3 models |rho| = 1 has exact p = 2/6; a kind with too few
+    finite pairs in a task is left out of it."""
+    from posym.report.sensitivity import prediction_findings
+
+    pred = pd.DataFrame({"task": ["number"] * 3 + ["letter"] * 3, "delta_symbolic": [1, 2, 3, 4, 5, 6],
+                         "delta_positional": [1, 2, 3, np.nan, np.nan, np.nan],
+                         "largest_09": [10, 20, 30, 300, 200, 100]})
+    pos, sym = prediction_findings(pred)
+    p_pooled = rank_correlation(pred.delta_symbolic, pred.largest_09)[1]
+    assert sym == ("Δ of pure symbolic heads vs largest length >= 0.9, Spearman: all models rho 0.77 "
+                   f"(p = {p_pooled:.2f}, 6 models); number rho 1.00 (p = 0.33, 3); letter rho -1.00 (p = 0.33, 3)")
+    assert pos.endswith("all models rho 1.00 (p = 0.33, 3 models); number rho 1.00 (p = 0.33, 3)")
+
+
 def test_sensitivity_of_two_variants(tiny_repro, tmp_path, capsys):
     a = tmp_path / "a"
     shutil.copytree(tiny_repro, a, symlinks=True)
@@ -52,7 +68,7 @@ def test_sensitivity_of_two_variants(tiny_repro, tmp_path, capsys):
     assert np.allclose(curves[curves.variant == "A"].acc_mean, agg.acc_mean)
     assert (out / "fig5b_variants.png").is_file()
     page = (out / "sensitivity.html").read_text()  # the study as an HTML page, figure embedded
-    assert "Paper A vs the variants" in page and "Spearman rho" in page and "data:image/png;base64," in page
+    assert "Paper A vs the variants" in page and "Spearman: all models rho" in page and "data:image/png;base64," in page
     assert all(html.escape(md_row.split(" | ")[1]) in page for md_row in md.splitlines()[2:])
     a_rows = pred[pred.variant == "A"].drop(columns="variant").reset_index(drop=True)
     pd.testing.assert_frame_equal(a_rows, pred[pred.variant == "B"].drop(columns="variant").reset_index(drop=True))

@@ -256,6 +256,23 @@ def rank_correlation(x: np.ndarray, y: np.ndarray, n_perm: int = 20000, seed: in
     return r, hits / total, m
 
 
+def prediction_findings(pred: pd.DataFrame) -> list[str]:
+    """One line per head kind: Spearman rho of Δ vs the largest length >= 0.9 over all models, then
+    within each task (the tasks differ in both Δ and reach, so a pooled rho can be the task difference
+    alone); a task with fewer than 3 models of the kind is left out."""
+    lines = []
+    for kind in ("positional", "symbolic"):
+        col = f"delta_{kind}"
+        r, p, m = rank_correlation(pred[col].to_numpy(), pred["largest_09"].to_numpy())
+        parts = [f"all models rho {r:.2f} (p = {p:.2f}, {m} models)"]
+        for task, g in pred.groupby("task", sort=False):
+            rt, pt, mt = rank_correlation(g[col].to_numpy(), g["largest_09"].to_numpy())
+            if mt >= 3:
+                parts.append(f"{task} rho {rt:.2f} (p = {pt:.2f}, {mt})")
+        lines.append(f"Δ of pure {kind} heads vs largest length >= 0.9, Spearman: " + "; ".join(parts))
+    return lines
+
+
 def plot_prediction(table: pd.DataFrame, ax=None):
     """Scatter of Δ at training length vs the largest added length with accuracy >= 0.9, per kind."""
     import matplotlib.pyplot as plt
@@ -280,4 +297,4 @@ def plot_prediction(table: pd.DataFrame, ax=None):
 
 
 __all__ = ["STUDY_ROWS", "extrapolation_prediction", "lengthgen_tables", "plot_prediction", "plot_variant_curves",
-           "rank_correlation", "sensitivity_markdown", "sensitivity_table", "variant_curves"]
+           "prediction_findings", "rank_correlation", "sensitivity_markdown", "sensitivity_table", "variant_curves"]

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Mapping
 
 from posym.report.html import sensitivity_page
-from posym.report.sensitivity import (extrapolation_prediction, plot_prediction, plot_variant_curves, rank_correlation,
+from posym.report.sensitivity import (extrapolation_prediction, plot_prediction, plot_variant_curves, prediction_findings,
                                       sensitivity_markdown, sensitivity_rows, sensitivity_table, variant_curves)
 from posym.runs import layout
 from posym.verbs import Outputs, VerbResult, figure_paths
@@ -37,10 +37,7 @@ def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLik
     if pred is not None:
         outputs.csv(pred, out / layout.PREDICTION)
         outputs.figure(plot_prediction(pred), out / layout.FIG_PREDICTION)
-        for kind in ("positional", "symbolic"):
-            r, p, m = rank_correlation(pred[f"delta_{kind}"].to_numpy(), pred["largest_09"].to_numpy())
-            findings.append(f"Δ of pure {kind} heads vs largest length >= 0.9: Spearman rho {r:.2f} (p = {p:.2f}, "
-                            f"{m} models)")
+        findings = prediction_findings(pred)
     header, rows = sensitivity_rows(table)
     outputs.text(sensitivity_page(out, {k: str(v) for k, v in variants.items()}, header, rows, pred, findings),
                  out / layout.SENSITIVITY_HTML)
