@@ -41,6 +41,8 @@ def test_prediction_findings_pooled_and_within_each_task():
     assert sym == ("Δ of pure symbolic heads vs largest length >= 0.9, Spearman: all models rho 0.77 "
                    f"(p = {p_pooled:.2f}, 6 models); number rho 1.00 (p = 0.33, 3); letter rho -1.00 (p = 0.33, 3)")
     assert pos.endswith("all models rho 1.00 (p = 0.33, 3 models); number rho 1.00 (p = 0.33, 3)")
+    pred["largest_09"] = 30  # every reach equal: no rank correlation
+    assert prediction_findings(pred)[1].endswith("letter rho undefined (one side constant)")
 
 
 def test_sensitivity_of_two_variants(tiny_repro, tmp_path, capsys):

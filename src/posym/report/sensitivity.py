@@ -256,21 +256,26 @@ def rank_correlation(x: np.ndarray, y: np.ndarray, n_perm: int = 20000, seed: in
     return r, hits / total, m
 
 
+def _correlations(pred: pd.DataFrame, kind: str) -> list[str]:
+    """Spearman rho of Δ of the ``kind`` heads vs the largest length >= 0.9: over all models, then within
+    each task with at least 3 such models (the tasks differ in both Δ and reach, so a pooled rho can be
+    the task difference alone)."""
+    col = f"delta_{kind}"
+
+    def text(g: pd.DataFrame, what: str, unit: str) -> str:
+        r, p, m = rank_correlation(g[col].to_numpy(), g["largest_09"].to_numpy())
+        rho = "undefined (one side constant)" if m >= 3 and math.isnan(r) else f"{r:.2f} (p = {p:.2f}, {m}{unit})"
+        return f"{what} rho {rho}"
+
+    parts = [text(pred, "all models", " models")]
+    parts += [text(g, str(task), "") for task, g in pred.groupby("task", sort=False) if g[col].notna().sum() >= 3]
+    return parts
+
+
 def prediction_findings(pred: pd.DataFrame) -> list[str]:
-    """One line per head kind: Spearman rho of Δ vs the largest length >= 0.9 over all models, then
-    within each task (the tasks differ in both Δ and reach, so a pooled rho can be the task difference
-    alone); a task with fewer than 3 models of the kind is left out."""
-    lines = []
-    for kind in ("positional", "symbolic"):
-        col = f"delta_{kind}"
-        r, p, m = rank_correlation(pred[col].to_numpy(), pred["largest_09"].to_numpy())
-        parts = [f"all models rho {r:.2f} (p = {p:.2f}, {m} models)"]
-        for task, g in pred.groupby("task", sort=False):
-            rt, pt, mt = rank_correlation(g[col].to_numpy(), g["largest_09"].to_numpy())
-            if mt >= 3:
-                parts.append(f"{task} rho {rt:.2f} (p = {pt:.2f}, {mt})")
-        lines.append(f"Δ of pure {kind} heads vs largest length >= 0.9, Spearman: " + "; ".join(parts))
-    return lines
+    """One line per head kind with the correlations of :func:`_correlations`."""
+    return [f"Δ of pure {kind} heads vs largest length >= 0.9, Spearman: " + "; ".join(_correlations(pred, kind))
+            for kind in ("positional", "symbolic")]
 
 
 def plot_prediction(table: pd.DataFrame, ax=None):
@@ -286,9 +291,9 @@ def plot_prediction(table: pd.DataFrame, ax=None):
         for (variant, task), g in table.groupby(["variant", "task"]):
             a.scatter(g[col], g["largest_09"], label=f"{variant} ({task})",
                       marker="o" if task == "letter" else "s")
-        r, p, m = rank_correlation(table[col].to_numpy(), table["largest_09"].to_numpy())
-        a.set_title(f"{kind} heads: Spearman ρ = {r:.2f} (p = {p:.2f}, {m} models)" if m >= 3
-                    else f"{kind} heads: {m} model(s) with such heads")
+        m = int(table[col].notna().sum())
+        a.set_title(f"{kind} heads, Spearman: " + "\n".join(_correlations(table, kind)).replace("rho", "ρ")
+                    if m >= 3 else f"{kind} heads: {m} model(s) with such heads", fontsize=9)
         a.set_xlabel(f"mean Δ of pure {kind} heads at training length")
         a.set_ylabel("largest added length with accuracy ≥ 0.9")
     axes[-1].legend(fontsize=7)
