@@ -202,15 +202,15 @@ def extrapolation_prediction(variants: Mapping[str, str | os.PathLike], gamma: f
     from posym.runs.resolve import resolve_model
     from posym.theory.trained import trained_discrepancy
 
-    models = [(name, task, seed, run) for name, d in _variant_dirs(variants).items()
+    models = [(name, task, seed, run, run / layout.purity(gamma), layout.summary_path(run / layout.LENGTHGEN))
+              for name, d in _variant_dirs(variants).items()
               for task, seeds in layout.find_runs(d).items() for seed, run in seeds.items()]
-    for _, _, _, run in models:  # every model checked before the first is loaded
-        purity_path, lg_path = run / layout.purity(gamma), layout.summary_path(run / layout.LENGTHGEN)
+    for *_, run, purity_path, lg_path in models:  # every model checked before the first is loaded
         if not (purity_path.is_file() and lg_path.is_file()):
             raise PosymError(f"{run} lacks {purity_path.name} or {lg_path.name} (run its analyses first)")
     rows = []
-    for name, task, seed, run in models:
-        purity = pd.read_csv(run / layout.purity(gamma))
+    for name, task, seed, run, purity_path, lg_path in models:
+        purity = pd.read_csv(purity_path)
         model, _, _ = resolve_model(run, task=task)
         delta = trained_discrepancy(model, task, grid=[0], n=n, progress=progress)
         merged = delta.merge(purity[["layer", "head", "kind"]], on=["layer", "head"])
@@ -219,7 +219,7 @@ def extrapolation_prediction(variants: Mapping[str, str | os.PathLike], gamma: f
             sel = merged[merged["kind"] == kind]["delta_mean"]
             row[f"delta_{kind}"] = float(sel.mean()) if len(sel) else math.nan
             row[f"n_{kind}"] = int(len(sel))
-        row["largest_09"] = largest_length(pd.read_csv(layout.summary_path(run / layout.LENGTHGEN)))
+        row["largest_09"] = largest_length(pd.read_csv(lg_path))
         rows.append(row)
     return pd.DataFrame(rows)
 
