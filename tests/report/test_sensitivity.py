@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from posym.cli import main
-from posym.report.sensitivity import rank_correlation, sensitivity_markdown, sensitivity_table
+from posym.report.sensitivity import p_text, rank_correlation, sensitivity_markdown, sensitivity_table
 
 
 def test_rank_correlation_exact_and_permutation():
@@ -21,7 +21,8 @@ def test_rank_correlation_exact_and_permutation():
     r, p, m = rank_correlation(x, -x)
     assert r == -1.0 and p == pytest.approx(2 / 120)
     r, p, m = rank_correlation(np.arange(12.0), np.arange(12.0), n_perm=2000)
-    assert r == 1.0 and p < 0.01 and m == 12
+    assert r == 1.0 and m == 12 and p == 1 / 2001  # no random order is as extreme: (0 + 1) / (2000 + 1)
+    assert p_text(p) == "0.0005" and p_text(0.04) == "0.04" and p_text(0.004) == "0.004"
     assert math.isnan(rank_correlation([1.0, 2.0], [3.0, 4.0])[0])  # too few pairs
     r, _, m = rank_correlation([1, 2, np.nan, 4], [1, 3, 2, 5])  # NaN pairs are dropped
     assert m == 3 and r == 1.0
@@ -39,7 +40,7 @@ def test_prediction_findings_pooled_and_within_each_task():
     pos, sym = prediction_findings(pred)
     p_pooled = rank_correlation(pred.delta_symbolic, pred.largest_09)[1]
     assert sym == ("Δ of pure symbolic heads vs largest length >= 0.9, Spearman: all models rho 0.77 "
-                   f"(p = {p_pooled:.2f}, 6 models); number rho 1.00 (p = 0.33, 3); letter rho -1.00 (p = 0.33, 3)")
+                   f"(p = {p_text(p_pooled)}, 6 models); number rho 1.00 (p = 0.33, 3); letter rho -1.00 (p = 0.33, 3)")
     assert pos.endswith("all models rho 1.00 (p = 0.33, 3 models); number rho 1.00 (p = 0.33, 3)")
     pred["largest_09"] = 30  # every reach equal: no rank correlation
     assert prediction_findings(pred)[1].endswith("letter rho undefined (one side constant)")

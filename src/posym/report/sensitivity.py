@@ -227,7 +227,9 @@ def extrapolation_prediction(variants: Mapping[str, str | os.PathLike], gamma: f
 def rank_correlation(x: np.ndarray, y: np.ndarray, n_perm: int = 20000, seed: int = 0) -> tuple[float, float, int]:
     """Spearman's rho of the finite pairs, two-sided permutation p-value, and the number of pairs.
 
-    Exact over all permutations up to 8 pairs, else ``n_perm`` random permutations."""
+    Exact over all permutations up to 8 pairs, else ``n_perm`` random permutations with the observed
+    order counted among them, p = (hits + 1) / (n_perm + 1), so an estimate is never 0 (Phipson & Smyth
+    2010)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
@@ -253,7 +255,12 @@ def rank_correlation(x: np.ndarray, y: np.ndarray, n_perm: int = 20000, seed: in
         perms = (g.permutation(m) for _ in range(n_perm))
         total = n_perm
     hits = sum(abs(rho(rx, ry[p])) >= abs(r) - 1e-12 for p in perms)
-    return r, hits / total, m
+    return r, (hits / total if m <= 8 else (hits + 1) / (total + 1)), m
+
+
+def p_text(p: float) -> str:
+    """A p-value for a sentence: two decimals, or one significant digit below 0.01 (never "0.00")."""
+    return f"{p:.2f}" if p >= 0.01 else f"{p:.1g}"
 
 
 def _correlations(pred: pd.DataFrame, kind: str) -> list[str]:
@@ -264,7 +271,7 @@ def _correlations(pred: pd.DataFrame, kind: str) -> list[str]:
 
     def text(g: pd.DataFrame, what: str, unit: str) -> str:
         r, p, m = rank_correlation(g[col].to_numpy(), g["largest_09"].to_numpy())
-        rho = "undefined (one side constant)" if m >= 3 and math.isnan(r) else f"{r:.2f} (p = {p:.2f}, {m}{unit})"
+        rho = "undefined (one side constant)" if m >= 3 and math.isnan(r) else f"{r:.2f} (p = {p_text(p)}, {m}{unit})"
         return f"{what} rho {rho}"
 
     parts = [text(pred, "all models", " models")]
