@@ -279,15 +279,24 @@ def _correlations(pred: pd.DataFrame, kind: str) -> list[str]:
     return parts
 
 
-def prediction_findings(pred: pd.DataFrame) -> list[str]:
-    """One line per head kind with the correlations of :func:`_correlations`."""
-    return [f"Δ of pure {kind} heads vs largest length >= 0.9, Spearman: " + "; ".join(_correlations(pred, kind))
-            for kind in ("positional", "symbolic")]
+def prediction_correlations(pred: pd.DataFrame) -> dict[str, list[str]]:
+    """:func:`_correlations` of each head kind (positional, symbolic), computed once for text and figure."""
+    return {kind: _correlations(pred, kind) for kind in ("positional", "symbolic")}
 
 
-def plot_prediction(table: pd.DataFrame, ax=None):
-    """Scatter of Δ at training length vs the largest added length with accuracy >= 0.9, per kind."""
+def prediction_findings(pred: pd.DataFrame, correlations: Mapping[str, list[str]] | None = None) -> list[str]:
+    """One line per head kind with the correlations of :func:`prediction_correlations`."""
+    correlations = correlations or prediction_correlations(pred)
+    return [f"Δ of pure {kind} heads vs largest length >= 0.9, Spearman: " + "; ".join(parts)
+            for kind, parts in correlations.items()]
+
+
+def plot_prediction(table: pd.DataFrame, ax=None, correlations: Mapping[str, list[str]] | None = None):
+    """Scatter of Δ at training length vs the largest added length with accuracy >= 0.9, per kind
+    (``correlations``: :func:`prediction_correlations` of ``table``, computed here if not given)."""
     import matplotlib.pyplot as plt
+
+    correlations = correlations or prediction_correlations(table)
 
     if ax is None:
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -299,7 +308,7 @@ def plot_prediction(table: pd.DataFrame, ax=None):
             a.scatter(g[col], g["largest_09"], label=f"{variant} ({task})",
                       marker="o" if task == "letter" else "s")
         m = int(table[col].notna().sum())
-        a.set_title(f"{kind} heads, Spearman: " + "\n".join(_correlations(table, kind)).replace("rho", "ρ")
+        a.set_title(f"{kind} heads, Spearman: " + "\n".join(correlations[kind]).replace("rho", "ρ")
                     if m >= 3 else f"{kind} heads: {m} model(s) with such heads", fontsize=9)
         a.set_xlabel(f"mean Δ of pure {kind} heads at training length")
         a.set_ylabel("largest added length with accuracy ≥ 0.9")
@@ -309,4 +318,5 @@ def plot_prediction(table: pd.DataFrame, ax=None):
 
 
 __all__ = ["STUDY_ROWS", "extrapolation_prediction", "lengthgen_tables", "plot_prediction", "plot_variant_curves",
-           "prediction_findings", "rank_correlation", "sensitivity_markdown", "sensitivity_table", "variant_curves"]
+           "prediction_correlations", "prediction_findings", "rank_correlation", "sensitivity_markdown",
+           "sensitivity_table", "variant_curves"]

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Mapping
 
 from posym.report.html import sensitivity_page
-from posym.report.sensitivity import (extrapolation_prediction, plot_prediction, plot_variant_curves, prediction_findings,
+from posym.report.sensitivity import (extrapolation_prediction, plot_prediction, plot_variant_curves,
+                                      prediction_correlations, prediction_findings,
                                       sensitivity_markdown, sensitivity_rows, sensitivity_table, variant_curves)
 from posym.runs import layout
 from posym.verbs import Outputs, VerbResult, figure_paths
@@ -36,8 +37,9 @@ def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLik
     findings = []
     if pred is not None:
         outputs.csv(pred, out / layout.PREDICTION)
-        outputs.figure(plot_prediction(pred), out / layout.FIG_PREDICTION)
-        findings = prediction_findings(pred)
+        correlations = prediction_correlations(pred)
+        outputs.figure(plot_prediction(pred, correlations=correlations), out / layout.FIG_PREDICTION)
+        findings = prediction_findings(pred, correlations)
     header, rows = sensitivity_rows(table)
     outputs.text(sensitivity_page(out, {k: str(v) for k, v in variants.items()}, header, rows, pred, findings),
                  out / layout.SENSITIVITY_HTML)
