@@ -158,7 +158,6 @@ def _reading():
     return mod
 
 
-
 class OneLineParser(argparse.ArgumentParser):
     """argparse with one-line errors: ``posym: error: <verb>: <message>`` and exit status 2."""
 

@@ -394,7 +394,7 @@ def reading_warnings(table: pd.DataFrame) -> list[str]:
     low_acc = [s for s, a in acc.items() if np.isfinite(a) and (a == 0 or a <= chance.get(s, 0.0))]
     if low_acc:
         out.append(f"warning: accuracy <= chance ({', '.join(low_acc)}): "
-                   "heads of a model that does not solve the prompts")
+                   "heads of a model that fails these prompts")
     return out
 
 

@@ -228,7 +228,6 @@ def load_llm(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
 
     if offline:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    check_llm_model(model, gguf, offline=offline)
     src, gfile = llm_source(model, gguf)
     if gfile is not None:
         _need("gguf", "loading a GGUF file", "pip install gguf")
@@ -240,6 +239,9 @@ def load_llm(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
         dtype = getattr(torch, dtype)
     if dtype is None:
         dtype = "auto" if torch.cuda.is_available() else torch.float32
+    if device_map is None and (max_memory is not None or offload_folder is not None):
+        raise PosymError("max_memory / offload_folder need device_map (e.g. 'auto')")
+    check_llm_model(model, gguf, offline=offline)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -255,8 +257,6 @@ def load_llm(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
             mkw["max_memory"] = max_memory
         if offload_folder is not None:
             mkw["offload_folder"] = str(offload_folder)
-    elif max_memory is not None or offload_folder is not None:
-        raise PosymError("max_memory / offload_folder need device_map (e.g. 'auto')")
     try:
         tok = AutoTokenizer.from_pretrained(src, **kw)
     except (OSError, ValueError, TypeError, KeyError) as e:  # files that name no loadable tokenizer
