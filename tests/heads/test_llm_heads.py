@@ -537,3 +537,22 @@ def test_reading_warnings_low_block_mass_and_chance():
     assert reading_warnings(t) == []
     prompts = build_prompts(TOK, "binding", 4, 0, n_entities=4)
     assert chance_level(prompts) == pytest.approx(0.25)
+
+
+def test_where_a_fresh_model_starts_as_the_reading_says():
+    """HOW_TO_READ's last point: a fresh Llama (logits ≈ 0) scores ≈ (1, 1); a fresh Qwen3, whose QK-norm
+    gives O(1) logits, starts elsewhere (docs/llm.md: ≈ (0.26, 0.94), entropy 0.87)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from posym.heads.tracking import score_table
+    from posym.tasks import make_split
+
+    ids = make_split("number", "val", n=32).input_ids
+    common = dict(vocab_size=137, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, max_position_embeddings=64, attn_implementation="eager")
+    torch.manual_seed(0)
+    llama = score_table(LlamaForCausalLM(LlamaConfig(**common)).eval(), ids)
+    torch.manual_seed(0)
+    qwen = score_table(Qwen3ForCausalLM(Qwen3Config(**common)).eval(), ids)
+    assert llama["s_pos"].mean() > 0.99 and llama["s_sym"].mean() > 0.99 and llama["entropy"].mean() > 0.999
+    assert qwen["s_pos"].mean() < 0.5 and qwen["s_sym"].mean() > 0.9 and qwen["entropy"].mean() < 0.95
