@@ -172,3 +172,39 @@ def test_rerun_without_force_changes_nothing(argv, sandbox, capsys):
     line = _run(argv, sandbox, capsys)
     assert "exists" in line or "--force" in line
     assert main(cmd + ["--force"]) == 0  # and --force replaces
+
+
+# ------------------------------------------------------------------------------------------------
+# llm eval / llm heads: missing and foreign models, the two protocols' folders (docs/llm.md)
+# ------------------------------------------------------------------------------------------------
+_LLM_SMALL = ["--lengths", "12", "--runs", "1", "--n", "1", "--tasks", "number"]
+LLM_MODELS = [
+    (["llm", "eval", "--model", "ROOT/nope", "--out", "ROOT/o"], "no such model folder: "),
+    (["llm", "eval", "--protocol", "choice", "--model", "ROOT/nope", "--out", "ROOT/o"], "no such model folder: "),
+    (["llm", "heads", "--model", "ROOT/nope", "--out", "ROOT/o"], "no such model folder: "),
+    (["llm", "heads", "--model", "bogusname", "--out", "ROOT/o"], "no such model folder: bogusname"),
+    (["llm", "eval", "--model", "ROOT/run/checkpoints/step-000004", *_LLM_SMALL, "--out", "ROOT/o"],
+     "has no tokenizer"),
+    (["llm", "eval", "--protocol", "choice", "--model", "ROOT/run/checkpoints/step-000004", *_LLM_SMALL,
+      "--out", "ROOT/o"], "has no tokenizer"),
+    (["llm", "heads", "--model", "ROOT/run/checkpoints/step-000004", "--out", "ROOT/o"], "has no tokenizer"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", LLM_MODELS, ids=[" ".join(a[:4]) + f"-{i}" for i, (a, _) in enumerate(LLM_MODELS)])
+def test_llm_missing_or_foreign_model(argv, needle, sandbox, capsys):
+    line = _run(argv, sandbox, capsys)
+    assert needle in line and "huggingface.co" not in line
+
+
+@pytest.mark.parametrize("held, asked", [("choice", "generate"), ("generate", "choice")])
+def test_llm_eval_into_the_other_protocols_folder(held, asked, sandbox, capsys):
+    from posym.runs import layout
+
+    d = sandbox / f"llm-{held}"
+    if not d.exists():
+        d.mkdir()
+        (d / layout.LLM_TABLE).write_text(f"task,length,mean,sd,runs,n,model,protocol\nnumber,12,0.1,,1,1,m,{held}\n")
+    line = _run(["llm", "eval", "--protocol", asked, "--model", "ROOT/nope", "--out", f"ROOT/llm-{held}"], sandbox,
+                capsys)
+    assert f"holds the tables of the {held} protocol" in line

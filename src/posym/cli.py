@@ -142,6 +142,22 @@ def key_value(text: str) -> tuple[str, Any]:
 STEP_HELP = "checkpoint of a run: a step, 'last' or 'best' (default: the model the run stands for)"
 
 
+def _reading():
+    """``posym.heads.reading`` (HOW_TO_READ, MIN_MASS) loaded from its file, so that building the
+    parser does not import ``posym.heads`` (torch): the module imports nothing."""
+    import importlib.util
+    from pathlib import Path
+
+    import posym
+
+    if "posym.heads.reading" in sys.modules:
+        return sys.modules["posym.heads.reading"]
+    spec = importlib.util.spec_from_file_location("_posym_reading", Path(posym.__file__).parent / "heads" / "reading.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse with one-line errors: ``posym: error: <verb>: <message>`` and exit status 2."""
 
@@ -376,7 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--force", action="store_true", help="replace a run derived earlier")
     se.set_defaults(func=_cmd_select)
 
-    sc = sub.add_parser("scores", help="positional/symbolic scores of every head (SPEC §3, fast exact path)")
+    reading = _reading()
+    sc = sub.add_parser("scores", help="positional/symbolic scores of every head (SPEC §3, fast exact path)",
+                        epilog=reading.HOW_TO_READ, formatter_class=argparse.RawDescriptionHelpFormatter)
     sc.add_argument("run_dir", nargs="?", help="run directory: scores every checkpoint")
     sc.add_argument("--model", default=None,
                     help="an HF checkpoint of any supported RoPE family (docs/models.md) or a run directory")
@@ -468,7 +486,8 @@ def build_parser() -> argparse.ArgumentParser:
     llm = sub.add_parser("llm", help="real pretrained LLMs (SPEC §1.5)")
     lsub = llm.add_subparsers(dest="llm_verb", required=True, parser_class=OneLineParser)
     le = lsub.add_parser("eval", help="1-hop number/letter prompts vs target-window length (Table 3)")
-    le.add_argument("--model", default=None, help="smollm2 (default) | gemma3-270m | an HF directory | a .gguf file")
+    le.add_argument("--model", default=None,
+                    help="smollm2 (default) | gemma3-270m | an HF model folder with its tokenizer | a .gguf file")
     le.add_argument("--gguf", default=None, help="GGUF file inside --model")
     le.add_argument("--api-base", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     le.add_argument("--api-model", default=None)
@@ -495,10 +514,14 @@ def build_parser() -> argparse.ArgumentParser:
     le.add_argument("--n-examples", type=nonneg_int, default=3, help="worked examples in each prompt")
     le.add_argument("--quiet", action="store_true", help="no progress bar")
     le.add_argument("--threads", type=threads_type, default=None)
-    le.add_argument("--out", default=None, help="output directory (answers are cached there; reruns resume)")
+    le.add_argument("--out", default=None, help="output directory (answers are cached there; reruns resume; "
+                                                 "a folder holding the other protocol's tables is refused)")
     le.set_defaults(func=_cmd_llm_eval)
-    lh = lsub.add_parser("heads", help="s_POS/s_SYM (block swaps), entropy, frequency use of every head (SPEC §3, §6)")
-    lh.add_argument("--model", default=None, help="smollm2 (default) | gemma3-270m | an HF directory | a .gguf file")
+    lh = lsub.add_parser("heads", help="s_POS/s_SYM (block swaps), entropy, frequency use of every head (SPEC §3, §6)",
+                         epilog=f"{reading.HOW_TO_READ}\n\n{reading.HEADS_RECIPE}",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    lh.add_argument("--model", default=None,
+                    help="smollm2 (default) | gemma3-270m | an HF model folder with its tokenizer | a .gguf file")
     lh.add_argument("--gguf", default=None, help="GGUF file inside --model")
     lh.add_argument("--prompts", type=str_list(("all", "binding", "number", "letter")), default=["all"],
                     help="all, binding, number, letter or a comma list")
@@ -511,13 +534,15 @@ def build_parser() -> argparse.ArgumentParser:
     lh.add_argument("--tau", type=positive_float, default=1e-4, help="softmax temperature of the swap weights")
     lh.add_argument("--centred", action="store_true",
                     help="cosines on attention minus the mass-matched uniform row (uniform heads score 0, not 1)")
-    lh.add_argument("--min-mass", type=finite_float, default=0.0,
-                    help="summaries leave out heads with block_mass below this (0..1; default 0: none)")
+    lh.add_argument("--min-mass", type=finite_float, default=reading.MIN_MASS,
+                    help=f"summaries leave out heads with block_mass below this (0..1; default {reading.MIN_MASS:g}; "
+                         "0 keeps every head)")
     lh.add_argument("--device", type=device_type, default=None, help="cpu or cuda (default: cuda when available)")
     lh.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default: fp32 on CPU)")
     lh.add_argument("--batch-size", type=positive_int, default=8, help="prompts per forward")
     lh.add_argument("--threads", type=threads_type, default=None, help="torch CPU threads")
-    lh.add_argument("--out", default="runs/llm/heads", help="output directory")
+    lh.add_argument("--out", default=None,
+                    help="output directory (default: runs/llm-heads/<model>/ under the current folder)")
     lh.add_argument("--quiet", action="store_true", help="no progress bar")
     _force(lh)
     lh.set_defaults(func=_cmd_llm_heads)

@@ -5,7 +5,9 @@ frequency use, summaries, the plane figure and the CLI verb."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -383,16 +385,36 @@ def test_plane_figure_axes():
 # ------------------------------------------------------------------------------------------------
 # CLI
 # ------------------------------------------------------------------------------------------------
-def test_cli_llm_heads_end_to_end(tmp_path, capsys):
-    d = tmp_path / "tiny-llama"
+def test_cli_llm_heads_end_to_end(tmp_path, capsys, monkeypatch):
+    """Default output folder runs/llm-heads/<model>/ (printed first), default --min-mass 0.01, a narrow
+    printed summary without the (NaN) sliding columns of a model without sliding layers, the warning
+    that the model does not solve the prompts, and the pointer to the reading of the scores."""
+    import json
+
+    from posym.heads.llm_heads import DEFAULT_MIN_MASS
+    from posym.heads.reading import READ_POINTER
+
+    d = tmp_path / "models" / "tiny-llama"
     _llama().save_pretrained(d)
     TOK.save_pretrained(d)
-    out = tmp_path / "heads"
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
     rc = main(["llm", "heads", "--model", str(d), "--n", "3", "--length", "5", "--n-examples", "1",
-               "--batch-size", "2", "--out", str(out), "--quiet"])
+               "--batch-size", "2"])
     assert rc == 0
-    printed = capsys.readouterr().out
-    assert "pearson_r" in printed and "llm_heads_plane.png" in printed
+    cap = capsys.readouterr()
+    printed = cap.out
+    out = tmp_path / "runs" / "llm-heads" / "tiny-llama"
+    assert cap.err.startswith(f"llm heads: output folder {Path('runs/llm-heads/tiny-llama')}{os.sep}\n")
+    assert f"wrote 15 files to {Path('runs/llm-heads/tiny-llama')}{os.sep}" in printed
+    assert printed.rstrip().endswith(READ_POINTER)
+    assert "s_pos 1st" in printed and "sliding" not in printed and "NaN" not in printed
+    assert "warning: accuracy <= chance (binding, number, letter)" in printed
+    wide = [line for line in printed.splitlines() if len(line) > 100 and str(d) not in line]
+    assert not wide, wide
+    meta = json.loads((out / "llm_heads.json").read_text())
+    assert meta["min_mass"] == DEFAULT_MIN_MASS == 0.01 and meta["warnings"] and set(meta["chance"]) == {
+        "binding", "number", "letter"}
     table = pd.read_csv(out / "llm_heads.csv")
     assert len(table) == 3 * 2 * 4 and set(table["prompt_set"]) == {"binding", "number", "letter"}
     summary = pd.read_csv(out / "llm_heads_summary.csv")
@@ -415,7 +437,7 @@ def test_cli_llm_heads_gemma3_centred_min_mass(tmp_path, capsys):
                "--n-examples", "1", "--centred", "--min-mass", "0.05", "--threads", "1", "--out", str(out), "--quiet"])
     assert rc == 0
     printed = capsys.readouterr().out
-    assert "(centred)" in printed and "left out, block_mass < 0.05" in printed and "layer_type" in printed
+    assert "(centred)" in printed and "heads with block_mass >= 0.05" in printed and "layer_type" in printed
     table = pd.read_csv(out / "llm_heads.csv")
     assert table["centred"].all() and list(table.drop_duplicates("layer")["layer_type"]) == [
         "sliding", "global", "sliding", "global"]
@@ -446,3 +468,91 @@ def test_cli_llm_heads_bad_prompts_one_line_error(tmp_path, capsys):
     assert rc == 2
     assert err.count("\n") == 1 and err.startswith("posym: error: llm heads: argument --prompts: unknown 'bogus'")
     assert not (tmp_path / "llm_heads.csv").exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# how to read the scores: one text, shown where users look
+# ------------------------------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _quoted_reading(path: Path) -> str:
+    """The ```text block of ``path`` that starts with the reading's first words."""
+    text = path.read_text(encoding="utf-8")
+    start = text.index("```text\nHow to read the scores") + len("```text\n")
+    return text[start:text.index("\n```", start)]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/llm.md"])
+def test_docs_quote_how_to_read_verbatim(doc):
+    from posym.heads.reading import HOW_TO_READ
+
+    assert _quoted_reading(ROOT / doc) == HOW_TO_READ
+
+
+def test_help_of_scores_and_llm_heads_shows_how_to_read(capsys):
+    from posym.heads.reading import HEADS_RECIPE, HOW_TO_READ, MIN_MASS
+    from posym.verbs.llm import HEADS_OUT_ROOT
+
+    assert main(["scores", "--help"]) == 0
+    assert HOW_TO_READ in capsys.readouterr().out  # verbatim: line breaks kept
+    assert main(["llm", "heads", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert HOW_TO_READ in text and HEADS_RECIPE in text and f"{HEADS_OUT_ROOT}/<model>/" in text
+    assert f"default {MIN_MASS:g}; 0 keeps every head" in " ".join(text.split())
+
+
+def test_parser_with_the_reading_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys; from posym.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == "False"
+
+
+def test_scores_summary_points_to_the_reading(tmp_path, capsys):
+    from posym.heads.reading import READ_POINTER
+
+    d = tmp_path / "llama"
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=137, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2)).save_pretrained(d)
+    assert main(["scores", "--model", str(d), "--task", "number", "--n", "4", "--out", str(tmp_path / "s.csv")]) == 0
+    assert capsys.readouterr().out.rstrip().endswith(READ_POINTER)
+
+
+def test_reading_warnings_low_block_mass_and_chance():
+    from posym.heads.llm_heads import LOW_BLOCK_MASS, chance_level, reading_warnings
+
+    t = pd.DataFrame({"prompt_set": ["binding"] * 3 + ["number"] * 3,
+                      "block_mass": [0.5, 0.4, 0.3, 0.01, LOW_BLOCK_MASS - 0.001, 0.2]})
+    t.attrs.update(accuracy={"binding": 0.5, "number": 0.1}, chance={"binding": 1 / 6, "number": 1 / 12})
+    assert reading_warnings(t) == ["warning: median block_mass < 5% (number 4.9%): those scores rest on little attention"]
+    t.attrs["accuracy"] = {"binding": 0.0, "number": 1 / 12}
+    w = reading_warnings(t)
+    assert w[1] == "warning: accuracy <= chance (binding, number): heads of a model that fails these prompts"
+    t["block_mass"] = 0.5
+    t.attrs["accuracy"] = {"binding": 0.9, "number": float("nan")}
+    assert reading_warnings(t) == []
+    prompts = build_prompts(TOK, "binding", 4, 0, n_entities=4)
+    assert chance_level(prompts) == pytest.approx(0.25)
+
+
+def test_where_a_fresh_model_starts_as_the_reading_says():
+    """HOW_TO_READ's last point: a fresh Llama (logits ≈ 0) scores ≈ (1, 1); a fresh Qwen3, whose QK-norm
+    gives O(1) logits, starts elsewhere (docs/llm.md: ≈ (0.26, 0.94), entropy 0.87)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from posym.heads.tracking import score_table
+    from posym.tasks import make_split
+
+    ids = make_split("number", "val", n=32).input_ids
+    common = dict(vocab_size=137, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, max_position_embeddings=64, attn_implementation="eager")
+    torch.manual_seed(0)
+    llama = score_table(LlamaForCausalLM(LlamaConfig(**common)).eval(), ids)
+    torch.manual_seed(0)
+    qwen = score_table(Qwen3ForCausalLM(Qwen3Config(**common)).eval(), ids)
+    assert llama["s_pos"].mean() > 0.99 and llama["s_sym"].mean() > 0.99 and llama["entropy"].mean() > 0.999
+    assert qwen["s_pos"].mean() < 0.5 and qwen["s_sym"].mean() > 0.9 and qwen["entropy"].mean() < 0.95

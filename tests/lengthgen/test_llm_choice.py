@@ -125,7 +125,11 @@ def test_cache_keys_of_the_two_protocols_do_not_collide(tmp_path):
         asked.extend(m[-1]["content"] for m in prompts)
         return [solve_sequence(m[-1]["content"]) for m in prompts]
 
-    run_protocol(generate, "m", tmp_path, **GRID)
+    run_protocol(generate, "m", tmp_path / "g", **GRID)
+    # the tables of one folder have one protocol (check_out): the choice run gets the generate cache copied
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "answers.jsonl").write_bytes((tmp_path / "g" / "answers.jsonl").read_bytes())
+    tmp_path = tmp_path / "c"
     choice = OracleScorer()
     run_protocol(choice, "m", tmp_path, **GRID, protocol="choice")
     assert len(asked) == len(choice.asked) == 48  # the choice protocol reuses nothing of generate
@@ -133,6 +137,8 @@ def test_cache_keys_of_the_two_protocols_do_not_collide(tmp_path):
     again = OracleScorer()
     res = run_protocol(again, "m", tmp_path, **GRID, protocol="choice")
     assert again.asked == [] and res.n_cached == 48 and "chance" in res.table
+    with pytest.raises(PosymError, match="holds the tables of the choice protocol"):
+        run_protocol(generate, "m", tmp_path, **GRID)
     # an answers.jsonl written before protocols existed (records without one) stays a generate cache
     lines = [json.loads(x) for x in (tmp_path / "answers.jsonl").read_text().splitlines()]
     old = tmp_path / "old"
@@ -188,3 +194,21 @@ def test_cli_choice_protocol_end_to_end(tiny_dirs, tmp_path, capsys, monkeypatch
     assert (tmp_path / default_out(str(tiny_dirs["chat"].resolve())) / "answers.jsonl").is_file()
     assert main([*args, "--protocol", "choice"]) in (0, None)
     assert "0 answered, 8 from cache" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("first, second", [("choice", "generate"), ("generate", "choice")])
+def test_other_protocol_tables_are_refused_not_replaced(first, second, tiny_dirs, tmp_path, capsys):
+    """One --out for both protocols: the second call is refused in one line and nothing there changes."""
+    from posym.cli import main
+
+    out = tmp_path / "shared"
+    args = ["llm", "eval", "--model", str(tiny_dirs["chat"]), "--lengths", "4", "--runs", "1", "--n", "2",
+            "--tasks", "number", "--quiet", "--threads", "1", "--out", str(out)]
+    assert main([*args, "--protocol", first]) == 0
+    before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main([*args, "--protocol", second]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"holds the tables of the {first} protocol" in err, err
+    assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert main([*args, "--protocol", first]) == 0  # the same protocol again is a rerun from the cache

@@ -111,7 +111,7 @@ def test_default_gguf_locator(monkeypatch, tmp_path):
 
 
 def test_load_errors(tmp_path):
-    with pytest.raises(PosymError, match="cannot load model"):
+    with pytest.raises(PosymError, match="no such model folder: "):
         load_llm(tmp_path / "no-such-model")
     with pytest.raises(PosymError, match="device_map"):
         load_llm(tmp_path, max_memory={"cpu": 1})
@@ -126,3 +126,61 @@ def test_prompts_longer_than_the_context_are_refused_before_any_question(tiny_di
     with pytest.raises(PosymError, match="more than the model's context of 512"):
         llm_eval(str(tiny_dirs["chat"]), lengths=[1000], runs=1, n=1, out=tmp_path / "o", progress=False)
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# foreign or missing models: one line, nothing loaded or written (docs/llm.md, Local models)
+# ------------------------------------------------------------------------------------------------
+def _bare_model(kind: str, d):
+    """A tiny model saved with save_pretrained and no tokenizer (a bare GPT-2 or Llama folder)."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=137)).save_pretrained(d)
+    else:
+        LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                     num_key_value_heads=2, vocab_size=137)).save_pretrained(d)
+    return d
+
+
+def test_check_llm_model_accepts_and_refuses(tiny_dirs, tmp_path):
+    from posym.model.llm import check_llm_model
+
+    assert check_llm_model(tiny_dirs["chat"]) is None
+    assert check_llm_model("gemma3-270m", require_installed=False) is None  # a bundled short name
+    for missing in (tmp_path / "nope", "bogusname"):
+        with pytest.raises(PosymError, match=f"^no such model folder: {missing} .*smollm2, gemma3-270m"):
+            check_llm_model(missing)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(PosymError, match="is not a model folder"):
+        check_llm_model(tmp_path / "afile")
+    with pytest.raises(PosymError, match="has no tokenizer .*for a posym checkpoint use posym lengthgen/scores"):
+        check_llm_model(_bare_model("llama", tmp_path / "llama"))
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_cli_model_without_tokenizer_one_line(kind, tmp_path, capsys):
+    from posym.cli import main
+
+    d = str(_bare_model(kind, tmp_path / kind))
+    small = ["--lengths", "12", "--runs", "1", "--n", "1", "--tasks", "number", "--quiet"]
+    for argv in (["llm", "eval", "--model", d, *small, "--out", str(tmp_path / "o")],
+                 ["llm", "eval", "--protocol", "choice", "--model", d, *small, "--out", str(tmp_path / "o")],
+                 ["llm", "heads", "--model", d, "--quiet", "--out", str(tmp_path / "o")]):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"posym: error: {d} has no tokenizer ("), err
+        assert "llm eval/heads need a model folder with its tokenizer" in err and "Traceback" not in err
+        assert not (tmp_path / "o").exists()
+
+
+def test_load_llm_refuses_an_empty_tokenizer(tmp_path):
+    """Tokenizer files that load an empty vocabulary (the IndexError / RuntimeError of before) are refused."""
+    from tokenizers import Tokenizer, models
+
+    d = _bare_model("llama", tmp_path / "llama")
+    Tokenizer(models.WordLevel(vocab={}, unk_token=None)).save(str(d / "tokenizer.json"))
+    with pytest.raises(PosymError, match="has no tokenizer"):
+        load_llm(d)

@@ -67,3 +67,18 @@ def test_smollm2_choice_scores_match_the_reference(smollm2):
     assert all(len(c) == 2 for c in conts)  # "c2" is "c", "2"; no end-of-turn token is scored
     fast, ref = scorer([msgs], [cands])[0], scorer.reference([msgs], [cands])[0]
     assert max(abs(a - b) for a, b in zip(fast, ref)) < 1e-3
+
+
+def test_smollm2_heads_summary_is_readable(smollm2, tmp_path, monkeypatch):
+    """``llm heads`` on SmolLM2 (number prompts): the default folder runs/llm-heads/smollm2/, a summary
+    without sliding columns, the low-block-mass warning (the median head puts ≈ 3 % on the window)."""
+    from posym.verbs.llm import llm_heads
+
+    lm, tok = smollm2
+    monkeypatch.chdir(tmp_path)
+    res = llm_heads(lm, tokenizer=tok, prompts="number", n=4, threads=1, progress=False,
+                    out=tmp_path / "runs" / "llm-heads" / "smollm2")
+    lines = res.summary.splitlines()
+    assert "sliding" not in res.summary and "NaN" not in res.summary
+    assert any(line.startswith("warning: median block_mass < 5% (number ") for line in lines), res.summary
+    assert all(len(line) <= 100 for line in lines if str(tmp_path) not in line and not line.startswith("model: "))

@@ -24,13 +24,16 @@ For each prompt set (:mod:`posym.tasks.llm_prompts`: entity–attribute ``bindin
 * frequency use (SPEC §4, ``u_k = mean over prompts of max_j |λ^(k)_{t,j}|``, keys ``0..t``) and
   Paper A's Table 1 columns per head (``weighted_id``, ``dominant_id``, ...) from
   :func:`posym.heads.frequencies.weighted_frequency_id`;
-* per set, the top-1 next-token accuracy of the model on the prompts (first token of the answer).
+* per set, the top-1 next-token accuracy of the model on the prompts (first token of the answer) and
+  its chance level (:func:`chance_level`); :func:`reading_warnings` says when the median head barely
+  attends to the blocks or the model does not solve the prompts.
 
 Summary statistics in the spirit of SPEC §6 (:func:`summarize_llm_heads`): median s_POS / s_SYM in
 the first half of the layers (``0 .. L//2 - 1``) vs the second half and per layer type, and Pearson
 r of s_POS vs s_SYM across all heads (Paper B: 0.83 vs 0.56 for gemma-2-2b; r ≈ −0.91);
 :func:`group_medians` crosses layer type × depth (all layers, halves, thirds); :func:`layer_medians`
-gives one row per layer. All three leave out heads with ``block_mass < min_mass`` (default 0: none)
+gives one row per layer. All three leave out heads with ``block_mass < min_mass`` (default 0: none;
+``posym llm heads``: :data:`DEFAULT_MIN_MASS`)
 and report how many they left out.
 
 The adapter works with any attention implementation (it hooks the q/k projections and recomputes
@@ -68,10 +71,17 @@ from posym.tasks.llm_prompts import (
     build_prompts,
     group_prompts,
 )
+from posym.heads.reading import MIN_MASS
 from posym.heads.scores import DEFAULT_COSINE, DEFAULT_TAU, _check_centred, _taus, swap_attention
 from posym.model.adapters import RopeAdapter, get_adapter
 
 DEFAULT_N = 32
+#: Default block-mass filter of ``posym llm heads`` (docs/llm.md: ≥ 1 % of the query's attention on
+#: the blocks drops the near-silent heads of real LLMs without emptying any group); 0 keeps every head.
+DEFAULT_MIN_MASS = MIN_MASS
+#: :func:`reading_warnings` warns when the median head puts less than this share of its attention on
+#: the scored blocks (docs/llm.md: SmolLM2-135M 3-4 %, Gemma-3-270M 7-9 % on the 1-hop prompts).
+LOW_BLOCK_MASS = 0.05
 LAYER_TYPES: tuple[str, ...] = ("sliding", "global")
 TABLE_COLUMNS = ["prompt_set", "layer", "head", "kv_head", "layer_type", "depth", "s_pos", "s_sym", "entropy",
                  "block_mass", "tau", "centred", "n_prompts", "weighted_id", "weighted_angle", "dominant_id",
@@ -360,6 +370,34 @@ def layer_medians(table: pd.DataFrame, *, min_mass: float = 0.0) -> pd.DataFrame
     return counts.merge(med, on=keys, how="left")[[*keys, "n_heads", "n_excluded", *cols]]
 
 
+def chance_level(prompts: Sequence[LLMPrompt]) -> float:
+    """Accuracy of a blind guess among the blocks: mean over prompts of ``1 / number of blocks``
+    (binding: one of the facts' attributes; 1-hop: one of the window tokens)."""
+    return float(np.mean([1.0 / len(p.blocks) for p in prompts])) if prompts else math.nan
+
+
+def reading_warnings(table: pd.DataFrame) -> list[str]:
+    """One-line warnings on how far a heads table can be read (SPEC §3; docs/llm.md): the median head
+    puts less than :data:`LOW_BLOCK_MASS` of its attention on the scored blocks (its scores rest on
+    little attention), and the model's next-token accuracy on the prompts is at or below chance
+    (``table.attrs["accuracy"]`` vs ``table.attrs["chance"]``: the heads of a model that does not solve
+    the prompts). Empty when neither holds."""
+    out = []
+    if "block_mass" in table:
+        mass = table.groupby("prompt_set", sort=False)["block_mass"].median()
+        low = mass[mass < LOW_BLOCK_MASS]
+        if len(low):
+            out.append(f"warning: median block_mass < {LOW_BLOCK_MASS:.0%} ("
+                       + ", ".join(f"{s} {v:.1%}" for s, v in low.items())
+                       + "): those scores rest on little attention")
+    acc, chance = table.attrs.get("accuracy", {}), table.attrs.get("chance", {})
+    low_acc = [s for s, a in acc.items() if np.isfinite(a) and (a == 0 or a <= chance.get(s, 0.0))]
+    if low_acc:
+        out.append(f"warning: accuracy <= chance ({', '.join(low_acc)}): "
+                   "heads of a model that fails these prompts")
+    return out
+
+
 # ================================================================================================
 # driver
 # ================================================================================================
@@ -380,7 +418,8 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, token
     threads (``torch.set_num_threads``; None leaves them as they are).
 
     Returns one row per (prompt_set, layer, head) with :data:`TABLE_COLUMNS`; ``attrs``: ``model``,
-    ``accuracy`` (per set), ``freq_use`` (per layer, head, frequency) and ``meta`` (the settings).
+    ``accuracy`` and ``chance`` (:func:`chance_level`) per set, ``freq_use`` (per layer, head,
+    frequency) and ``meta`` (the settings).
     The verb ``posym llm heads`` (``posym.verbs.llm``) writes them.
     """
     t0 = time.time()
@@ -401,6 +440,7 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, token
     from tqdm.auto import tqdm
 
     tables, uses, accuracy = [], [], {}
+    chance = {s: chance_level(p) for s, p in built.items()}
     with tqdm(total=n_batches, desc="llm heads", unit="batch", disable=not progress) as bar:
         for s, plist in built.items():
             bar.set_postfix_str(s)
@@ -415,24 +455,30 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, token
             "n_kv_heads": ad.n_kv_heads, "prompts": list(sets), "n": n, "seed": int(seed), "length": int(length),
             "n_entities": int(n_entities), "n_examples": int(n_examples), "tau": tau, "centred": bool(centred),
             "layer_types": layer_types(ad), "batch_size": batch_size, "torch_threads": torch.get_num_threads(),
-            "dtype": str(next(lm.parameters()).dtype), "accuracy": accuracy, "seconds": round(time.time() - t0, 1)}
-    table.attrs.update(model=label, accuracy=accuracy, freq_use=pd.concat(uses, ignore_index=True), meta=meta)
+            "dtype": str(next(lm.parameters()).dtype), "accuracy": accuracy, "chance": chance,
+            "seconds": round(time.time() - t0, 1)}
+    table.attrs.update(model=label, accuracy=accuracy, chance=chance, freq_use=pd.concat(uses, ignore_index=True),
+                       meta=meta)
     return table
 
 
 __all__ = [
+    "DEFAULT_MIN_MASS",
     "DEFAULT_N",
     "DEPTHS",
+    "LOW_BLOCK_MASS",
     "GROUP_COLUMNS",
     "LAYER_TYPES",
     "SUMMARY_COLUMNS",
     "TABLE_COLUMNS",
+    "chance_level",
     "check_min_mass",
     "group_medians",
     "layer_medians",
     "layer_types",
     "llm_heads",
     "parse_prompt_sets",
+    "reading_warnings",
     "relative_depth",
     "score_prompt_set",
     "summarize_llm_heads",

@@ -24,7 +24,8 @@ It writes to ``out``:
   chance level (mean over samples of ``1 / candidates``);
 * ``llm_eval.json`` — the settings, versions, counts and timings.
 
-Both protocols may share a cache, but the tables describe the latest call: the default ``out`` is
+Both protocols may share a cache, but the tables have one protocol: a folder whose tables hold the
+other protocol is refused (:func:`check_out`) rather than overwritten. The default ``out`` is
 ``runs/llm/<model>`` (generate) and ``runs/llm/<model>-choice`` (choice).
 
 The figure (accuracy vs length) is drawn by :func:`posym.report.llm_figures.plot_llm_lengthgen`
@@ -196,6 +197,7 @@ def run_protocol(answer_fn: AnswerFn | ScoreFn, model: str, out: str | os.PathLi
     tasks, lengths = tuple(tasks), tuple(int(x) for x in lengths)
     _check_grid(tasks, lengths, runs, n, protocol)
     out_dir = Path(out)
+    check_out(out_dir, protocol)
     cache_path = out_dir / CACHE_NAME
     cache = load_cache(cache_path)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -304,6 +306,29 @@ def run_protocol(answer_fn: AnswerFn | ScoreFn, model: str, out: str | os.PathLi
     paths["meta"].write_text(json.dumps(info, indent=2, default=str) + "\n")
     paths["cache"] = cache_path
     return LLMEvalResult(out_dir, model, table, runs_df, n_new, n_cached, seconds, paths, protocol)
+
+
+def tables_protocol(out_dir: str | os.PathLike) -> str | None:
+    """The protocol of the tables in ``out_dir`` (``llm_table.csv``'s ``protocol`` column; tables
+    written before the choice protocol existed are ``generate``), or None when there are none."""
+    p = Path(out_dir) / layout.LLM_TABLE
+    if not p.is_file():
+        return None
+    try:
+        head = pd.read_csv(p, nrows=1)
+    except (ValueError, OSError, UnicodeDecodeError) as e:
+        raise PosymError(f"cannot read {p}: {e}; move it away or use another --out") from None
+    return str(head["protocol"].iloc[0]) if "protocol" in head and len(head) else "generate"
+
+
+def check_out(out_dir: str | os.PathLike, protocol: str) -> None:
+    """PosymError when ``out_dir`` holds the tables of another protocol: each protocol's tables
+    (``llm_table.csv``, ``llm_runs.csv``, ``llm_table.md``) keep their folder (SPEC §1.5)."""
+    held = tables_protocol(out_dir)
+    if held is not None and held != protocol:
+        raise PosymError(f"{out_dir} holds the tables of the {held} protocol; write the {protocol} protocol "
+                         f"to another --out (its default: {DEFAULT_OUT_ROOT}/<model>"
+                         f"{'' if protocol == 'generate' else '-' + protocol})")
 
 
 def summarize(records: Sequence[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -459,6 +484,8 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
         torch.set_num_threads(int(threads))
     meta: dict[str, Any] = ({"scoring": "sum of the log-probs of the candidate's tokens as the reply (no end of turn)"}
                             if protocol == "choice" else {"max_new_tokens": max_new_tokens})
+    if out is not None:
+        check_out(out, protocol)  # before the model loads
     t_load = time.perf_counter()
     if api_base is not None:
         from posym.lengthgen.api import ChatClient

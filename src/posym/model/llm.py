@@ -155,6 +155,58 @@ def model_label(model: str | os.PathLike | None = None, gguf: str | os.PathLike 
     return f"{src}::{gfile}" if gfile else src
 
 
+#: Files of which a model folder needs one to carry its tokenizer (Hugging Face names).
+TOKENIZER_FILES: tuple[str, ...] = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
+                                    "sentencepiece.bpe.model", "tekken.json")
+NO_TOKENIZER_HINT = ("llm eval/heads need a model folder with its tokenizer; "
+                     "for a posym checkpoint use posym lengthgen/scores")
+
+
+def _hub_cached(name: str) -> bool:
+    """Whether ``name`` is a hub model id whose ``config.json`` is in the local Hugging Face cache."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id=name, filename="config.json"), str)
+    except Exception:  # noqa: BLE001 - an invalid repo id (a path with ".." or two slashes) is no hub name
+        return False
+
+
+def no_tokenizer_error(model: str | os.PathLike, why: str) -> PosymError:
+    """The one-line error for a model without a usable tokenizer (``why``: what is missing)."""
+    return PosymError(f"{model} has no tokenizer ({why}); {NO_TOKENIZER_HINT}")
+
+
+def check_llm_model(model: str | os.PathLike | None = None, gguf: str | os.PathLike | None = None, *,
+                    offline: bool = True, require_installed: bool = True) -> None:
+    """PosymError (one line) unless ``model``/``gguf`` names something :func:`load_llm` can load with a
+    tokenizer; loads nothing.
+
+    Accepted: a bundled short name of :data:`BUNDLED` (installed, unless ``require_installed=False``),
+    a ``.gguf`` file, a model folder holding one of :data:`TOKENIZER_FILES`, or (``offline=False``,
+    or a model in the local Hugging Face cache) a hub name. Refused: a missing path ("no such model
+    folder: …") and a folder without a tokenizer, e.g. a posym GPT-J checkpoint or a bare model saved
+    with ``save_pretrained``.
+    """
+    if gguf is None and (model is None or str(model) in BUNDLED):
+        if require_installed:
+            bundled_gguf(DEFAULT_LLM if model is None else str(model))
+        return
+    src, gfile = llm_source(model, gguf)  # checks GGUF files
+    if gfile is not None:
+        return
+    folder = Path(src)
+    if not folder.exists():
+        if offline and not _hub_cached(str(src)):
+            raise PosymError(f"no such model folder: {src} (--model takes a model folder, a .gguf file, a model "
+                             f"in the Hugging Face cache or a bundled name: {', '.join(BUNDLED)})")
+        return
+    if not folder.is_dir():
+        raise PosymError(f"{src} is not a model folder (nor a .gguf file)")
+    if not any((folder / f).is_file() for f in TOKENIZER_FILES):
+        raise no_tokenizer_error(src, f"no {', '.join(TOKENIZER_FILES[:3])} or other tokenizer file in it")
+
+
 def _need(module: str, what: str, hint: str) -> None:
     if importlib.util.find_spec(module) is None:
         raise PosymError(f"{what} needs the '{module}' package: {hint}")
@@ -187,6 +239,9 @@ def load_llm(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
         dtype = getattr(torch, dtype)
     if dtype is None:
         dtype = "auto" if torch.cuda.is_available() else torch.float32
+    if device_map is None and (max_memory is not None or offload_folder is not None):
+        raise PosymError("max_memory / offload_folder need device_map (e.g. 'auto')")
+    check_llm_model(model, gguf, offline=offline)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -202,10 +257,14 @@ def load_llm(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
             mkw["max_memory"] = max_memory
         if offload_folder is not None:
             mkw["offload_folder"] = str(offload_folder)
-    elif max_memory is not None or offload_folder is not None:
-        raise PosymError("max_memory / offload_folder need device_map (e.g. 'auto')")
     try:
         tok = AutoTokenizer.from_pretrained(src, **kw)
+    except (OSError, ValueError, TypeError, KeyError) as e:  # files that name no loadable tokenizer
+        first = str(e).strip().splitlines()[0].rstrip(" :") if str(e).strip() else type(e).__name__
+        raise no_tokenizer_error(src, f"its tokenizer files do not load: {first}") from e
+    if len(tok) == 0:
+        raise no_tokenizer_error(src, "its tokenizer is empty")
+    try:
         with quiet_hf():
             lm, info = AutoModelForCausalLM.from_pretrained(src, output_loading_info=True, **mkw)
     except (OSError, ValueError) as e:  # missing files, not cached, unsupported GGUF, ...
@@ -224,5 +283,5 @@ def load_llm(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
     return lm, tok
 
 
-__all__ = ["BUNDLED", "DEFAULT_LLM", "INSTALL_HINT", "BundledModel", "bundled_gguf", "default_gguf", "llm_source",
-           "load_llm", "model_label"]
+__all__ = ["BUNDLED", "DEFAULT_LLM", "INSTALL_HINT", "TOKENIZER_FILES", "BundledModel", "bundled_gguf",
+           "check_llm_model", "default_gguf", "llm_source", "load_llm", "model_label", "no_tokenizer_error"]

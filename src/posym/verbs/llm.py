@@ -7,11 +7,27 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from posym.heads.llm_heads import DEFAULT_MIN_MASS
 from posym.runs import layout
 from posym.verbs import Outputs, VerbResult, figure_paths
 
-#: Default output folder of ``posym llm heads``.
-HEADS_OUT = "runs/llm/heads"
+#: Root of the default output folders of ``posym llm heads``: ``runs/llm-heads/<model>/``.
+HEADS_OUT_ROOT = "runs/llm-heads"
+
+
+def heads_out(model: Any = None, gguf: str | os.PathLike | None = None) -> Path:
+    """Default output folder of :func:`llm_heads`, relative to the current folder:
+    ``runs/llm-heads/<model>/`` — a bundled short name as it is (``smollm2``, the default model), a
+    folder or ``.gguf`` file by its last part, an in-memory model by its ``name_or_path``."""
+    from posym.model.llm import DEFAULT_LLM
+
+    if model is not None and not isinstance(model, (str, os.PathLike)):  # an in-memory HF model
+        name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+    else:
+        name = str(model) if model is not None else (str(gguf) if gguf is not None else DEFAULT_LLM)
+    return Path(HEADS_OUT_ROOT) / layout.llm_model_slug(name)
 
 
 def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | None = None, *,
@@ -33,45 +49,83 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
     return VerbResult(res.table, [*res.paths.values(), *outputs.written], text, {"result": res})
 
 
-def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, out: str | os.PathLike = HEADS_OUT,
-              force: bool = False, min_mass: float = 0.0, **kwargs: Any) -> VerbResult:
-    """:func:`posym.heads.llm_heads.llm_heads`, written to ``out``: ``llm_heads.csv`` (every head),
-    ``llm_heads_freq_use.csv``, ``llm_heads_layers.csv`` (per-layer medians), ``llm_heads_summary.csv``,
-    ``llm_heads_groups.csv`` (layer type × depth medians), ``llm_heads.json`` (settings) and
-    ``figures/llm_heads_plane.png|pdf``, ``figures/llm_heads_layers.png|pdf``. ``min_mass``: heads with
-    ``block_mass < min_mass`` are left out of the medians and r of the three summary files (their
-    count is reported); the heads table keeps them."""
-    from posym.heads.llm_heads import check_min_mass, group_medians, layer_medians, summarize_llm_heads
+def _summary_lines(summary: pd.DataFrame, chance: dict[str, float]) -> str:
+    """The summary as a narrow table (≤ 100 characters): per set, accuracy vs chance, heads kept,
+    median block mass, median s_POS / s_SYM in the first and second half of the layers, Pearson r.
+    The sliding/global medians stay in the CSV (the grid above shows the layer types)."""
+    import numpy as np
+
+    chances = [v for v in chance.values() if np.isfinite(v)]
+    mean_chance = float(np.mean(chances)) if chances else float("nan")
+    t = pd.DataFrame({
+        "set": summary["prompt_set"],
+        "acc": summary["accuracy"],
+        "chance": [chance.get(s, mean_chance) for s in summary["prompt_set"]],
+        "kept": [f"{h - x}/{h}" for h, x in zip(summary["n_heads"], summary["n_excluded"])],
+        "mass": summary["median_block_mass"],
+        "s_pos 1st": summary["median_s_pos_first"], "s_pos 2nd": summary["median_s_pos_second"],
+        "s_sym 1st": summary["median_s_sym_first"], "s_sym 2nd": summary["median_s_sym_second"],
+        "r": summary["pearson_r"]})
+    return t.round(2).to_string(index=False)
+
+
+def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, out: str | os.PathLike | None = None,
+              force: bool = False, min_mass: float = DEFAULT_MIN_MASS, progress: bool = True,
+              **kwargs: Any) -> VerbResult:
+    """:func:`posym.heads.llm_heads.llm_heads`, written to ``out`` (default :func:`heads_out`:
+    ``runs/llm-heads/<model>/``, printed to stderr at the start unless ``progress=False``):
+    ``llm_heads.csv`` (every head), ``llm_heads_freq_use.csv``, ``llm_heads_layers.csv`` (per-layer
+    medians), ``llm_heads_summary.csv``, ``llm_heads_groups.csv`` (layer type × depth medians),
+    ``llm_heads.json`` (settings, warnings) and ``figures/llm_heads_plane.png|pdf``,
+    ``figures/llm_heads_layers.png|pdf``. ``min_mass`` (default 0.01; 0 keeps every head): heads
+    with ``block_mass < min_mass`` are left out of the medians and r of the three summary files
+    (their count is reported); the heads table keeps them. The printed summary ends with
+    :func:`posym.heads.llm_heads.reading_warnings` and a pointer to the reading of the scores
+    (:data:`posym.heads.reading.HOW_TO_READ`)."""
+    import sys
+
+    from posym.heads.llm_heads import (check_min_mass, group_medians, layer_medians, reading_warnings,
+                                       summarize_llm_heads)
     from posym.heads.llm_heads import llm_heads as score_llm
+    from posym.heads.reading import READ_POINTER
     from posym.report.llm_heads_figures import plot_llm_heads_layers, plot_llm_heads_plane
 
     min_mass = check_min_mass(min_mass)
-    out = Path(out)
+    out = Path(out) if out is not None else heads_out(model, gguf)
     stems = [layout.figure(out, layout.FIG_LLM_HEADS), layout.figure(out, layout.FIG_LLM_HEADS_LAYERS)]
     names = (layout.LLM_HEADS, layout.LLM_HEADS_FREQ_USE, layout.LLM_HEADS_LAYERS, layout.LLM_HEADS_SUMMARY,
              layout.LLM_HEADS_GROUPS, layout.LLM_HEADS_JSON)
     outputs = Outputs([out / n for n in names] + [p for s in stems for p in figure_paths(s)], force).check()
-    table = score_llm(model, gguf, **kwargs)
+    if model is None or isinstance(model, (str, os.PathLike)):
+        from posym.model.llm import check_llm_model
+
+        check_llm_model(model, gguf)  # a missing folder or one without a tokenizer: one line, nothing loaded
+    if progress:
+        print(f"llm heads: output folder {out}{os.sep}", file=sys.stderr, flush=True)
+    table = score_llm(model, gguf, progress=progress, **kwargs)
     layers, summary = layer_medians(table, min_mass=min_mass), summarize_llm_heads(table, min_mass=min_mass)
     groups = group_medians(table, min_mass=min_mass)
+    warnings = reading_warnings(table)
     outputs.csv(table, out / layout.LLM_HEADS)
     outputs.csv(table.attrs["freq_use"], out / layout.LLM_HEADS_FREQ_USE)
     outputs.csv(layers, out / layout.LLM_HEADS_LAYERS)
     outputs.csv(summary, out / layout.LLM_HEADS_SUMMARY)
     outputs.csv(groups, out / layout.LLM_HEADS_GROUPS)
-    outputs.json({**table.attrs["meta"], "min_mass": min_mass}, out / layout.LLM_HEADS_JSON)
+    outputs.json({**table.attrs["meta"], "min_mass": min_mass, "warnings": warnings}, out / layout.LLM_HEADS_JSON)
     title = str(table.attrs["model"]) + (" (centred)" if table.attrs["meta"].get("centred") else "")
     outputs.figure(plot_llm_heads_plane(table, title=title), stems[0])
     outputs.figure(plot_llm_heads_layers(layers, title=title), stems[1])
     med = layers.pivot(index="layer", columns="prompt_set", values=["s_pos", "s_sym"])
     grid = groups[groups["depth"].isin(["all", "half 1", "half 2"])].pivot(
         index=["layer_type", "depth"], columns="prompt_set", values=["median_s_pos", "median_s_sym"])
-    excl = (f"; left out, block_mass < {min_mass:g}: "
-            + ", ".join(f"{r.prompt_set} {r.n_excluded}/{r.n_heads}" for r in summary.itertuples())) if min_mass > 0 else ""
-    text = "\n".join([f"median over heads per layer ({title}{excl}):", med.round(3).to_string(),
+    kept = (f"heads with block_mass >= {min_mass:g}" if min_mass > 0 else "all heads (--min-mass 0)")
+    text = "\n".join([f"model: {title}",
+                      f"median over {kept}, per layer:", med.round(3).to_string(),
                       "medians by layer type and depth:", grid.round(3).to_string(),
-                      summary.round(3).to_string(index=False), *(f"wrote {f}" for f in outputs.written)])
+                      "summary (1st/2nd: first/second half of the layers; kept: heads in the medians):",
+                      _summary_lines(summary, table.attrs.get("chance", {})),
+                      *warnings, f"wrote {len(outputs.written)} files to {out}{os.sep}", READ_POINTER])
     return VerbResult(table, outputs.written, text)
 
 
-__all__ = ["HEADS_OUT", "llm_eval", "llm_heads"]
+__all__ = ["HEADS_OUT_ROOT", "heads_out", "llm_eval", "llm_heads"]

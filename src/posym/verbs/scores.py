@@ -10,6 +10,7 @@ import pandas as pd
 import torch
 
 from posym.errors import PosymError
+from posym.heads.reading import READ_POINTER
 from posym.heads.scores import DEFAULT_TAU
 from posym.heads.tracking import score_table
 from posym.runs import layout
@@ -110,6 +111,7 @@ def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.P
     steps = f" at {df['step'].nunique()} steps" if "step" in df else ""
     text = (last[cols].groupby(["layer", "head", "tau"]).mean().round(3).to_string()
             + f"\nwrote {len(df)} rows{steps} to {out}")
+    text += f"\n{READ_POINTER}"
     return VerbResult(df, outputs.written, text)
 
 
