@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from posym import __version__
+import posym
 from posym.checks import check_gamma, check_int, check_positive_int, check_taus
 from posym.errors import PosymError
 from posym.heads.dynamics import classify
@@ -322,7 +322,7 @@ class ScoreTracker:
         self.out.mkdir(parents=True, exist_ok=True)
         path = self.scores_path
         layout.write_json_atomic(self.sidecar_path, {**self.identity, **(self._model or {}), "columns": COLUMNS,
-                                                    "posym_version": __version__})
+                                                    "posym_version": posym.__version__})
         if not path.is_file():
             write_table(rows, path)
             return
