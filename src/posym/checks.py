@@ -38,8 +38,8 @@ def check_taus(taus: Any) -> tuple[float, ...]:
         taus = (taus,)
     if isinstance(taus, (str, bytes)) or not isinstance(taus, Sequence) and not hasattr(taus, "__iter__"):
         raise PosymError(f"taus must be a positive number or a list of them, got {taus!r}")
-    items = list(taus)
     try:
+        items = list(taus)
         if any(isinstance(t, (bool, str, bytes)) for t in items):
             raise TypeError
         out = tuple(float(t) for t in items)

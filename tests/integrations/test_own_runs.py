@@ -266,13 +266,17 @@ def test_callback_fresh_run_moves_the_old_table_aside_and_warns(tmp_path, model,
     first = pd.read_csv(tmp_path / layout.SCORES)
     err = capsys.readouterr().err
     assert "posym: scored 8 prompts at step 0 in" in err and "posym: scored 8 prompts at step 10 in" in err
-    again = PositionalSymbolicCallback(TASK, n=16)  # a fresh training may change the prompts
-    again.on_train_begin(_args(tmp_path), _state(0), None, model=model)
+    again = PositionalSymbolicCallback(TASK, n=16)  # a fresh training may change the prompts and the model
+    deeper = LlamaForCausalLM(LlamaConfig(vocab_size=137, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                          num_attention_heads=2, num_key_value_heads=1))
+    again.on_train_begin(_args(tmp_path), _state(0), None, model=deeper)
     err = capsys.readouterr().err.strip().splitlines()
     assert len([e for e in err if "warning" in e]) == 1 and layout.SCORES_PREVIOUS in err[0]
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / layout.SCORES_PREVIOUS), first)
     now = pd.read_csv(tmp_path / layout.SCORES)
-    assert now["step"].unique().tolist() == [0] and (now["n_prompts"] == 16).all()
+    assert now["step"].unique().tolist() == [0] and (now["n_prompts"] == 16).all() and now["layer"].max() == 2
+    with pytest.raises(PosymError, match="another model"):  # resumed, the table's model is checked
+        PositionalSymbolicCallback(TASK, n=16).on_train_begin(_args(tmp_path), _state(10), None, model=model)
 
 
 def test_callback_resume_cuts_at_the_checkpoint_and_refuses_other_prompts(tmp_path, model):

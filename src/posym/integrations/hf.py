@@ -110,8 +110,8 @@ class PositionalSymbolicCallback(TrainerCallback):
         step = int(state.global_step)
         fresh = step == 0
         self.tracker.bind(self.out or Path(args.output_dir), fresh=fresh, probe=state.is_world_process_zero)
-        if model is not None:
-            self.tracker.check_model(model)
+        if model is not None:  # a fresh run may train another model: its old table is moved aside below
+            self.tracker.check_model(model, against_table=not fresh)
         strategy = getattr(args, "eval_strategy", "no")
         if self.every is None and str(getattr(strategy, "value", strategy)) == "no":
             say("warning: the Trainer never evaluates (eval_strategy='no') and the callback has no every=, so it "

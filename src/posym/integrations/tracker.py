@@ -288,10 +288,10 @@ class ScoreTracker:
         return set() if path is None or not path.is_file() else {int(s) for s in read_scores(path)["step"]}
 
     # ---- the model --------------------------------------------------------------------------------
-    def check_model(self, model: Any) -> torch.nn.Module:
+    def check_model(self, model: Any, against_table: bool = True) -> torch.nn.Module:
         """The HF model to score (a TransformerLens bridge unwrapped); PosymError before any scoring for an
-        unsupported family, a vocabulary too small for the task or the prompt ids, or a model of another
-        class or shape than the one this folder's table measured."""
+        unsupported family, a vocabulary too small for the task or the prompt ids, or (``against_table``)
+        a model of another class or shape than the one this folder's table measured."""
         model = unwrap_model(model)
         ad = get_adapter(model)
         n = vocab_size(model)
@@ -304,7 +304,7 @@ class ScoreTracker:
             what = f"the {self.task} task needs {need}" if self.task else f"the prompts reach id {top}"
             raise PosymError(f"the model's vocabulary has {n} ids but {what}; score a model with vocab_size >= {need}")
         ident = {"model": type(model).__name__, "layers": int(ad.n_layers), "heads": int(ad.n_heads)}
-        if self._model != ident and self.sidecar_path is not None and self.scores_path.is_file():
+        if against_table and self._model != ident and self.sidecar_path is not None and self.scores_path.is_file():
             meta = layout.read_json(self.sidecar_path)
             old = {k: meta.get(k) for k in ident}
             if old.get("model") is not None and old != ident:
