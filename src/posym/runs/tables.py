@@ -266,4 +266,5 @@ def schema_markdown() -> str:
 
 
 __all__ = ["RUN_TABLES", "TableSchema", "append_table", "check_columns", "check_unique_keys", "load_run",
-           "parquet_available", "parquet_path", "read_scores", "read_table", "refresh_parquet", "schema_markdown", "to_parquet", "write_parquet_copy", "write_table"]
+           "parquet_available", "parquet_path", "read_scores", "read_table", "refresh_parquet", "schema_markdown",
+           "to_parquet", "write_parquet_copy", "write_table"]
