@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "posym"
 #: Floor of each package (and top-level module); a package may import only lower floors and itself.
 FLOORS: dict[str, int] = {
     "errors": 0,
-    "__init__": 1, "resources": 1,  # the posym package itself (PosymError, __version__); size checks
+    "__init__": 1, "resources": 1, "checks": 1,  # the posym package itself (PosymError, __version__); size and value checks
     "tasks": 2, "model": 2,
     "runs": 3,
     "train": 4,

@@ -66,11 +66,13 @@ def finite_float(text: str) -> float:
 
 
 def gamma_type(text: str) -> float:
-    """A purity tolerance γ in (0, 0.5) (SPEC §3: the rule needs 1 − γ > γ)."""
-    v = finite_float(text)
-    if not 0 < v < 0.5:
-        raise argparse.ArgumentTypeError(f"gamma must lie in (0, 0.5), got {text}")
-    return v
+    """A purity tolerance γ in (0, 0.5) (SPEC §3; the rule's one home is :func:`posym.checks.check_gamma`)."""
+    from posym.checks import check_gamma
+
+    try:
+        return check_gamma(finite_float(text))
+    except PosymError:
+        raise argparse.ArgumentTypeError(f"gamma must lie in (0, 0.5), got {text}") from None
 
 
 def int_list(text: str, lo: int = 0) -> list[int]:
@@ -410,7 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--steps", type=int_list, default=None, help="only these checkpoint steps, e.g. 0,1000,6750")
     sc.add_argument("--per-prompt", action="store_true", help="one row per prompt instead of means")
     sc.add_argument("--device", type=device_type, default="cpu", help="cpu or cuda")
-    sc.add_argument("--out", default=None, help="CSV file (default: DIR/scores.csv; needed for several --series folders)")
+    sc.add_argument("--out", default=None, help="CSV file (default: RUN_DIR/scores.csv; ./runs/scores/<model name>/"
+                    "scores.csv for --model FOLDER, never inside it; FOLDER/checkpoint_scores.csv for --series FOLDER; "
+                    "needed for several --series folders)")
     _force(sc)
     sc.set_defaults(func=_cmd_scores)
 

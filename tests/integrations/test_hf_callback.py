@@ -172,3 +172,36 @@ def test_llm_prompts_with_their_own_blocks_are_grouped_and_averaged():
     expect = (parts[0]["s_pos"] * 3 + parts[1]["s_pos"] * 2) / 5
     np.testing.assert_allclose(both["s_pos"], expect, atol=1e-12)
     assert (both["n_prompts"] == 5).all()
+
+
+DDP_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_hf_callback import PositionalSymbolicCallback, TASK, run_trainer
+run_trainer(sys.argv[1], [PositionalSymbolicCallback(TASK, n=8)], steps=20, save_steps=100)
+"""
+
+
+@pytest.mark.integration
+def test_ddp_only_rank_0_writes_and_a_rerun_starts_a_new_table(tmp_path):
+    """Two gloo processes under torchrun: one table (rank 0's), each step once; a second training
+    into the same output_dir moves the first table aside once (not once per rank)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "ddp_train.py"
+    script.write_text(DDP_SCRIPT.format(tests=str(Path(__file__).parent)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "1"}
+    env.pop("WORLD_SIZE", None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
+           str(tmp_path / "run")]
+    for _ in range(2):
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stderr.count("posym: warning:") == 1 and proc.stderr.count("scored 8 prompts at step 20") == 1
+    rows = pd.read_csv(tmp_path / "run" / "scores.csv")
+    assert sorted(rows["step"].unique()) == [0, 10, 20] and not rows.duplicated(["step", "layer", "head", "tau"]).any()
+    previous = pd.read_csv(tmp_path / "run" / "scores.previous.csv")
+    assert len(previous) == len(rows) and not previous.duplicated(["step", "layer", "head", "tau"]).any()

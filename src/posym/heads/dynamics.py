@@ -14,6 +14,7 @@ import pandas as pd
 
 from posym.errors import PosymError
 from posym.runs import layout
+from posym.runs.tables import RUN_TABLES, check_unique_keys
 
 def load_scores(run_dir: str | os.PathLike) -> pd.DataFrame:
     """``RUN/scores.csv`` (written by head tracking or ``posym scores``)."""
@@ -26,7 +27,7 @@ def load_scores(run_dir: str | os.PathLike) -> pd.DataFrame:
     missing = {"step", "layer", "head", "tau", "s_pos", "s_sym"} - set(df.columns)
     if missing:
         raise PosymError(f"{path} lacks columns: {', '.join(sorted(missing))}")
-    return df
+    return check_unique_keys(df, RUN_TABLES["scores"], path)  # one row per (step, layer, head, tau)
 
 
 def select_tau(scores: pd.DataFrame, tau: float | None = None) -> pd.DataFrame:

@@ -83,6 +83,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from posym.checks import check_taus
 from posym.errors import PosymError
 from posym.heads.swaps import (
     as_ids,
@@ -268,18 +269,7 @@ def _check_centred(centred: bool, cosine: str) -> bool:
 
 
 def _taus(taus: float | Sequence[float]) -> tuple[float, ...]:
-    if isinstance(taus, (int, float)):
-        taus = (taus,)
-    try:
-        out = tuple(float(t) for t in taus)
-    except (TypeError, ValueError):
-        raise PosymError(f"taus must be a positive number or a list of them, got {taus!r}") from None
-    if not out:
-        raise PosymError("taus must not be empty")
-    for t in out:
-        if not (t > 0 and math.isfinite(t)):
-            raise PosymError(f"every tau must be positive and finite, got {t}")
-    return out
+    return check_taus(taus)
 
 
 def combine_scores(d_i, d_j, dp_i, dp_j, taus: float | Sequence[float] = (DEFAULT_TAU,),
@@ -578,9 +568,30 @@ def _swap_attention(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], met
                          blocks=bl)
 
 
+def vocab_size(model) -> int | None:
+    """Rows of the model's input embedding (the ids it can read), or None when it has none to ask."""
+    model = model.model if isinstance(model, RopeAdapter) else model
+    try:
+        return int(model.get_input_embeddings().num_embeddings)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def check_vocab(model, ids: Tensor) -> None:
+    """PosymError unless every id lies in ``[0, vocab)`` of the model (before any forward pass)."""
+    n = vocab_size(model)
+    if n is None or not ids.numel():
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= n:
+        raise PosymError(f"token id {lo if lo < 0 else hi} lies outside the model's vocabulary of {n} ids "
+                         f"(0..{n - 1}); score prompts of the model's own vocabulary")
+
+
 def _prepare(model, input_ids, layers, method):
     ad = get_adapter(model)
     ids = as_ids(input_ids, ad, min_len=3)
+    check_vocab(ad, ids)
     layers = ad.check_layers(layers)
     if method == "reference":
         _check_eager(ad)
@@ -721,4 +732,6 @@ __all__ = [
     "scores_blocks_reference",
     "swap_attention",
     "head_scores",
+    "check_vocab",
+    "vocab_size",
 ]

@@ -6,13 +6,20 @@ its models with HF ``Trainer``).
                       callbacks=[PositionalSymbolicCallback("number")])
 
 At every evaluation (or every ``every`` steps) the callback scores every head of the model being
-trained (:class:`~posym.integrations.tracker.ScoreTracker`), appends the rows to
-``args.output_dir/scores.csv``, adds the summary values (``posym/s_pos/layer_L``,
-``posym/s_sym/layer_L``, ``posym/pure_positional``, ``posym/pure_symbolic``) to the Trainer's
-``state.log_history`` and, when ``report_to`` includes TensorBoard, writes them as scalars into the
-folder the Trainer's TensorBoard callback writes (:func:`tensorboard_dir`), so TensorBoard shows
-them beside the loss. Under DDP only the main process scores (the others do not wait for it beyond
-their next collective). A resumed run drops the rows written after its checkpoint.
+trained (:class:`~posym.integrations.tracker.ScoreTracker`), writes the rows to
+``args.output_dir/scores.csv`` (with ``scores.json``: what the table measured), prints one line per
+scoring, adds the summary values (``posym/s_pos/layer_L``, ``posym/s_sym/layer_L``,
+``posym/pure_positional``, ``posym/pure_symbolic``) to the Trainer's ``state.log_history`` and, when
+``report_to`` includes TensorBoard, writes them as scalars into the folder the Trainer's TensorBoard
+callback writes (:func:`tensorboard_dir`), so TensorBoard shows them beside the loss. Under DDP only
+the main process scores and writes (the others do not wait for it beyond their next collective).
+
+The table follows the Trainer's own rule for ``output_dir``: a fresh training (``global_step`` 0)
+starts a new table and moves an earlier training's table aside to ``scores.previous.csv`` (one
+warning line); a resumed one (``trainer.train(resume_from_checkpoint=...)``) keeps the rows up to its
+checkpoint step and continues. A ``scores.csv`` that no tracker wrote, an unwritable folder, a model
+whose vocabulary is too small, or another prompt set on resume are refused at ``on_train_begin``,
+before any step.
 """
 
 from __future__ import annotations
@@ -23,9 +30,9 @@ from typing import Any, Sequence
 
 from transformers import TrainerCallback
 
-from posym.errors import PosymError
+from posym.checks import check_positive_int
 from posym.heads.scores import DEFAULT_TAU
-from posym.integrations.tracker import DEFAULT_GAMMA, ScoreTracker
+from posym.integrations.tracker import DEFAULT_GAMMA, ScoreTracker, say
 
 
 def _reports_to_tensorboard(args: Any) -> bool:
@@ -55,16 +62,19 @@ class PositionalSymbolicCallback(TrainerCallback):
     LLM prompts with blocks (:func:`posym.integrations.tracker.prompt_groups`). ``every``: score every
     ``every`` optimizer steps instead of at each evaluation. ``at_start``: also score the model before
     the first step (step 0). ``out``: where ``scores.csv`` goes (default ``args.output_dir``).
+    ``verbose``: one line per scoring on stderr. Without an evaluation strategy and without ``every``
+    only step 0 is scored: ``on_train_begin`` warns so.
     """
 
     def __init__(self, prompts: Any, *, task: str | None = None, n: int = 512, seed: int = 0, blocks: Any = None,
                  every: int | None = None, at_start: bool = True, out: str | os.PathLike | None = None,
-                 taus: Sequence[float] = (DEFAULT_TAU,), gamma: float = DEFAULT_GAMMA, batch_size: int = 64):
-        if every is not None and (isinstance(every, bool) or int(every) < 1):
-            raise PosymError(f"every must be a positive number of steps, got {every!r}")
-        self.tracker = ScoreTracker(prompts, out, task=task, n=n, seed=seed, blocks=blocks, taus=taus, gamma=gamma,
-                                    batch_size=batch_size)  # scores at every call: the callback schedules
-        self.every = None if every is None else int(every)
+                 taus: Sequence[float] = (DEFAULT_TAU,), gamma: float = DEFAULT_GAMMA, batch_size: int = 64,
+                 verbose: bool = True):
+        self.every = None if every is None else check_positive_int(every, "every")
+        # the folder is bound at on_train_begin (fresh or resumed); the callback schedules, so no every
+        self.tracker = ScoreTracker(prompts, None, task=task, n=n, seed=seed, blocks=blocks, taus=taus, gamma=gamma,
+                                    batch_size=batch_size, verbose=verbose)
+        self.out = None if out is None else Path(out)
         self.at_start = at_start
         self._tb = None
         self._scored_steps: set[int] = set()
@@ -81,8 +91,8 @@ class PositionalSymbolicCallback(TrainerCallback):
         step = int(state.global_step)
         if not state.is_world_process_zero or model is None or step in self._scored_steps:
             return
-        if self.tracker.out is None:
-            self.tracker.out = Path(args.output_dir)
+        if self.tracker.out is None:  # an event before on_train_begin (a hand-driven callback)
+            self.tracker.bind(self.out or Path(args.output_dir))
         values = self.tracker(model, step)
         self._scored_steps.add(step)
         state.log_history.append({**values, "step": step})
@@ -94,13 +104,28 @@ class PositionalSymbolicCallback(TrainerCallback):
 
     # ---- Trainer events -----------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if state.is_world_process_zero and state.global_step > 0:  # resumed from a checkpoint
-            if self.tracker.out is None:
-                self.tracker.out = Path(args.output_dir)
-            self.tracker.resume_from(int(state.global_step))
-            self._scored_steps = {s for s in self._scored_steps if s <= state.global_step}
-        elif self.at_start:
-            self._score(args, state, model)
+        """Checks on every rank, before any step: the folder and its table, the model (family,
+        vocabulary). Then, on the main process only, a fresh run (step 0) starts a new table and scores
+        step 0 (``at_start``); a resumed one cuts the table at its checkpoint step."""
+        step = int(state.global_step)
+        fresh = step == 0
+        self.tracker.bind(self.out or Path(args.output_dir), fresh=fresh, probe=state.is_world_process_zero)
+        if model is not None:  # a fresh run may train another model: its old table is moved aside below
+            self.tracker.check_model(model, against_table=not fresh)
+        strategy = getattr(args, "eval_strategy", "no")
+        if self.every is None and str(getattr(strategy, "value", strategy)) == "no":
+            say("warning: the Trainer never evaluates (eval_strategy='no') and the callback has no every=, so it "
+                "scores step 0 only; pass every=N or set eval_strategy")
+        if not state.is_world_process_zero:
+            return
+        if fresh:
+            self.tracker.start_new_table()
+            self._scored_steps = set()
+            if self.at_start:
+                self._score(args, state, model)
+        else:  # resumed from checkpoint-<step>: keep its rows, drop later ones, never score a step twice
+            self.tracker.resume_from(step)
+            self._scored_steps = self.tracker.steps_written()
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if self.every is not None and state.global_step % self.every == 0:

@@ -27,6 +27,7 @@ on the q/k norms that follow them) and re-implements the causal eager attention.
 
 from __future__ import annotations
 
+import os
 import inspect
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
@@ -606,10 +607,26 @@ def supported_families() -> str:
     return ", ".join(SUPPORTED)
 
 
+def unwrap_model(model: Any) -> Any:
+    """The HF model inside a wrapper: a TransformerLens >= 4 ``TransformerBridge`` gives its
+    ``original_model`` (duck-typed: an object with an ``original_model`` module that has a ``config``);
+    nnsight's ``NNsight``/``LanguageModel`` forward attributes and need no unwrapping. PosymError for
+    something that is not a model at all (a path, None)."""
+    inner = getattr(model, "original_model", None)
+    if isinstance(inner, nn.Module) and getattr(inner, "config", None) is not None:
+        return inner
+    if isinstance(model, (str, bytes, os.PathLike)) or model is None or not hasattr(model, "parameters"):
+        raise PosymError(f"model must be a loaded HF causal LM (a torch module), got {type(model).__name__} "
+                         f"{str(model)[:60]!r}; load a folder first with posym.model.load_causal_lm(path)")
+    return model
+
+
 def get_adapter(model: nn.Module) -> RopeAdapter:
-    """The :class:`RopeAdapter` for an HF causal LM (GPT-J or a family of :data:`FAMILIES`); PosymError otherwise."""
+    """The :class:`RopeAdapter` for an HF causal LM (GPT-J or a family of :data:`FAMILIES`; a TransformerLens
+    bridge is unwrapped by :func:`unwrap_model`); PosymError otherwise."""
     if isinstance(model, RopeAdapter):
         return model
+    model = unwrap_model(model)
     cfg = getattr(model, "config", None)
     mt = getattr(cfg, "model_type", None)
     if mt == "gptj" and hasattr(model, "transformer"):
@@ -622,4 +639,4 @@ def get_adapter(model: nn.Module) -> RopeAdapter:
 
 
 __all__ = ["RopeAdapter", "GPTJAdapter", "HFRopeAdapter", "SUPPORTED", "get_adapter", "eval_mode", "hook_handles",
-           "supported_families"]
+           "supported_families", "unwrap_model"]

@@ -16,6 +16,13 @@ A **run directory** (``posym train --out RUN``)::
     RUN/tensorboard/          TensorBoard event files (posym train --log tensorboard) TENSORBOARD
     RUN/.posym.lock           the writer holding the directory (posym.runs.lock)   LOCK
 
+A **tracker folder** (``ScoreTracker(prompts, OUT)``; the HF callback writes into ``output_dir``)::
+
+    OUT/scores.csv            the schema of a run's scores.csv                      SCORES
+    OUT/scores.json           kind "tracker", prompt digest, taus, task, model      SCORES_JSON
+    OUT/scores.previous.csv   the table of the previous (fresh) HF training        SCORES_PREVIOUS
+    OUT/checkpoint_scores.csv posym scores --series OUT (checkpoint-N/ folders)    CHECKPOINT_SCORES
+
 A **reproduction directory** (``posym reproduce --out DIR``) holds run directories
 ``DIR/<task>/seed<k>/`` (:func:`run_dir`) plus ``reproduce.json``, ``stages/<name>.done`` markers
 (:func:`marker_path`), ``stages/last_run.json``, ``theory/``, ``llm/`` (the first model of the
@@ -39,6 +46,11 @@ from posym.model.gptj import HF_CONFIG, HF_WEIGHTS
 POSYM_JSON = "posym.json"  # also beside every checkpoint (task, preset, step)
 METRICS = "metrics.csv"
 SCORES = "scores.csv"
+SCORES_JSON = "scores.json"  # what a tracker/callback table measured (kind "tracker", prompt digest, taus, model)
+SCORES_PREVIOUS = "scores.previous.csv"  # the table of the previous training, moved aside by a fresh HF run
+CHECKPOINT_SCORES = "checkpoint_scores.csv"  # posym scores --series of an HF output_dir (beside the callback's)
+HF_TRAINER_STATE = "trainer_state.json"  # the HF Trainer's state, in output_dir/checkpoint-N/ and output_dir/
+SCORES_HOME = "runs/scores"  # posym scores --model DIR: ./runs/scores/<model name>/scores.csv
 RESULTS = "results.json"
 CHECKPOINTS = "checkpoints"
 FIGURES = "figures"

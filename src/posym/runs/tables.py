@@ -32,9 +32,16 @@ class TableSchema:
     columns: Mapping[str, str]
     writer: str
     key: tuple[str, ...] = field(default=())
+    optional: tuple[str, ...] = field(default=())  # columns a valid file may lack (older writers, variants)
 
 
 _HOPS = {f"acc_hop{h}": f"accuracy on {h}-hop samples (fraction)" for h in range(1, 5)}
+
+_SCORE_COLUMNS = {
+    "step": "optimizer step of the scored model", "layer": "layer index (0-based)", "head": "head index",
+    "tau": "temperature τ of the swap weights", "s_pos": "positional score s_POS in [-1, 1]",
+    "s_sym": "symbolic score s_SYM in [-1, 1]", "entropy": "normalised attention entropy of the query in [0, 1]",
+    "swap_mass": "the query's attention on the swapped keys (fraction)", "n_prompts": "prompts averaged"}
 
 #: The tables of a run directory (SPEC §2–§5), by the name :func:`load_run` gives them.
 RUN_TABLES: dict[str, TableSchema] = {
@@ -43,13 +50,13 @@ RUN_TABLES: dict[str, TableSchema] = {
         "train_loss": "mean training loss since the previous evaluation (nats)", "lr": "learning rate",
         "loss": "cross-entropy of the answer token on the split (nats)", "acc": "answer accuracy (fraction)",
         **_HOPS, "time_s": "wall seconds since the start of training"}, "posym train", ("split", "step")),
-    "scores": TableSchema(layout.SCORES, "head, step and softmax temperature (SPEC §3)", {
-        "step": "optimizer step of the scored model", "layer": "layer index (0-based)", "head": "head index",
-        "tau": "temperature τ of the swap weights", "s_pos": "positional score s_POS in [-1, 1]",
-        "s_sym": "symbolic score s_SYM in [-1, 1]", "entropy": "normalised attention entropy of the query in [0, 1]",
-        "swap_mass": "the query's attention on the swapped keys (fraction)",
-        "n_prompts": "prompts averaged"}, "head tracking, posym scores, the callback and the hook",
-        ("step", "layer", "head", "tau")),
+    "scores": TableSchema(layout.SCORES, "head, step and softmax temperature (SPEC §3)", _SCORE_COLUMNS,
+        "head tracking, posym scores, the callback and the hook",
+        ("step", "layer", "head", "tau"), ("swap_mass", "n_prompts")),
+    "checkpoint_scores": TableSchema(layout.CHECKPOINT_SCORES, "checkpoint of an HF `Trainer` output_dir, head and τ "
+                                     "(`posym scores --series OUTPUT_DIR`; the callback's denser table is `scores.csv`)",
+                                     _SCORE_COLUMNS, "posym scores --series", ("step", "layer", "head", "tau"),
+                                     ("swap_mass", "n_prompts")),
     "purity": TableSchema("purity_gamma{gamma}.csv", "head: its kind at the last step (SPEC §3 purity rule)", {
         "layer": "layer index", "head": "head index", "kind": "`positional`, `symbolic` or `mixed`",
         "pure_from": "first step from which the head stays pure (empty if mixed)",
@@ -173,20 +180,74 @@ def _files(run: Path, schema: TableSchema) -> Iterator[tuple[str, Path]]:
         yield p.name[len(head):len(p.name) - len(tail)], p
 
 
+def check_columns(df: pd.DataFrame, schema: TableSchema, path: str | os.PathLike) -> pd.DataFrame:
+    """``df`` (read from ``path``) if it has the documented columns of ``schema``; PosymError naming
+    the file and the missing columns otherwise (a ``step`` column may be absent from a scores table
+    of one model, and ``posym scores --per-prompt`` adds ``prompt``/``query_pos``)."""
+    allowed = set(schema.optional) | ({"step", "n_prompts"} if "prompt" in df.columns else set())
+    if schema.file == layout.SCORES and "step" not in df.columns:
+        allowed.add("step")
+    missing = [c for c in schema.columns if c not in df.columns and c not in allowed]
+    if missing:
+        raise PosymError(f"{path} is not a valid {Path(schema.file).name} table: it lacks the columns "
+                         f"{', '.join(missing)} (docs/runs.md)")
+    return df
+
+
+def check_unique_keys(df: pd.DataFrame, schema: TableSchema, path: str | os.PathLike) -> pd.DataFrame:
+    """``df`` if no two rows share the key of ``schema`` (per-prompt rows add ``prompt`` to it);
+    PosymError naming the first repeated key otherwise (a table appended twice)."""
+    key = [k for k in schema.key if k in df.columns] + (["prompt"] if "prompt" in df.columns else [])
+    if not key:
+        return df
+    dup = df.duplicated(key, keep=False)
+    if dup.any():
+        first = df.loc[dup, key].iloc[0]
+        count = int((df[key] == first.values).all(axis=1).sum())
+        where = " ".join(f"{k} {first[k]:g}" if isinstance(first[k], float) else f"{k} {first[k]}" for k in key)
+        raise PosymError(f"{path} has {count} rows for {where}; it was written twice into one table "
+                         f"(remove the extra rows or score again into a new folder)")
+    return df
+
+
+def read_scores(path: str | os.PathLike, name: str = "scores") -> pd.DataFrame:
+    """A ``scores.csv`` table (SPEC §3; ``name``: its :data:`RUN_TABLES` entry) checked against its
+    schema and for unique (step, layer, head, tau) keys: what :func:`load_run` and the tracker read."""
+    schema = RUN_TABLES[name]
+    df = read_table(path)
+    return check_unique_keys(check_columns(df, schema, path), schema, path)
+
+
+def _is_tracker_folder(run: Path) -> bool:
+    """A folder of the tracker/callback (``scores.csv`` with its ``scores.json``) or an HF
+    ``Trainer`` output_dir (``trainer_state.json`` or ``checkpoint-N/``)."""
+    return ((run / layout.SCORES_JSON).is_file() or (run / layout.HF_TRAINER_STATE).is_file()
+            or any(p.is_dir() and p.name.startswith("checkpoint-") for p in run.iterdir()))
+
+
 def load_run(run_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
     """Every table of a run directory as a DataFrame, keyed by :data:`RUN_TABLES` name (``metrics``,
     ``scores``, ``lengthgen``, ...); parameterised files get their parameter appended
     (``purity_gamma0.1``, ``qk_geometry_L0``). Only tables present are returned; ``attrs["meta"]``
-    of each frame holds the run's ``posym.json``. PosymError if ``run_dir`` is not a run directory."""
+    of each frame holds the run's ``posym.json`` (or, for a folder of the tracker or the HF callback,
+    its ``scores.json``). Accepts a posym run directory, a ``ScoreTracker`` folder and an HF
+    ``Trainer`` output_dir with the callback's tables. Each table is checked against its documented
+    columns (and ``scores`` for unique keys): PosymError naming the file otherwise, or if
+    ``run_dir`` is none of these folders."""
     run = Path(run_dir)
-    if not (run / layout.POSYM_JSON).is_file() and not (run / layout.METRICS).is_file():
-        raise PosymError(f"{run} is not a posym run directory (no {layout.POSYM_JSON})")
-    meta = layout.read_meta(run)
+    if not run.is_dir():
+        raise PosymError(f"no such run directory: {run}" if not run.exists() else f"{run} is not a folder")
+    posym_run = (run / layout.POSYM_JSON).is_file() or (run / layout.METRICS).is_file()
+    if not posym_run and not _is_tracker_folder(run):
+        raise PosymError(f"{run} is not a posym run directory (no {layout.POSYM_JSON}), a ScoreTracker folder "
+                         f"(no {layout.SCORES_JSON}) or an HF Trainer output_dir (no {layout.HF_TRAINER_STATE})")
+    meta = layout.read_meta(run) if posym_run else layout.read_json(run / layout.SCORES_JSON)
     out: dict[str, pd.DataFrame] = {}
     for name, schema in RUN_TABLES.items():
         for suffix, path in _files(run, schema):
             label = schema.file.split("{", 1)[0] + suffix if suffix else name
-            df = read_table(path)
+            df = (read_scores(path, name) if name in ("scores", "checkpoint_scores")
+                  else check_columns(read_table(path), schema, path))
             df.attrs["meta"] = meta
             out[label] = df
     return out
@@ -204,5 +265,6 @@ def schema_markdown() -> str:
     return "\n".join(lines)
 
 
-__all__ = ["RUN_TABLES", "TableSchema", "append_table", "load_run", "parquet_available", "parquet_path",
-           "read_table", "refresh_parquet", "schema_markdown", "to_parquet", "write_parquet_copy", "write_table"]
+__all__ = ["RUN_TABLES", "TableSchema", "append_table", "check_columns", "check_unique_keys", "load_run",
+           "parquet_available", "parquet_path", "read_scores", "read_table", "refresh_parquet", "schema_markdown",
+           "to_parquet", "write_parquet_copy", "write_table"]

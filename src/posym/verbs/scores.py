@@ -26,6 +26,34 @@ def _prompt_ids(task: str, prompts: str | os.PathLike | None, n_prompts: int, se
     return read_prompt_ids(prompts, task) if prompts else make_split(task, "val", seed=seed, n=n_prompts).input_ids
 
 
+def _architecture(folder: Path) -> tuple:
+    """(model_type, layers, heads, hidden size) of a model folder's ``config.json`` (None where absent)."""
+    cfg = layout.read_json(Path(folder) / layout.CONFIG_JSON)
+    pick = lambda *names: next((cfg[n] for n in names if cfg.get(n) is not None), None)
+    return (cfg.get("model_type"), pick("num_hidden_layers", "n_layer"), pick("num_attention_heads", "n_head"),
+            pick("hidden_size", "n_embd"))
+
+
+def check_targets(targets: list[tuple[int | None, Path]], task: str) -> None:
+    """Before any model is loaded: every folder of a series has one architecture (SPEC §3 curves compare
+    one model over training), and a vocabulary that holds the task's ids (SPEC §1.1)."""
+    from posym.tasks import get_vocab
+
+    need = get_vocab(task).size
+    first = None
+    for _, folder in targets:
+        vocab = layout.read_json(Path(folder) / layout.CONFIG_JSON).get("vocab_size")
+        if isinstance(vocab, int) and vocab < need:
+            raise PosymError(f"model at {folder} has vocab_size {vocab} < {need} of the {task} task")
+        arch = _architecture(folder)
+        if first is None:
+            first = (folder, arch)
+        elif arch != first[1]:
+            show = lambda a: f"{a[0]} ({a[1]} layers x {a[2]} heads, width {a[3]})"
+            raise PosymError(f"the series mixes architectures: {first[0]} is {show(first[1])} but {folder} is "
+                             f"{show(arch)}; score each model's checkpoints into its own table")
+
+
 def _score_targets(targets: list[tuple[int | None, Path]], task: str, ids, taus: Sequence[float], per_prompt: bool,
                    progress: bool, device: str) -> pd.DataFrame:
     """One block of rows per (step, model folder); a ``step`` column unless the only step is None."""
@@ -35,6 +63,7 @@ def _score_targets(targets: list[tuple[int | None, Path]], task: str, ids, taus:
 
     if str(device).startswith("cuda") and not torch.cuda.is_available():
         raise PosymError("--device cuda requested but CUDA is not available")
+    check_targets(targets, task)
     frames = []
     for step, p in tqdm(targets, desc="scoring checkpoints", disable=not progress or len(targets) == 1):
         model, _, _ = resolve_model(p, task=task, device=device, any_family=True)
@@ -89,20 +118,30 @@ def score_series(folders: Sequence[str | os.PathLike], task: str | None = None,
                           device)
 
 
+def default_out(path: str | os.PathLike | None = None, series: Sequence[str | os.PathLike] | None = None) -> Path:
+    """Where ``posym scores`` writes without ``--out``: ``RUN/scores.csv`` for a posym run directory;
+    ``FOLDER/checkpoint_scores.csv`` for a series given as one folder (an HF ``output_dir``, whose
+    ``scores.csv`` is the callback's denser table); ``./runs/scores/<model name>/scores.csv`` for one
+    model folder (never inside the model's own folder). PosymError for several series folders."""
+    if series is not None:
+        series = list(series)
+        if len(series) != 1:
+            raise PosymError("a series of several folders needs --out FILE.csv")
+        return Path(series[0]) / layout.CHECKPOINT_SCORES
+    path = Path(path)
+    if layout.list_checkpoints(path) or (path / layout.METRICS).is_file():
+        return path / layout.SCORES
+    return Path(layout.SCORES_HOME) / layout.safe_name(path.resolve().name) / layout.SCORES
+
+
 def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.PathLike] | None = None,
            out: str | os.PathLike | None = None, force: bool = False, **kwargs) -> VerbResult:
     """:func:`score_checkpoints` of ``path`` or :func:`score_series` of ``series``, written to ``out``
-    (default ``PATH/scores.csv``, or ``FOLDER/scores.csv`` for a series given as one folder); the
-    summary is the last step's table."""
+    (default: :func:`default_out`); the summary is the last step's table."""
     if (path is None) == (series is None):
         raise PosymError("give exactly one of a run/model folder or a series of checkpoint folders")
-    if series is not None:
-        series = list(series)
-        if out is None and len(series) != 1:
-            raise PosymError("a series of several folders needs --out FILE.csv")
-        out = Path(out) if out else Path(series[0]) / layout.SCORES
-    else:
-        out = Path(out) if out else Path(path) / layout.SCORES
+    series = None if series is None else list(series)
+    out = Path(out) if out else default_out(path, series)
     outputs = Outputs([out], force).check()
     df = score_series(series, **kwargs) if series is not None else score_checkpoints(path, **kwargs)
     outputs.csv(df, out)
@@ -115,4 +154,4 @@ def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.P
     return VerbResult(df, outputs.written, text)
 
 
-__all__ = ["score_checkpoints", "score_series", "scores"]
+__all__ = ["check_targets", "default_out", "score_checkpoints", "score_series", "scores"]

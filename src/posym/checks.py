@@ -1,0 +1,56 @@
+"""Value checks shared by the Python API and the CLI: one home for each rule (a count, a step, the
+purity tolerance γ of SPEC §3, the temperatures τ). Each raises :class:`~posym.errors.PosymError` with
+one sentence naming the argument; the CLI's argparse types call the same functions."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Sequence
+
+from posym.errors import PosymError
+
+
+def check_int(value: Any, name: str, lo: int = 0) -> int:
+    """``value`` as an int >= ``lo``; PosymError for bools, floats (2.5, NaN), strings and smaller values."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise PosymError(f"{name} must be an integer >= {lo}, got {value!r}")
+    if int(value) < lo:
+        raise PosymError(f"{name} must be an integer >= {lo}, got {int(value)}")
+    return int(value)
+
+
+def check_positive_int(value: Any, name: str) -> int:
+    """``value`` as an int >= 1 (a count or a period of steps)."""
+    return check_int(value, name, lo=1)
+
+
+def check_gamma(value: Any) -> float:
+    """A purity tolerance γ in (0, 0.5) (SPEC §3: the rule needs 1 − γ > γ)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < float(value) < 0.5:
+        raise PosymError(f"gamma must be a number in (0, 0.5), got {value!r}")
+    return float(value)
+
+
+def check_taus(taus: Any) -> tuple[float, ...]:
+    """τ or a list of τ (softmax temperatures of the swap weights, SPEC §3): positive and finite."""
+    if isinstance(taus, numbers.Real) and not isinstance(taus, bool):
+        taus = (taus,)
+    if isinstance(taus, (str, bytes)) or not isinstance(taus, Sequence) and not hasattr(taus, "__iter__"):
+        raise PosymError(f"taus must be a positive number or a list of them, got {taus!r}")
+    try:
+        items = list(taus)
+        if any(isinstance(t, (bool, str, bytes)) for t in items):
+            raise TypeError
+        out = tuple(float(t) for t in items)
+    except (TypeError, ValueError):
+        raise PosymError(f"taus must be a positive number or a list of them, got {taus!r}") from None
+    if not out:
+        raise PosymError("taus must not be empty")
+    for t in out:
+        if not (t > 0 and math.isfinite(t)):
+            raise PosymError(f"every tau must be positive and finite, got {t}")
+    return out
+
+
+__all__ = ["check_gamma", "check_int", "check_positive_int", "check_taus"]
