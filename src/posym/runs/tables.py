@@ -46,7 +46,7 @@ RUN_TABLES: dict[str, TableSchema] = {
     "scores": TableSchema(layout.SCORES, "head, step and softmax temperature (SPEC §3)", {
         "step": "optimizer step of the scored model", "layer": "layer index (0-based)", "head": "head index",
         "tau": "temperature τ of the swap weights", "s_pos": "positional score s_POS in [-1, 1]",
-        "s_sym": "symbolic score s_SYM in [-1, 1]", "entropy": "normalised attention entropy of the query in [0, 1]",
+        "s_sym": "symbolic score s_SYM in [-1, 1]", "entropy": "attention entropy H / ln n of the query in [0, 1] (1 = uniform)",
         "swap_mass": "the query's attention on the swapped keys (fraction)",
         "n_prompts": "prompts averaged"}, "head tracking, posym scores, the callback and the hook",
         ("step", "layer", "head", "tau")),
