@@ -97,3 +97,18 @@ def test_fig2_panel_a_from_trainer_history_or_a_note():
     assert any(NO_ACCURACY_NOTE in t for t in texts)
     assert not any(ln.get_label() == "all" for ax in fig.axes for ln in ax.get_lines())  # no empty accuracy axis
     close_figure(fig)
+
+
+def test_flow_labels_readable_at_page_width():
+    """Token, layer and axis labels of Fig. 3 (left) are ≥ 11 pt (≈ 14 px at ~0.8 × in the report)."""
+    from posym.report.flow_figures import plot_flow
+
+    tokens = [f"t{i}" for i in range(17)]
+    edges = pd.DataFrame({"layer": [0, 7], "head": [0, 0], "query": [16, 9], "key": [9, 3], "weight": [0.9, 0.5]})
+    edges.attrs.update(n_layer=8, n_head=1)
+    fig = plot_flow(edges, tokens, chain=[16, 9, 3])
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == tokens
+    assert min(t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels()) >= 11
+    assert ax.xaxis.label.get_fontsize() >= 11 and ax.yaxis.label.get_fontsize() >= 11
+    close_figure(fig)
