@@ -590,6 +590,7 @@ def _write_figures(fig_dir: Path, tables: dict[str, pd.DataFrame], runs: dict) -
         plt.close(fig)
 
 
-__all__ = ["PAPER_DISCREPANCY", "PAPER_TABLE3", "ablation_summary", "accuracy_curves", "aggregate",
-           "fig5b_rows", "find_runs", "freq_summary", "initial_scores", "lengthgen_summary", "llm_models_table",
-           "mean_sd", "paper_vs_posym", "plot_accuracy_bands", "purity_counts", "purity_layers", "training_summary"]
+__all__ = ["PAPER_DISCREPANCY", "PAPER_HEADS", "PAPER_TABLE3", "ablation_summary", "accuracy_curves", "aggregate",
+           "fig5b_rows", "find_runs", "freq_summary", "initial_scores", "lengthgen_summary", "llm_chance",
+           "llm_models_table", "mean_sd", "paper_vs_posym", "plot_accuracy_bands", "purity_counts", "purity_layers",
+           "seeds_text", "training_summary"]

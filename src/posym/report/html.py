@@ -26,7 +26,7 @@ import pandas as pd
 from posym.errors import PosymError
 from posym.heads.reading import HOW_TO_READ
 from posym.report import paper
-from posym.report.aggregate import PAPER_DISCREPANCY, PAPER_HEADS, aggregate, paper_vs_posym
+from posym.report.aggregate import PAPER_DISCREPANCY, PAPER_HEADS, aggregate, paper_vs_posym, seeds_text
 from posym.report.verdict import NOT_REPRODUCED, REPRODUCED, TOLERANCES_TEXT, verdict_lines
 from posym.runs import layout
 from posym.runs.layout import find_runs, stage_table
@@ -245,7 +245,7 @@ def _fig2(out: Path, runs: dict, t: dict) -> str:
     for task, seeds in runs.items():
         parts.append(f"<h3>{_e(task)} task</h3>")
         parts.append(_img(layout.png(out / layout.AGGREGATE, layout.accuracy_figure(task)),
-                          f"{task}: validation accuracy per hop, mean ± sd over seeds", out))
+                          f"{task}: validation accuracy per hop, {seeds_text(len(seeds))}", out))
         parts.append(_quantity_table(t["training"], task))
         ini = t["initial_scores"]
         parts.append(_quantity_table(ini, task))
@@ -406,7 +406,7 @@ def _lengthgen(out: Path, runs: dict, t: dict) -> str:
     if not len(lg):
         return "".join(parts) + _note("lengthgen stage not run", "missing")
     parts.append(_img(layout.png(out / layout.AGGREGATE, layout.FIG_LENGTHGEN_SEEDS),
-                      "Fig. 5B: accuracy vs added tokens (mean ± sd over seeds)", out))
+                      f"Fig. 5B: accuracy vs added tokens ({seeds_text(int(lg['n_seeds'].max()))})", out))
     tasks = [x for x in runs if (lg["task"] == x).any()]
     grid = sorted(set(lg["extra_tokens"]) | {x for task in tasks for x in paper.LENGTHGEN[task]})
     rows = []
