@@ -281,10 +281,9 @@ def _pure(out: Path, runs: dict, t: dict) -> str:
                     for _, r in sub.iterrows()]
             if not same:
                 ref = paper.PURE_HEADS[task]
-                parts.append(_note(f"Layers are not comparable one to one: in Paper A's {PAPER_HEADS}-layer model "
-                                   f"the pure positional layers are {_layers(ref['positional'])} and the pure "
-                                   f"symbolic layers {_layers(ref['symbolic'])}; compare where in depth each kind "
-                                   "sits, not layer indices."))
+                kinds = "; ".join(f"pure {k} layers: {_layers(ref[k])}" for k in ("positional", "symbolic"))
+                parts.append(_note(f"Layers are not comparable one to one (Paper A's {PAPER_HEADS}-layer model — "
+                                   f"{kinds}): compare where in depth each kind sits, not layer indices."))
             parts.append(_table(["layer", "head", "kind at the end (seeds)", "s_POS final", "s_SYM final",
                                  "pure from step"] + (["paper (layer)"] if same else []), rows,
                                 num_cols=(0, 1, 3, 4, 5)))
