@@ -422,7 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("run_dir")
     d.add_argument("--gamma", type=gamma_type, action="append", help="purity tolerance in (0, 0.5) (repeatable; 0.1)")
     d.add_argument("--tau", type=positive_float, default=None, help="τ of the scores to use (default: smallest)")
-    d.add_argument("--layers", type=int_list, default=None, help="layers drawn in panel B, e.g. 0,3,4,11")
+    d.add_argument("--layers", type=int_list, default=None,
+                   help="layers drawn in panel B, every head of each (default: all), e.g. 0,3,4,11")
     d.add_argument("--out", default=None, help="output directory (default: the run directory)")
     _force(d)
     d.set_defaults(func=_cmd_dynamics)

@@ -5,7 +5,10 @@ import pandas as pd
 import pytest
 
 from posym.errors import PosymError
-from posym.heads.dynamics import classify, normalized_entropy, pure_counts, purity_table, select_tau
+import posym.heads
+import posym.heads.dynamics
+from posym.heads.dynamics import (accuracy_keys, classify, entropy_minmax_over_training, pure_counts, purity_table,
+                                  select_tau, trainer_eval_history)
 
 
 def _table():
@@ -43,5 +46,28 @@ def test_tau_selection_and_entropy():
     assert (purity_table(df, tau=1e-2)["kind"] == "mixed").all()
     with pytest.raises(PosymError, match="tau"):
         select_tau(df, 0.5)
-    e = normalized_entropy(select_tau(df))
+    e = entropy_minmax_over_training(select_tau(df))
     assert e.min() == 0.0 and e.max() == 1.0
+
+
+def test_entropy_names_say_what_they_compute():
+    """Two entropies, two names: H / ln n (the scores.csv column) and its min–max over training."""
+    assert not hasattr(posym.heads, "normalised_entropy")
+    assert not hasattr(posym.heads.dynamics, "normalized_entropy")
+    assert callable(posym.heads.attention_entropy)
+    # a head whose H / ln n barely moves (0.985 … 0.995) still spans 0 … 1 after the rescaling
+    df = pd.DataFrame({"step": [0, 1, 2], "layer": 0, "head": 0, "tau": 1e-4, "entropy": [0.995, 0.99, 0.985]})
+    assert entropy_minmax_over_training(df).tolist() == pytest.approx([1.0, 0.5, 0.0])
+
+
+def test_trainer_eval_history_keeps_eval_numbers_per_step():
+    log = [{"step": 10, "loss": 4.0, "learning_rate": 1e-3},
+           {"step": 10, "eval_loss": 3.5, "eval_accuracy": 0.25, "eval_runtime": 1.2, "epoch": 0.1},
+           {"step": 20, "eval_loss": 2.0, "eval_accuracy": 0.5, "eval_samples_per_second": 9.0},
+           {"step": 20, "posym/s_pos/layer_0": 0.9},
+           {"train_runtime": 30.0}]
+    h = trainer_eval_history(log)
+    assert list(h.columns) == ["step", "eval_accuracy", "eval_loss"]
+    assert h["step"].tolist() == [10, 20] and h["eval_loss"].tolist() == [3.5, 2.0]
+    assert accuracy_keys(h) == ["eval_accuracy"]
+    assert trainer_eval_history([{"step": 5, "loss": 1.0}]).empty

@@ -9,7 +9,7 @@ from posym.errors import PosymError
 from posym.heads import (
     HeadScores,
     combine_scores,
-    normalised_entropy,
+    attention_entropy,
     pair_cos,
     scores_blocks_fast,
     scores_blocks_reference,
@@ -170,10 +170,10 @@ def test_combine_scores_by_hand_and_tau_handling():
             scores_fast(m, ids, taus=bad)
 
 
-def test_normalised_entropy():
-    assert normalised_entropy(torch.full((8,), 1 / 8)).item() == pytest.approx(1.0)
-    assert normalised_entropy(torch.tensor([1.0, 0.0, 0.0])).item() == 0.0
-    assert normalised_entropy(torch.tensor([1.0])).item() == 0.0
+def test_attention_entropy():
+    assert attention_entropy(torch.full((8,), 1 / 8)).item() == pytest.approx(1.0)
+    assert attention_entropy(torch.tensor([1.0, 0.0, 0.0])).item() == 0.0
+    assert attention_entropy(torch.tensor([1.0])).item() == 0.0
 
 
 def test_to_frame_shapes_and_columns():

@@ -122,3 +122,15 @@ def test_incomplete_runs_and_empty_directory(tmp_path):
     assert find_runs(tmp_path, complete_only=False) == {"number": {0: tmp_path / "number" / "seed0"}}
     page = write_report(tmp_path).read_text()
     assert "No finished training run" in page
+
+
+def test_one_seed_is_not_called_mean_and_sd():
+    from posym.report.aggregate import plot_accuracy_bands
+
+    curves = pd.DataFrame({"task": "number", "step": [0, 10], "acc_mean": [0.0, 1.0], "acc_sd": [np.nan, np.nan],
+                           "n_seeds": 1})
+    fig = plot_accuracy_bands(curves, "number")
+    assert fig.axes[0].get_title() == "number: accuracy per hop (1 seed)"
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

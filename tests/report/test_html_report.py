@@ -57,8 +57,11 @@ def test_report_content(tiny_repro):
     for needle in ("Summary: paper vs posym", "difference", "first step acc_hop1 &gt;= 0.9", "2,050",
                    "positional heads (of 2)", "weighted frequency ID", "Δ(n = 8)", "0.303", "accuracy at +0 tokens",
                    "not run: --no-llm", "git commit", "torch", "transformers", "number seed 1", "letter seed 0",
-                   "mean ± sd over seeds", "per seed"):
+                   "mean ± sd over seeds", "per seed", 'class="verdict"', "11 of 12"):
         assert needle in page, needle
+    # a 2-layer model: no row-by-row "paper (layer)" column beside Paper A's 12 layers, a note instead
+    assert "paper (layer)" not in page and "Layers are not comparable one to one" in page
+    assert "flow-number-test" in page and '<div class="grid"><figure><img alt="number, seed 0, ' not in page
 
 
 def test_report_rewrite_is_deterministic_but_for_the_timestamp(repro_copy):

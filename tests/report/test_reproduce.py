@@ -327,7 +327,7 @@ def test_cli_reproduce_and_report(repro_copy, capsys):
     pv = paper_vs_posym(repro_copy)
     table = [line for line in md if line.startswith("| ")]
     assert table[0].startswith("| section | task | quantity | paper |") and len(table) == len(pv) + 1
-    assert all(line.count(" | ") == 7 for line in table)  # 8 columns, no stray "|" inside a cell
+    assert all(line.count(" | ") == 8 for line in table)  # 9 columns (verdict too), no stray "|" inside a cell
     assert "number | test acc | 1 | " in md[2] and " ± " in md[2]  # 2 seeds: mean ± sd
     assert main(argv + ["--set", "ablation_n=16"]) == 2  # other settings than the directory was made with
     assert "made with ablation_n=32, not 16" in capsys.readouterr().err

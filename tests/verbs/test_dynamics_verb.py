@@ -39,3 +39,38 @@ def test_dynamics_writes_table_and_figure(tmp_path):
         dynamics(tmp_path / "empty")
     with pytest.raises(PosymError, match="gamma"):
         dynamics(tmp_path, gammas=[5], force=True)
+
+
+def _trainer_state(path, steps_acc):
+    """A hand-written HF ``trainer_state.json`` with evaluation entries at the given steps."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = [{"step": s, "loss": 5.0 - s / 100, "learning_rate": 1e-3} for s, _ in steps_acc]
+    log += [{"step": s, "eval_loss": 4.0 - a, "eval_accuracy": a, "eval_runtime": 0.5} for s, a in steps_acc]
+    path.write_text(json.dumps({"global_step": steps_acc[-1][0], "log_history": log}))
+
+
+def test_dynamics_of_an_hf_trainer_dir_draws_its_eval_metrics(tmp_path):
+    """An HF Trainer output_dir has no metrics.csv: panel A comes from the newest trainer_state.json."""
+    _table().to_csv(tmp_path / "scores.csv", index=False)
+    _trainer_state(tmp_path / "checkpoint-100" / "trainer_state.json", [(0, 0.0), (100, 0.4)])
+    _trainer_state(tmp_path / "checkpoint-200" / "trainer_state.json", [(0, 0.0), (100, 0.4), (200, 0.9)])
+    res = dynamics(tmp_path, gammas=[0.1])
+    src = res.data["accuracy_source"]
+    assert "checkpoint-200" in src and "eval_loss" in src and "eval_accuracy" in src
+    assert "left out" not in res.summary
+    # output_dir's own trainer_state.json (written by trainer.save_state()) wins over the checkpoints'
+    _trainer_state(tmp_path / "trainer_state.json", [(0, 0.0), (200, 0.9)])
+    res = dynamics(tmp_path, gammas=[0.1], force=True)
+    assert str(tmp_path / "trainer_state.json") in res.data["accuracy_source"]
+
+
+def test_dynamics_without_any_accuracy_leaves_panel_a_out_and_says_so(tmp_path):
+    _table().to_csv(tmp_path / "scores.csv", index=False)
+    _trainer_state(tmp_path / "checkpoint-10" / "trainer_state.json", [(10, 0.1)])
+    (tmp_path / "checkpoint-10" / "trainer_state.json").write_text('{"log_history": [{"step": 10, "loss": 3.0}]}')
+    res = dynamics(tmp_path, gammas=[0.1])
+    assert res.data["accuracy_source"].startswith("left out")
+    assert "panel A left out" in res.summary and "no metrics.csv" in res.summary
+    assert (tmp_path / "figures/fig2_gamma0.1.png").is_file()

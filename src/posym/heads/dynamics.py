@@ -1,7 +1,10 @@
-"""Learning dynamics of head scores (SPEC §3): purity rule, emergence steps, normalised entropy.
+"""Learning dynamics of head scores (SPEC §3): purity rule, emergence steps, entropy over training.
 
 Input is the tidy ``scores.csv`` table of a run (one row per step, layer, head, tau with ``s_pos``,
-``s_sym``, ``entropy``); nothing here touches a model.
+``s_sym``, ``entropy``) and, for runs of the HF ``Trainer``, its ``log_history``; nothing here
+touches a model. The ``entropy`` column is the attention entropy H / ln n in [0, 1]
+(:func:`posym.heads.scores.attention_entropy`, 1 = uniform);
+:func:`entropy_minmax_over_training` is SPEC §3's rescaled variant.
 """
 
 from __future__ import annotations
@@ -85,8 +88,38 @@ def pure_counts(purity: pd.DataFrame, steps: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def normalized_entropy(scores: pd.DataFrame) -> pd.Series:
-    """Entropy min–max normalised per (layer, head) over training (SPEC §3)."""
+def entropy_minmax_over_training(scores: pd.DataFrame) -> pd.Series:
+    """The ``entropy`` column (H / ln n) min–max rescaled per (layer, head, τ) over training
+    (SPEC §3, Paper A Fig. 2): 0 = the head's lowest value in the run, 1 = its highest. A head
+    whose entropy barely moves (0.985 … 0.995) still spans 0 … 1; a constant one gives 0."""
     g = scores.groupby(["layer", "head", "tau"])["entropy"]
     lo, hi = g.transform("min"), g.transform("max")
     return ((scores["entropy"] - lo) / (hi - lo).replace(0, np.nan)).fillna(0.0)
+
+
+#: ``log_history`` keys of the HF ``Trainer`` drawn as accuracy (any ``eval_*`` key containing "acc").
+_ACC_KEY = "acc"
+
+
+def trainer_eval_history(log_history: list[dict]) -> pd.DataFrame:
+    """The evaluation entries of an HF ``Trainer``'s ``state.log_history`` (those with an ``eval_*``
+    number) as a table: ``step`` and every numeric ``eval_*`` key (``eval_loss``, accuracy keys, …),
+    one row per step (the last entry wins), sorted by step; empty when there is none."""
+    rows: dict[int, dict] = {}
+    for entry in log_history or []:
+        if not isinstance(entry, dict) or "step" not in entry:
+            continue
+        vals = {k: float(v) for k, v in entry.items() if k.startswith("eval_") and isinstance(v, (int, float))
+                and not isinstance(v, bool) and not k.endswith(("_runtime", "_samples_per_second",
+                                                                 "_steps_per_second"))}
+        if vals:
+            rows.setdefault(int(entry["step"]), {}).update(vals)
+    if not rows:
+        return pd.DataFrame(columns=["step"])
+    df = pd.DataFrame([{"step": s, **v} for s, v in sorted(rows.items())])
+    return df[["step"] + sorted(c for c in df.columns if c != "step")]
+
+
+def accuracy_keys(history: pd.DataFrame) -> list[str]:
+    """The accuracy columns of :func:`trainer_eval_history` (``eval_*`` keys containing "acc")."""
+    return [c for c in history.columns if c.startswith("eval_") and _ACC_KEY in c[len("eval_"):]]

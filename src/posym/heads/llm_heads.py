@@ -19,8 +19,8 @@ For each prompt set (:mod:`posym.tasks.llm_prompts`: entity–attribute ``bindin
 * ``layer_type`` — ``"sliding"`` (the adapter reports a sliding window for the layer, e.g. Gemma-3's
   ``sliding_attention`` layers) or ``"global"`` (every layer of a model without sliding layers);
   ``depth`` = ``layer / (L - 1)`` (0 = first layer, 1 = last);
-* ``entropy`` — normalised entropy of the query's full causal attention (``log(t+1)`` normalised,
-  :func:`posym.heads.scores.normalised_entropy`), averaged over prompts;
+* ``entropy`` — attention entropy H / ln n of the query's full causal attention (``log(t+1)`` normalised,
+  :func:`posym.heads.scores.attention_entropy`), averaged over prompts;
 * frequency use (SPEC §4, ``u_k = mean over prompts of max_j |λ^(k)_{t,j}|``, keys ``0..t``) and
   Paper A's Table 1 columns per head (``weighted_id``, ``dominant_id``, ...) from
   :func:`posym.heads.frequencies.weighted_frequency_id`;

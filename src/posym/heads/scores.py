@@ -296,8 +296,9 @@ def combine_scores(d_i, d_j, dp_i, dp_j, taus: float | Sequence[float] = (DEFAUL
     return s_pos.numpy(), s_sym.numpy()
 
 
-def normalised_entropy(p: Tensor) -> Tensor:
-    """Entropy of distributions p [..., K] over the last axis divided by ``log K`` (0 log 0 = 0).
+def attention_entropy(p: Tensor) -> Tensor:
+    """Attention entropy H / ln K of distributions p [..., K] over the last axis (0 log 0 = 0): the
+    ``entropy`` column of ``scores.csv`` (1 = uniform, 0 = one key).
 
     Returns [...] in [0, 1]; K = 1 gives 0.
     """
@@ -406,7 +407,7 @@ def _token_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -
         lg, dp_i, dp_j = token_swaps(m, t)
         p = torch.log_softmax(lg, dim=-1).exp()
         fl = _flusher(qs[l].dtype)
-        out[l] = (fl(p[..., :t]), fl(dp_i), fl(dp_j), normalised_entropy(p))
+        out[l] = (fl(p[..., :t]), fl(dp_i), fl(dp_j), attention_entropy(p))
     return out
 
 
@@ -449,7 +450,7 @@ def _block_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
             new_b[..., sel] = torch.logsumexp(m[..., rows_b, rows_a], dim=-1)
         den = lse(rest, new_a, new_b)
         fl = _flusher(qs[l].dtype)
-        out[l] = (fl(d), fl((new_a - den).exp()), fl((new_b - den).exp()), normalised_entropy(logp.exp()))
+        out[l] = (fl(d), fl((new_a - den).exp()), fl((new_b - den).exp()), attention_entropy(logp.exp()))
     return out
 
 
@@ -518,7 +519,7 @@ def _token_swaps_reference(ad: RopeAdapter, ids: Tensor, t: int, layers: list[in
     for l in layers:
         rows = _rerun_layer(ad, ids, hidden[l], perms, l, t, chunk_size)  # [B, H, S, t+1]
         p = att[l]
-        out[l] = (p[..., :t], rows[..., ar, I], rows[..., ar, J], normalised_entropy(p))
+        out[l] = (p[..., :t], rows[..., ar, I], rows[..., ar, J], attention_entropy(p))
     return out
 
 
@@ -536,7 +537,7 @@ def _block_swaps_reference(ad: RopeAdapter, ids: Tensor, t: int, layers: list[in
         dp_b = torch.stack([rows[..., s, blocks[b][0]:blocks[b][1]].sum(-1) for s, (_, b) in enumerate(pairs)], -1)
         p = att[l]
         d = torch.stack([p[..., a:b].sum(-1) for a, b in blocks], -1)
-        out[l] = (d, dp_a, dp_b, normalised_entropy(p))
+        out[l] = (d, dp_a, dp_b, attention_entropy(p))
     return out
 
 
@@ -724,7 +725,7 @@ __all__ = [
     "SwapAttention",
     "combine_scores",
     "pair_cos",
-    "normalised_entropy",
+    "attention_entropy",
     "position_content_logits",
     "scores_fast",
     "scores_reference",

@@ -35,6 +35,7 @@ from posym.runs import layout
 from posym.runs.tables import write_table
 from posym.runs.layout import find_runs
 from posym.report import paper
+from posym.report import verdict as V
 from posym.report.paper import PAPER_DISCREPANCY, PAPER_LETTER_09_LENGTH, PAPER_TABLE3
 
 HOPS = [f"acc_hop{h}" for h in range(1, 5)]
@@ -42,6 +43,8 @@ ACC_COLS = ["acc"] + HOPS
 
 KINDS = ("positional", "symbolic", "mixed")
 THRESHOLD = 0.9
+#: Heads of Paper A's model (12 layers × 1 head, SPEC §2): the total its pure-head counts are out of.
+PAPER_HEADS = 12
 
 
 
@@ -68,6 +71,11 @@ def _row(values: Sequence, **extra) -> dict:
 def _short(v) -> str:
     f = float(v)
     return str(int(f)) if f.is_integer() and abs(f) >= 10 else f"{f:.3g}"
+
+
+def seeds_text(n: int) -> str:
+    """What a curve over ``n`` seeds is: "mean ± sd over n seeds", or "1 seed" (no sd) for one."""
+    return "1 seed" if n == 1 else f"mean ± sd over {n} seeds"
 
 
 def _read_csv(path: Path) -> pd.DataFrame | None:
@@ -149,9 +157,8 @@ def purity_counts(runs: dict[str, dict[int, Path]], gamma: float = 0.1) -> pd.Da
             continue
         n_heads = len(tables[0])
         ref = paper.PURE_HEADS[task]
-        n_layers_paper = 12
         paper_counts = {"positional": len(ref["positional"]), "symbolic": len(ref["symbolic"]),
-                        "mixed": n_layers_paper - len(ref["positional"]) - len(ref["symbolic"])}
+                        "mixed": PAPER_HEADS - len(ref["positional"]) - len(ref["symbolic"])}
         for kind in KINDS:
             vals = [float((t["kind"] == kind).sum()) for t in tables]
             rows.append(_row(vals, task=task, gamma=gamma, quantity=f"{kind} heads (of {n_heads})",
@@ -302,7 +309,8 @@ def lengthgen_per_seed_largest(runs: dict[str, dict[int, Path]], task: str) -> l
 def paper_vs_posym(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Every number of Paper A we reproduce (SPEC §5) beside ours: columns section, task, quantity,
     paper (number), paper_text (as published), posym_mean, posym_sd, n, difference (posym − paper),
-    note."""
+    verdict (:mod:`posym.report.verdict`: reproduced / not reproduced / not comparable / not
+    evidence, "" when not measured), note."""
     out = Path(out_dir)
     t = tables if tables is not None else aggregate(out, write=False)
     runs = find_runs(out)
@@ -326,23 +334,41 @@ def paper_vs_posym(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] |
             note = steps_note.get(r["task"], "") if not r["quantity"].startswith("test") else ""
             if r["n_missing"]:
                 note = (note + "; " if note else "") + f"{r['n_missing']} seed(s) never reached it / not logged"
-            add("Fig. 2 (training)", r["task"], r["quantity"], r["paper"], r["mean"], r["sd"], r["n"], note)
+            if note.startswith(tuple(steps_note.values())) and note:
+                verdict = V.NOT_COMPARABLE
+            elif r["quantity"].startswith("first step"):
+                verdict = V.within(r["mean"], r["paper"], V.TOL_STEP, relative=True)
+            else:
+                verdict = V.within(r["mean"], r["paper"], V.TOL_ACCURACY)
+            add("Fig. 2 (training)", r["task"], r["quantity"], r["paper"], r["mean"], r["sd"], r["n"], note,
+                verdict=verdict)
     ini = t.get("initial_scores", pd.DataFrame())
     for _, r in ini.iterrows():
-        add("Fig. 2 (scores)", r["task"], r["quantity"], 1.0, r["mean"], r["sd"], r["n"], paper_text="≈ 1")
+        add("Fig. 2 (scores)", r["task"], r["quantity"], 1.0, r["mean"], r["sd"], r["n"], paper_text="≈ 1",
+            verdict=(V.REPRODUCED if r["mean"] >= V.INITIAL_SCORE else V.NOT_REPRODUCED) if math.isfinite(r["mean"])
+            else "")
     pc = t.get("purity_counts", pd.DataFrame())
     for _, r in pc[pc["gamma"] == 0.1].iterrows() if len(pc) else []:
         if r["quantity"].split()[0] in ("positional", "symbolic"):
-            add("Pure heads (γ = 0.1)", r["task"], r["quantity"], r["paper"], r["mean"], r["sd"], r["n"],
-                note="paper: 12 layers" if "(of 12)" not in r["quantity"] else "")
+            n_heads = int(r["quantity"].rsplit("(of ", 1)[1].rstrip(")"))
+            verdict, note = V.pure_heads(r["mean"], n_heads, r["paper"], PAPER_HEADS)
+            row = _paper_row("Pure heads (γ = 0.1)", r["task"], r["quantity"], r["paper"], r["mean"], r["sd"], r["n"],
+                             note=note, paper_text=f"{_fmt_num(r['paper'])} (of {PAPER_HEADS})", verdict=verdict)
+            if n_heads != PAPER_HEADS:
+                row["difference"] = math.nan  # counts out of different totals
+            rows.append(row)
     fq = t.get("freqs", pd.DataFrame())
     if len(fq):
         num = fq[(fq["task"] == "number") & (fq["head"] == 0)]
+        same_depth = len(num) and int(num["layer"].max()) + 1 == PAPER_HEADS
         for _, r in num.iterrows():
             if math.isfinite(r["paper_id"]):
+                note = (r["paper_note"] + "; " if r["paper_note"] else "") + f"dominant ID {r['dominant_ids']}"
+                if not same_depth:
+                    note = (f"a {int(num['layer'].max()) + 1}-layer model — layer indices not comparable; " + note)
                 add("Table 1 (frequency ID)", "number", f"weighted frequency ID, layer {int(r['layer'])}",
-                    r["paper_id"], r["weighted_id_mean"], r["weighted_id_sd"], r["n"],
-                    note=(r["paper_note"] + "; " if r["paper_note"] else "") + f"dominant ID {r['dominant_ids']}")
+                    r["paper_id"], r["weighted_id_mean"], r["weighted_id_sd"], r["n"], note=note,
+                    verdict=V.freq_id(r["weighted_id_mean"], r["paper_id"]) if same_depth else V.NOT_COMPARABLE)
         let = fq[fq["task"] == "letter"]
         if len(let):
             lo, hi = let["weighted_id_mean"].min(), let["weighted_id_mean"].max()
@@ -350,7 +376,7 @@ def paper_vs_posym(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] |
             add("Table 1 (frequency ID)", "letter", "weighted frequency ID, range over layers", math.nan,
                 float(let["weighted_id_mean"].mean()), math.nan, int(let["n"].min()),
                 note=f"posym range {lo:.1f}–{hi:.1f}: {'inside' if inside else 'outside'} the paper's range",
-                paper_text="18–42")
+                paper_text="18–42", verdict=V.REPRODUCED if inside else V.NOT_REPRODUCED)
     disc = _read_csv(out / layout.THEORY / f"{layout.DISCREPANCY}.csv")
     if disc is not None:
         for mech, pts in PAPER_DISCREPANCY.items():
@@ -358,7 +384,8 @@ def paper_vs_posym(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] |
                 r = disc[(disc["mechanism"] == mech) & (disc["n"] == n_)]
                 if len(r):
                     add("Fig. 5A (discrepancy)", mech, f"Δ(n = {n_})", pv, float(r["delta"].iloc[0]),
-                        n=1, note=f"Theorem 3.2 bound {float(r['bound'].iloc[0]):.4f}")
+                        n=1, note=f"Theorem 3.2 bound {float(r['bound'].iloc[0]):.4f}",
+                        verdict=V.within(float(r["delta"].iloc[0]), pv, V.TOL_DISCREPANCY))
     lg = t.get("lengthgen", pd.DataFrame())
     for task in runs:
         curve = lg[lg["task"] == task] if len(lg) else lg
@@ -370,24 +397,38 @@ def paper_vs_posym(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] |
             if not len(r):
                 continue
             m, s = float(r["mean"].iloc[0]), float(r["sd"].iloc[0]) if "sd" in r else math.nan
-            ok = m < bound if op == "<" else m > bound
+            model = r["model"].iloc[0] if "model" in r else None
+            verdict, why = V.llm_bound(m, op, bound, llm_chance(t.get("llm_models"), model, task, length))
             add("Table 3 (1-hop LLM prompts)", task, f"accuracy at length {length}", math.nan, m, s,
                 int(r["runs"].iloc[0]) if "runs" in r else 1, paper_text=f"{op} {bound:g}",
-                note=f"paper: frontier API models; ours: {r['model'].iloc[0] if 'model' in r else 'LLM'}; "
-                     f"{'meets' if ok else 'does not meet'} the paper's bound")
+                note=f"paper: frontier API models; ours: {model or 'LLM'}; {why}", verdict=verdict)
     return pd.DataFrame(rows, columns=["section", "task", "quantity", "paper", "paper_text", "posym_mean",
-                                       "posym_sd", "n", "difference", "note"])
+                                       "posym_sd", "n", "difference", "verdict", "note"])
+
+
+
+def llm_chance(models: pd.DataFrame | None, model: str | None, task: str, length: int) -> float | None:
+    """The chance level of an LLM answer at (task, length): the choice protocol's ``chance`` column
+    (mean of 1 / distinct candidates over the same prompts) of the same model; None when that
+    protocol did not run."""
+    if models is None or not len(models) or "chance" not in models or "protocol" not in models:
+        return None
+    c = models[(models["protocol"] == "choice") & (models["task"] == task) & (models["length"] == length)]
+    if model is not None and "model" in c:
+        c = c[c["model"] == model]
+    c = c["chance"].dropna()
+    return float(c.iloc[0]) if len(c) else None
 
 
 def _paper_row(section: str, task: str, quantity: str, paper_value, mean: float, sd: float = math.nan, n: int = 0,
-               note: str = "", paper_text: str | None = None) -> dict:
+               note: str = "", paper_text: str | None = None, verdict: str = "") -> dict:
     """One row of :func:`paper_vs_posym` (difference = posym mean − paper where both are numbers)."""
     diff = mean - paper_value if (isinstance(paper_value, (int, float)) and math.isfinite(paper_value)
                                   and math.isfinite(mean)) else math.nan
     return {"section": section, "task": task, "quantity": quantity,
             "paper": float(paper_value) if isinstance(paper_value, (int, float)) else math.nan,
             "paper_text": paper_text if paper_text is not None else _fmt_num(paper_value),
-            "posym_mean": mean, "posym_sd": sd, "n": n, "difference": diff, "note": note}
+            "posym_mean": mean, "posym_sd": sd, "n": n, "difference": diff, "verdict": verdict, "note": note}
 
 
 def fig5b_rows(task: str, curve: pd.DataFrame, largest: Sequence[float]) -> list[dict]:
@@ -399,8 +440,10 @@ def fig5b_rows(task: str, curve: pd.DataFrame, largest: Sequence[float]) -> list
     for extra, pv in paper.LENGTHGEN[task].items():
         r = curve[curve["extra_tokens"] == extra] if len(curve) else curve
         if len(r):
+            m = float(r["acc_mean"].iloc[0])
             rows.append(_paper_row("Fig. 5B (length generalization)", task, f"accuracy at +{extra} tokens", pv,
-                                   float(r["acc_mean"].iloc[0]), float(r["acc_sd"].iloc[0]), int(r["n_seeds"].iloc[0])))
+                                   m, float(r["acc_sd"].iloc[0]), int(r["n_seeds"].iloc[0]),
+                                   verdict=V.within(m, pv, V.TOL_ACCURACY)))
         elif len(curve):
             rows.append(_paper_row("Fig. 5B (length generalization)", task, f"accuracy at +{extra} tokens", pv,
                                    math.nan, note="not in this preset's grid"))
@@ -408,7 +451,8 @@ def fig5b_rows(task: str, curve: pd.DataFrame, largest: Sequence[float]) -> list
         m, s, n = mean_sd(largest)
         rows.append(_paper_row("Fig. 5B (length generalization)", task, "largest added length with accuracy >= 0.9",
                                PAPER_LETTER_09_LENGTH, m, s, n, paper_text="≈ 750–850",
-                               note=f"grid of this preset up to +{int(curve['extra_tokens'].max())}"))
+                               note=f"grid of this preset up to +{int(curve['extra_tokens'].max())}",
+                               verdict=V.within(m, PAPER_LETTER_09_LENGTH, V.TOL_STEP, relative=True)))
     return rows
 
 
@@ -462,7 +506,7 @@ def plot_accuracy_bands(curves: pd.DataFrame, task: str, ax=None, paper_steps: d
             ax.plot([paper_steps[col]], [THRESHOLD], marker="o", mfc="none", color=color, ls="none")
     ax.axhline(THRESHOLD, color="grey", lw=0.5, ls=":")
     ax.set(xlabel="step", ylabel="validation accuracy", ylim=(-0.02, 1.02),
-           title=f"{task}: accuracy per hop (mean ± sd over {n} seed{'s' if n != 1 else ''})")
+           title=f"{task}: accuracy per hop ({seeds_text(n)})")
     ax.title.set_fontsize(9)
     ax.legend(fontsize=7, loc="lower right")
     return fig
@@ -534,7 +578,7 @@ def _write_figures(fig_dir: Path, tables: dict[str, pd.DataFrame], runs: dict) -
         summaries = {task: g for task, g in lg.groupby("task", sort=False)}
         fig = plot_lengthgen(summaries, paper=paper.LENGTHGEN)
         n = int(lg["n_seeds"].max())
-        fig.axes[0].set_title(f"length generalization (mean ± sd over {n} seed{'s' if n != 1 else ''})")
+        fig.axes[0].set_title(f"length generalization ({seeds_text(n)})")
         save_figure(fig, fig_dir / layout.FIG_LENGTHGEN_SEEDS)
         plt.close(fig)
     llm = tables["llm_models"]
@@ -546,6 +590,7 @@ def _write_figures(fig_dir: Path, tables: dict[str, pd.DataFrame], runs: dict) -
         plt.close(fig)
 
 
-__all__ = ["PAPER_DISCREPANCY", "PAPER_TABLE3", "ablation_summary", "accuracy_curves", "aggregate",
-           "fig5b_rows", "find_runs", "freq_summary", "initial_scores", "lengthgen_summary", "llm_models_table",
-           "mean_sd", "paper_vs_posym", "plot_accuracy_bands", "purity_counts", "purity_layers", "training_summary"]
+__all__ = ["PAPER_DISCREPANCY", "PAPER_HEADS", "PAPER_TABLE3", "ablation_summary", "accuracy_curves", "aggregate",
+           "fig5b_rows", "find_runs", "freq_summary", "initial_scores", "lengthgen_summary", "llm_chance",
+           "llm_models_table", "mean_sd", "paper_vs_posym", "plot_accuracy_bands", "purity_counts", "purity_layers",
+           "seeds_text", "training_summary"]

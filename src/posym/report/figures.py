@@ -7,6 +7,7 @@ scores.csv, purity tables), never models.
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -15,6 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 HOP_COLORS = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a"]
@@ -49,26 +51,150 @@ def plot_accuracy(metrics: pd.DataFrame, ax: plt.Axes | None = None, title: str 
     ax.plot(val["step"], val["acc"], color="k", lw=1, ls="--", label="all")
     ax.axhline(0.9, color="grey", lw=0.5, ls=":")
     ax.set(xlabel="step", ylabel="accuracy", ylim=(-0.02, 1.02), title=title or "accuracy per hop")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(loc="lower right")
     return fig
 
 
-def plot_score_curves(scores: pd.DataFrame, layers: Sequence[int], ax: plt.Axes | None = None,
-                      entropy: pd.Series | None = None, head: int = 0) -> plt.Figure:
-    """Fig. 2B: s_POS (solid), s_SYM (dashed) and normalised entropy (dotted) over steps per layer."""
+#: Font sizes of the multi-panel figures: readable when a 12-inch figure is shown ~1,100 px wide.
+READABLE = {"font.size": 11, "axes.titlesize": 11.5, "axes.labelsize": 11, "xtick.labelsize": 10,
+            "ytick.labelsize": 10, "legend.fontsize": 9.5, "figure.titlesize": 13}
+
+#: Panel B of Fig. 2: the column of ``scores.csv`` drawn, the panel title and the colour-bar label.
+SCORE_PANELS = (
+    ("s_pos", "(B1) s_POS", "s_POS"),
+    ("s_sym", "(B2) s_SYM", "s_SYM"),
+    ("entropy", "(B3) attention entropy H / ln n", "H / ln n (1 = uniform)"),
+)
+
+
+def head_label(layer: int, head: int) -> str:
+    """``L{layer}H{head}``: the row label of one head in Fig. 2B."""
+    return f"L{int(layer)}H{int(head)}"
+
+
+def score_matrix(scores: pd.DataFrame, column: str, layers: Sequence[int] | None = None
+                 ) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray]:
+    """``(values [heads, steps], [(layer, head), ...], steps)`` of one ``scores.csv`` column (one τ):
+    a row per head of the chosen ``layers`` (default all), ordered by layer then head; NaN where a
+    step lacks the head."""
+    sub = scores if layers is None else scores[scores["layer"].isin(list(layers))]
+    wide = sub.pivot_table(index=["layer", "head"], columns="step", values=column, aggfunc="mean")
+    wide = wide.sort_index()
+    keys = [(int(a), int(b)) for a, b in wide.index]
+    return wide.to_numpy(dtype=float), keys, wide.columns.to_numpy(dtype=float)
+
+
+def _edges(steps: np.ndarray) -> np.ndarray:
+    """Cell edges around each step (midpoints; the outer cells as wide as their neighbours)."""
+    if len(steps) == 1:
+        return np.array([steps[0] - 0.5, steps[0] + 0.5])
+    mid = (steps[:-1] + steps[1:]) / 2
+    return np.concatenate([[steps[0] - (mid[0] - steps[0])], mid, [steps[-1] + (steps[-1] - mid[-1])]])
+
+
+def plot_score_heatmaps(scores: pd.DataFrame, axes: Sequence[plt.Axes] | None = None,
+                        layers: Sequence[int] | None = None) -> plt.Figure:
+    """Fig. 2B for any number of heads: one heat map per quantity of :data:`SCORE_PANELS` (s_POS,
+    s_SYM, attention entropy H / ln n as stored in ``scores.csv``), rows = every head
+    (``L{layer}H{head}``) of ``layers`` (default all), x = step, colour 0 … 1 (s_SYM < 0 drawn as 0).
+
+    ``scores`` holds one τ (:func:`posym.heads.dynamics.select_tau`); without an ``entropy`` column
+    the third panel is left out. ``axes``: one Axes per drawn quantity.
+    """
+    panels = [p for p in SCORE_PANELS if p[0] in scores.columns]
+    if axes is None:
+        n_rows = len(score_matrix(scores, panels[0][0], layers)[1])
+        with plt.rc_context(READABLE):
+            fig, axes = plt.subplots(1, len(panels), figsize=(12, heatmap_height(n_rows)), squeeze=False)
+        axes = list(axes[0])
+    fig = axes[0].figure
+    if len(axes) != len(panels):
+        raise ValueError(f"plot_score_heatmaps: {len(panels)} quantities need {len(panels)} axes, got {len(axes)}")
+    cmap = plt.get_cmap("viridis").with_extremes(bad="#dddddd")
+    for ax, (col, title, cbar_label) in zip(axes, panels):
+        mat, keys, steps = score_matrix(scores, col, layers)
+        mesh = ax.pcolormesh(_edges(steps), np.arange(len(keys) + 1), np.ma.masked_invalid(mat), cmap=cmap,
+                             vmin=0.0, vmax=1.0, shading="flat")
+        mesh.set_gid(col)
+        ax.set_ylim(len(keys), 0)
+        n_heads = len({h for _, h in keys})
+        if len(keys) <= 40:
+            ax.set_yticks(np.arange(len(keys)) + 0.5)
+            ax.set_yticklabels([head_label(*k) for k in keys])
+        else:  # many heads: one label per layer, at its first head
+            first = [i for i, k in enumerate(keys) if i == 0 or keys[i - 1][0] != k[0]]
+            ax.set_yticks(np.array(first) + 0.5)
+            ax.set_yticklabels([f"L{keys[i][0]}" for i in first])
+        if n_heads > 1:
+            for i in range(1, len(keys)):
+                if keys[i][0] != keys[i - 1][0]:
+                    ax.axhline(i, color="white", lw=1.2)
+        ax.set_xlabel("step")
+        ax.set_title(title)
+        cb = fig.colorbar(mesh, ax=ax, fraction=0.06, pad=0.02, extend="min" if col == "s_sym" else "neither")
+        cb.set_label(cbar_label)
+    axes[0].set_ylabel("head (layer, head)")
+    return fig
+
+
+def heatmap_height(n_rows: int) -> float:
+    """Height in inches of a Fig. 2B heat map with ``n_rows`` heads (≈ 0.2 in per row, at least 2.6)."""
+    return max(2.6, min(0.2 * n_rows, 14.0) + 1.2)
+
+
+def plot_eval_history(history: pd.DataFrame, ax: plt.Axes | None = None, acc_keys: Sequence[str] = ()) -> plt.Figure:
+    """Fig. 2A for a run of the HF ``Trainer``: its own evaluation metrics over steps
+    (:func:`posym.heads.dynamics.trainer_eval_history`): ``eval_loss`` (left axis) and each of
+    ``acc_keys`` (right axis, 0 … 1)."""
     fig, ax = _fig_ax(ax)
-    cmap = plt.get_cmap("viridis", max(2, len(layers)))
-    for i, layer in enumerate(layers):
-        g = scores[(scores["layer"] == layer) & (scores["head"] == head)].sort_values("step")
-        if g.empty:
-            continue
-        c = cmap(i)
-        ax.plot(g["step"], g["s_pos"], color=c, ls="-", label=f"L{layer} s_POS")
-        ax.plot(g["step"], g["s_sym"], color=c, ls="--", label=f"L{layer} s_SYM")
-        if entropy is not None:
-            ax.plot(g["step"], entropy.loc[g.index], color=c, ls=":", lw=1, label=f"L{layer} entropy")
-    ax.set(xlabel="step", ylabel="score", ylim=(-0.02, 1.05), title="positional / symbolic scores")
-    ax.legend(fontsize=6, ncol=2, loc="best")
+    lines = []
+    if "eval_loss" in history:
+        lines += ax.plot(history["step"], history["eval_loss"], color="k", marker=".", label="eval_loss")
+        ax.set_ylabel("eval loss")
+    if acc_keys:
+        ax2 = ax.twinx()
+        for key, c in zip(acc_keys, HOP_COLORS * 4):
+            lines += ax2.plot(history["step"], history[key], color=c, marker=".", label=key)
+        ax2.set(ylim=(-0.02, 1.02), ylabel="eval accuracy")
+    ax.set(xlabel="step", title="(A) HF Trainer evaluation")
+    ax.legend(lines, [ln.get_label() for ln in lines], loc="best")
+    return fig
+
+
+def plot_fig2(metrics: pd.DataFrame, scores: pd.DataFrame, counts: pd.DataFrame, layers: Sequence[int] | None = None,
+              title: str = "", eval_history: pd.DataFrame | None = None) -> plt.Figure:
+    """Paper A Fig. 2 for one run: (A) accuracy per hop (posym's ``metrics.csv``) or, without it, the HF
+    ``Trainer``'s evaluation metrics (``eval_history``); (B) s_POS, s_SYM and attention entropy of
+    every head over training (:func:`plot_score_heatmaps`); (C) cumulative pure heads.
+
+    With neither accuracy source panel A is replaced by a note saying so.
+    """
+    val = metrics[metrics["split"] == "val"] if "split" in metrics else metrics.iloc[:0]
+    has_hist = eval_history is not None and len(eval_history) and len(eval_history.columns) > 1
+    panels = [p for p in SCORE_PANELS if p[0] in scores.columns]
+    n_rows = len(score_matrix(scores, panels[0][0], layers)[1])
+    with plt.rc_context(READABLE):
+        fig = plt.figure(figsize=(12, 3.6 + heatmap_height(n_rows)))
+        grid = fig.add_gridspec(2, 6, height_ratios=[3.6, heatmap_height(n_rows)])
+        ax_a, ax_c = fig.add_subplot(grid[0, :3]), fig.add_subplot(grid[0, 3:])
+        if len(val):
+            plot_accuracy(metrics, ax_a, title="(A) validation accuracy per hop")
+        elif has_hist:
+            from posym.heads.dynamics import accuracy_keys
+
+            plot_eval_history(eval_history, ax_a, acc_keys=accuracy_keys(eval_history))
+        else:
+            ax_a.axis("off")
+            ax_a.text(0.5, 0.5, textwrap.fill("(A) left out: " + NO_ACCURACY_NOTE, 60), ha="center", va="center",
+                      transform=ax_a.transAxes, color="#555555")
+            ax_a.set_gid("panel-a-note")
+        plot_pure_counts(counts, ax_c)
+        ax_c.set_title("(C) pure heads (cumulative)")
+        axes_b = [fig.add_subplot(grid[1, 2 * i:2 * i + 2]) for i in range(len(panels))]
+        plot_score_heatmaps(scores, axes_b, layers)
+        if title:
+            fig.suptitle(title)
+        fig.tight_layout()
     return fig
 
 
@@ -80,23 +206,13 @@ def plot_pure_counts(counts: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Fi
     top = int(max(counts["positional"].max(), counts["symbolic"].max(), 1))
     ax.set(xlabel="step", ylabel="pure heads", ylim=(-0.3, top + 0.5), title="pure heads (cumulative)")
     ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(loc="upper left")
     return fig
 
 
-def plot_fig2(metrics: pd.DataFrame, scores: pd.DataFrame, counts: pd.DataFrame, layers: Sequence[int],
-              entropy: pd.Series | None = None, title: str = "") -> plt.Figure:
-    """Paper A Fig. 2 for one run: (A) accuracy per hop, (B) scores + entropy, (C) pure-head counts."""
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    plot_accuracy(metrics, axes[0], title="(A) accuracy per hop")
-    plot_score_curves(scores, layers, axes[1], entropy=entropy)
-    axes[1].set_title("(B) s_POS, s_SYM, entropy")
-    plot_pure_counts(counts, axes[2])
-    axes[2].set_title("(C) pure heads")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+#: Why panel A of Fig. 2 is missing (also printed by ``posym dynamics``).
+NO_ACCURACY_NOTE = ("this run has no metrics.csv (posym) and no trainer_state.json with eval_* entries "
+                    "(HF Trainer), so there is no accuracy over training to draw.")
 
 
 def _fig_ax(ax: plt.Axes | None) -> tuple[plt.Figure, plt.Axes]:
@@ -106,7 +222,8 @@ def _fig_ax(ax: plt.Axes | None) -> tuple[plt.Figure, plt.Axes]:
     return ax.figure, ax
 
 
-__all__ = ["save_figure", "plot_accuracy", "plot_score_curves", "plot_pure_counts", "plot_fig2", "plot_lengthgen"]
+__all__ = ["NO_ACCURACY_NOTE", "SCORE_PANELS", "head_label", "plot_accuracy", "plot_eval_history", "plot_fig2",
+           "plot_lengthgen", "plot_pure_counts", "plot_score_heatmaps", "save_figure", "score_matrix"]
 
 
 def plot_lengthgen(summaries: dict[str, pd.DataFrame], ax: plt.Axes | None = None,

@@ -24,8 +24,10 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from posym.errors import PosymError
+from posym.heads.reading import HOW_TO_READ
 from posym.report import paper
-from posym.report.aggregate import PAPER_DISCREPANCY, aggregate, paper_vs_posym
+from posym.report.aggregate import PAPER_DISCREPANCY, PAPER_HEADS, aggregate, paper_vs_posym, seeds_text
+from posym.report.verdict import NOT_REPRODUCED, REPRODUCED, TOLERANCES_TEXT, verdict_lines
 from posym.runs import layout
 from posym.runs.layout import find_runs, stage_table
 from posym.runs.provenance import versions
@@ -51,6 +53,10 @@ figcaption{font-size:.85em;color:#555}
 pre{background:#f7f7f7;border:1px solid #e4e4e4;padding:8px;overflow-x:auto;font-size:.8em}
 details{margin:.4em 0}summary{cursor:pointer;color:#0b57d0}
 nav ol{columns:2;font-size:.92em}
+.verdict{background:#eef4fb;border-left:4px solid #0b57d0;padding:6px 14px;margin:1em 0}
+.verdict ul{margin:.3em 0;padding-left:1.2em}.verdict li{margin:.25em 0}
+.howto{background:#f6f8f6;border-left:4px solid #1a7f37;padding:6px 14px;margin:.8em 0;font-size:.92em}
+.wide figure{margin:.6em 0 1.2em}
 """
 
 
@@ -150,9 +156,10 @@ def _csv(path: Path) -> pd.DataFrame | None:
 # ------------------------------------------------------------------------------------------------
 # sections
 # ------------------------------------------------------------------------------------------------
-SUMMARY_HEADER = ("section", "task", "quantity", "paper", "posym (mean ± sd)", "seeds", "difference", "note")
+SUMMARY_HEADER = ("section", "task", "quantity", "paper", "posym (mean ± sd)", "seeds", "difference", "verdict",
+                  "note")
 SUMMARY_FOOTNOTE = ("difference = posym mean − paper. sd is over seeds (ddof = 1); “n/a” with one seed. "
-                    "Paper numbers: SPEC §5 (digitised figures, ±0.01).")
+                    "Paper numbers: SPEC §5 (digitised figures, ±0.01); " + TOLERANCES_TEXT)
 
 
 def summary_rows(pv: pd.DataFrame) -> list[list[Any]]:
@@ -168,7 +175,9 @@ def summary_rows(pv: pd.DataFrame) -> list[list[Any]]:
             diff_s = "+" + diff_s
         rows.append([r["section"], r["task"], r["quantity"], r["paper_text"],
                      fmt_ms(r["posym_mean"], r["posym_sd"], None, digits, integer),
-                     int(r["n"]) if _finite(r["n"]) else 0, diff_s, r["note"] if isinstance(r["note"], str) else ""])
+                     int(r["n"]) if _finite(r["n"]) else 0, diff_s,
+                     r["verdict"] if isinstance(r.get("verdict"), str) else "",
+                     r["note"] if isinstance(r["note"], str) else ""])
     return rows
 
 
@@ -191,8 +200,27 @@ def _summary(t: dict[str, pd.DataFrame]) -> str:
     pv = t["paper_vs_posym"]
     if pv.empty:
         return _note("No results yet: no stage has produced a table.", "missing")
-    return (_table(list(SUMMARY_HEADER), summary_rows(pv), num_cols=(4, 5, 6))
+    classes = ["good" if v == REPRODUCED else "bad" if v == NOT_REPRODUCED else ""
+               for v in pv.get("verdict", pd.Series([""] * len(pv))).fillna("")]
+    return (_table(list(SUMMARY_HEADER), summary_rows(pv), num_cols=(4, 5, 6), row_classes=classes)
             + f"<p class=\"sub\">{_e(SUMMARY_FOOTNOTE)}</p>")
+
+
+def _verdict(t: dict[str, pd.DataFrame]) -> str:
+    """The few lines above everything: what reproduced and what did not (from the summary rows)."""
+    lines = verdict_lines(t["paper_vs_posym"])
+    if not lines:
+        return ""
+    return ('<div class="verdict"><b>Verdict</b> (computed from the summary table below):<ul>'
+            + "".join(f"<li>{_e(x)}</li>" for x in lines) + "</ul></div>")
+
+
+def how_to_read_html() -> str:
+    """:data:`posym.heads.reading.HOW_TO_READ` as HTML: its first paragraph, then its points as a list."""
+    head, *points = HOW_TO_READ.split("\n- ")
+    flat = [" ".join(x.split()) for x in (head, *points)]
+    return (f'<div class="howto"><p>{_e(flat[0])}</p>'
+            + ("<ul>" + "".join(f"<li>{_e(x)}</li>" for x in flat[1:]) + "</ul>" if points else "") + "</div>")
 
 
 def _quantity_table(df: pd.DataFrame, task: str, digits: int = 3) -> str:
@@ -200,8 +228,10 @@ def _quantity_table(df: pd.DataFrame, task: str, digits: int = 3) -> str:
     rows = []
     for _, r in sub.iterrows():
         d, integer = quantity_format(r["quantity"], digits)
-        rows.append([r["quantity"], fmt_ms(r["mean"], r["sd"], None, d, integer),
-                     r["per_seed"], fmt_num(r["paper"], d, integer)])
+        paper_s = fmt_num(r["paper"], d, integer)
+        if " heads (of " in f" {r['quantity']}" and _finite(r["paper"]):
+            paper_s = f"{float(r['paper']):.0f} of {PAPER_HEADS}"  # Paper A's count is out of its 12 heads
+        rows.append([r["quantity"], fmt_ms(r["mean"], r["sd"], None, d, integer), r["per_seed"], paper_s])
     return _table(["quantity", "posym (mean ± sd)", "per seed", "paper"], rows, num_cols=(1, 3))
 
 
@@ -209,12 +239,13 @@ def _fig2(out: Path, runs: dict, t: dict) -> str:
     parts = ['<h2 id="fig2">Fig. 2 — learning dynamics</h2>',
              "<p>Validation accuracy per hop over training (mean ± sd band over seeds; open circles: the "
              "step at which Paper A's curves cross 0.9), the step at which each hop first reaches 0.9, "
-             "and Fig. 2 of each run (A: accuracy, B: s_POS / s_SYM / normalised entropy per layer, "
-             "C: cumulative pure heads, γ = 0.1).</p>"]
+             "and Fig. 2 of each run (A: validation accuracy per hop; B: heat maps of s_POS, s_SYM and the "
+             "attention entropy H / ln n (1 = uniform, not rescaled) of every head (rows L&lt;layer&gt;H&lt;head&gt;) "
+             "over training; C: cumulative pure heads, γ = 0.1).</p>", how_to_read_html()]
     for task, seeds in runs.items():
         parts.append(f"<h3>{_e(task)} task</h3>")
         parts.append(_img(layout.png(out / layout.AGGREGATE, layout.accuracy_figure(task)),
-                          f"{task}: validation accuracy per hop, mean ± sd over seeds", out))
+                          f"{task}: validation accuracy per hop, {seeds_text(len(seeds))}", out))
         parts.append(_quantity_table(t["training"], task))
         ini = t["initial_scores"]
         parts.append(_quantity_table(ini, task))
@@ -226,11 +257,16 @@ def _fig2(out: Path, runs: dict, t: dict) -> str:
 
 
 def _pure(out: Path, runs: dict, t: dict) -> str:
-    parts = ['<h2 id="pure">Pure heads (SPEC §3; Paper A: number 4 positional + 8 symbolic, letter 0 + 11)</h2>',
+    pc, pl = t["purity_counts"], t["purity_layers"]
+    sizes = sorted({int(x) for x in pl["layer"]}) if len(pl) else []
+    n_layers = max(sizes) + 1 if sizes else 0
+    same = n_layers == PAPER_HEADS and (not len(pl) or pl["head"].max() == 0)
+    parts = ['<h2 id="pure">Pure heads (SPEC §3; Paper A: number 4 positional + 8 symbolic, letter 0 + 11, '
+             f'of {PAPER_HEADS})</h2>',
              "<p>A head is pure positional iff s_POS ≥ 1−γ and s_SYM ≤ γ (symbolic: the reverse) at the "
              "final step; it counts as pure from the first tracked step after which the rule holds to the "
-             "end. Paper A's model has 12 layers (1 head each); the quick preset has 8.</p>"]
-    pc, pl = t["purity_counts"], t["purity_layers"]
+             f"end. Paper A's model has {PAPER_HEADS} layers (1 head each)"
+             + (f"; these models have {n_layers}." if n_layers else ".") + "</p>"]
     for task in runs:
         parts.append(f"<h3>{_e(task)} task</h3>")
         for gamma in (0.1, 0.05):
@@ -241,13 +277,29 @@ def _pure(out: Path, runs: dict, t: dict) -> str:
         if len(sub):
             rows = [[int(r["layer"]), int(r["head"]), r["kinds"], fmt_ms(r["s_pos_mean"], r["s_pos_sd"]),
                      fmt_ms(r["s_sym_mean"], r["s_sym_sd"]),
-                     fmt_ms(r["pure_from_mean"], r["pure_from_sd"], None, 0, True), r["paper_kind"]]
+                     fmt_ms(r["pure_from_mean"], r["pure_from_sd"], None, 0, True)] + ([r["paper_kind"]] if same else [])
                     for _, r in sub.iterrows()]
+            if not same:
+                ref = paper.PURE_HEADS[task]
+                kinds = "; ".join(f"pure {k} layers: {_layers(ref[k])}" for k in ("positional", "symbolic"))
+                parts.append(_note(f"Layers are not comparable one to one (Paper A's {PAPER_HEADS}-layer model — "
+                                   f"{kinds}): compare where in depth each kind sits, not layer indices."))
             parts.append(_table(["layer", "head", "kind at the end (seeds)", "s_POS final", "s_SYM final",
-                                 "pure from step", "paper (layer)"], rows, num_cols=(0, 1, 3, 4, 5)))
+                                 "pure from step"] + (["paper (layer)"] if same else []), rows,
+                                num_cols=(0, 1, 3, 4, 5)))
         else:
             parts.append(_note(f"no purity table for the {task} task (dynamics stage not run)", "missing"))
     return "".join(parts)
+
+
+def _layers(layers: Sequence[int]) -> str:
+    """``0–3`` for a run of layers, ``none`` for none."""
+    layers = sorted(layers)
+    if not layers:
+        return "none"
+    if layers == list(range(layers[0], layers[-1] + 1)) and len(layers) > 2:
+        return f"{layers[0]}–{layers[-1]}"
+    return ", ".join(map(str, layers))
 
 
 def _flow(out: Path, runs: dict, t: dict) -> str:
@@ -265,7 +317,7 @@ def _flow(out: Path, runs: dict, t: dict) -> str:
             figs = [_img(d0 / e["figure"], f"{task}, seed {s0}, {h}-hop test prompt {e['example']}: "
                          f"{e.get('tokens', '')} → {e.get('label')} (predicted {e.get('prediction')})", out)
                     for h, e in sorted(flows.items())]
-            parts.append(f'<div class="grid">{"".join(figs)}</div>')
+            parts.append(f'<div class="wide">{"".join(figs)}</div>')  # one per row: labels readable at page width
         else:
             parts.append(_note(f"no flow figures for the {task} task (flow stage not run)", "missing"))
         parts.append(_img(layout.png(d0, layout.FIG_ABLATION), f"{task}, seed {s0}: accuracy with one head ablated",
@@ -298,13 +350,17 @@ def _freqs(out: Path, runs: dict, t: dict) -> str:
         parts.append(f"<h3>{_e(task)} task</h3>")
         sub = fq[fq["task"] == task] if len(fq) else fq
         if len(sub):
+            same = int(sub["layer"].max()) + 1 == PAPER_HEADS and sub["head"].max() == 0
             rows = [[int(r["layer"]), int(r["head"]), fmt_ms(r["weighted_id_mean"], r["weighted_id_sd"], None, 1),
-                     r["dominant_ids"],
-                     fmt_num(r["paper_id"], 0, True) if _finite(r["paper_id"]) else "",
-                     r["paper_note"] if isinstance(r["paper_note"], str) else ""]
+                     r["dominant_ids"]] + ([fmt_num(r["paper_id"], 0, True) if _finite(r["paper_id"]) else "",
+                                            r["paper_note"] if isinstance(r["paper_note"], str) else ""] if same else [])
                     for _, r in sub.iterrows()]
-            parts.append(_table(["layer", "head", "weighted ID (mean ± sd)", "dominant ID per seed", "paper ID",
-                                 "paper note"], rows, num_cols=(0, 1, 2, 4)))
+            if not same:
+                parts.append(_note(f"A {int(sub['layer'].max()) + 1}-layer model: layer indices are not comparable "
+                                   f"with Paper A's {PAPER_HEADS} layers one to one (its IDs are above), so no "
+                                   "paper column."))
+            parts.append(_table(["layer", "head", "weighted ID (mean ± sd)", "dominant ID per seed"]
+                                + (["paper ID", "paper note"] if same else []), rows, num_cols=(0, 1, 2, 4)))
         else:
             parts.append(_note(f"no frequency table for the {task} task (freqs stage not run)", "missing"))
         s0, d0 = next(iter(seeds.items()))
@@ -349,7 +405,7 @@ def _lengthgen(out: Path, runs: dict, t: dict) -> str:
     if not len(lg):
         return "".join(parts) + _note("lengthgen stage not run", "missing")
     parts.append(_img(layout.png(out / layout.AGGREGATE, layout.FIG_LENGTHGEN_SEEDS),
-                      "Fig. 5B: accuracy vs added tokens (mean ± sd over seeds)", out))
+                      f"Fig. 5B: accuracy vs added tokens ({seeds_text(int(lg['n_seeds'].max()))})", out))
     tasks = [x for x in runs if (lg["task"] == x).any()]
     grid = sorted(set(lg["extra_tokens"]) | {x for task in tasks for x in paper.LENGTHGEN[task]})
     rows = []
@@ -550,7 +606,7 @@ def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = No
         f"Preset <b>{_e(preset)}</b>; tasks {_e(', '.join(runs) or '—')}; seeds {_e(', '.join(map(str, seeds)) or '—')} "
         f"(each the init, data and order seed of a run); device {_e(meta.get('device', '?'))}. "
         f"Written {_e(datetime.now(timezone.utc).astimezone().isoformat(timespec='seconds'))}.</p>",
-        *notes, nav,
+        _verdict(t), *notes, nav,
         '<h2 id="summary">Summary: paper vs posym</h2>', _summary(t),
         _fig2(out, runs, t), _pure(out, runs, t), _flow(out, runs, t), _freqs(out, runs, t), _discrepancy(out),
         _lengthgen(out, runs, t), _llm(out, meta), _configs(out, runs, meta), _versions_section(meta),
@@ -563,4 +619,5 @@ def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = No
     return target
 
 
-__all__ = ["fmt_ms", "fmt_num", "quantity_format", "summary_markdown", "summary_rows", "write_report"]
+__all__ = ["fmt_ms", "fmt_num", "how_to_read_html", "quantity_format", "summary_markdown", "summary_rows",
+           "write_report"]

@@ -221,6 +221,19 @@ _HF_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _LAST_NUMBER = re.compile(r"(\d+)(?!.*\d)")
 
 
+def hf_trainer_state(output_dir: str | os.PathLike) -> Path | None:
+    """The newest ``trainer_state.json`` of an HF ``Trainer`` output directory: ``output_dir``'s own
+    when present, else that of the ``checkpoint-N/`` with the largest N; None when there is none."""
+    root = Path(output_dir)
+    if (root / HF_TRAINER_STATE).is_file():
+        return root / HF_TRAINER_STATE
+    if not root.is_dir():
+        return None
+    found = sorted((int(m.group(1)), p / HF_TRAINER_STATE) for p in root.iterdir()
+                   if (m := _HF_CHECKPOINT.match(p.name)) and (p / HF_TRAINER_STATE).is_file())
+    return found[-1][1] if found else None
+
+
 def checkpoint_series(paths: "list[str | os.PathLike]") -> list[tuple[int, Path]]:
     """(step, model folder) of a checkpoint series, sorted by step: the ``checkpoint-N/`` folders of
     one HF ``Trainer`` output directory, the ``step-NNNNNN`` checkpoints of one posym run, or several

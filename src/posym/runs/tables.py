@@ -40,7 +40,7 @@ _HOPS = {f"acc_hop{h}": f"accuracy on {h}-hop samples (fraction)" for h in range
 _SCORE_COLUMNS = {
     "step": "optimizer step of the scored model", "layer": "layer index (0-based)", "head": "head index",
     "tau": "temperature τ of the swap weights", "s_pos": "positional score s_POS in [-1, 1]",
-    "s_sym": "symbolic score s_SYM in [-1, 1]", "entropy": "normalised attention entropy of the query in [0, 1]",
+    "s_sym": "symbolic score s_SYM in [-1, 1]", "entropy": "attention entropy H / ln n of the query in [0, 1] (1 = uniform)",
     "swap_mass": "the query's attention on the swapped keys (fraction)", "n_prompts": "prompts averaged"}
 
 #: The tables of a run directory (SPEC §2–§5), by the name :func:`load_run` gives them.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Sequence
@@ -10,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from posym.errors import PosymError
-from posym.heads.dynamics import load_scores, normalized_entropy, pure_counts, purity_table, select_tau
+from posym.heads.dynamics import (accuracy_keys, load_scores, pure_counts, purity_table, select_tau,
+                                  trainer_eval_history)
 from posym.runs import layout
 from posym.verbs import Outputs, VerbResult, figure_paths
 
@@ -21,10 +23,13 @@ def dynamics(run: str | os.PathLike, *, gammas: Sequence[float] = (0.1,), tau: f
     """For each γ: the purity table (``purity_gamma{γ}.csv``), pure-head counts per step
     (``pure_counts_gamma{γ}.csv``) and Fig. 2 (``figures/fig2_gamma{γ}``), in ``out`` (default: the run).
 
-    ``layers`` picks the layers drawn in panel B (default: up to six spread over the model).
-    ``table`` is the purity table of the first γ; ``data["purity"]`` maps every γ to its table.
+    Panel A is the run's ``metrics.csv`` (posym) or, for an HF ``Trainer`` output directory, the
+    ``eval_*`` entries of its newest ``trainer_state.json``; with neither it is left out, with a note
+    in the figure and the text. Panel B draws every head of ``layers`` (default: all layers).
+    ``table`` is the purity table of the first γ; ``data["purity"]`` maps every γ to its table and
+    ``data["accuracy_source"]`` names what panel A shows.
     """
-    from posym.report.figures import plot_fig2
+    from posym.report.figures import NO_ACCURACY_NOTE, plot_fig2
 
     run = Path(run)
     gammas = [float(g) for g in gammas]
@@ -38,29 +43,49 @@ def dynamics(run: str | os.PathLike, *, gammas: Sequence[float] = (0.1,), tau: f
                   *figure_paths(layout.figure(out_dir, layout.fig2(g)))]
     scores = select_tau(load_scores(run), tau)
     n_layers = int(scores["layer"].max()) + 1
-    if layers is None:
-        layers = sorted(set(np.linspace(0, n_layers - 1, min(6, n_layers)).round().astype(int).tolist()))
-    bad_layers = [lay for lay in layers if not 0 <= lay < n_layers]
+    bad_layers = [lay for lay in layers or () if not 0 <= lay < n_layers]
     if bad_layers:
         raise PosymError(f"layer(s) {bad_layers} out of range 0..{n_layers - 1}")
+    metrics, history, source = _accuracy_source(run)
     outputs = Outputs(files, force).check()
-    metrics_path = run / layout.METRICS
-    metrics = pd.read_csv(metrics_path) if metrics_path.is_file() else pd.DataFrame(columns=["split", "step", "acc"])
-    if "entropy" in scores:
-        scores = scores.assign(entropy_norm=normalized_entropy(scores))
-    tables, lines = {}, []
+    n_heads = scores.groupby(["layer", "head"]).ngroups
+    lines = [f"panel A: {source}", f"panel B: s_POS, s_SYM and attention entropy H / ln n of each of {n_heads} "
+             f"heads (τ = {float(scores['tau'].iloc[0]):g})"]
+    tables = {}
     for g in gammas:
         purity = purity_table(scores, gamma=g)
         counts = pure_counts(purity, np.sort(scores["step"].unique()))
         outputs.csv(purity, out_dir / layout.purity(g))
         outputs.csv(counts, out_dir / layout.pure_counts(g))
-        fig = plot_fig2(metrics, scores, counts, list(layers),
-                        entropy=scores["entropy_norm"] if "entropy_norm" in scores else None,
-                        title=f"{run.name} (γ={g:g})")
+        fig = plot_fig2(metrics, scores, counts, None if layers is None else list(layers), eval_history=history,
+                        title=f"{run.name} (γ = {g:g}, τ = {float(scores['tau'].iloc[0]):g})")
         outputs.figure(fig, layout.figure(out_dir, layout.fig2(g)))
         tables[g] = purity
         lines += [f"gamma={g:g}:", purity.to_string(index=False)]
-    return VerbResult(tables[gammas[0]], outputs.written, "\n".join(lines), {"purity": tables})
+    if source.startswith("left out"):
+        lines.append(f"note: Fig. 2 panel A left out: {NO_ACCURACY_NOTE}")
+    return VerbResult(tables[gammas[0]], outputs.written, "\n".join(lines),
+                      {"purity": tables, "accuracy_source": source})
+
+
+def _accuracy_source(run: Path) -> tuple[pd.DataFrame, pd.DataFrame | None, str]:
+    """``(metrics, eval_history, description)`` for panel A: ``metrics.csv`` when the run has
+    validation rows, else the HF ``Trainer``'s ``eval_*`` log entries, else neither."""
+    metrics_path = run / layout.METRICS
+    metrics = pd.read_csv(metrics_path) if metrics_path.is_file() else pd.DataFrame(columns=["split", "step", "acc"])
+    if (metrics["split"] == "val").any():
+        return metrics, None, f"validation accuracy per hop from {layout.METRICS}"
+    state = layout.hf_trainer_state(run)
+    if state is not None:
+        try:
+            log = json.loads(state.read_text()).get("log_history", [])
+        except (OSError, json.JSONDecodeError, AttributeError) as e:
+            raise PosymError(f"cannot read {state}: {e}; delete or repair it to draw Fig. 2") from None
+        history = trainer_eval_history(log)
+        if len(history):
+            keys = ["eval_loss"] * ("eval_loss" in history) + accuracy_keys(history)
+            return metrics, history, f"HF Trainer evaluation ({', '.join(keys) or 'eval_*'}) from {state}"
+    return metrics, None, "left out (no accuracy over training)"
 
 
 __all__ = ["dynamics"]

@@ -1,0 +1,88 @@
+"""Verdicts of the "paper vs posym" rows and the verdict lines at the top of the report."""
+
+from __future__ import annotations
+
+import html
+import math
+
+import pandas as pd
+import pytest
+
+from posym.heads.reading import HOW_TO_READ
+from posym.report import verdict as V
+from posym.report.aggregate import paper_vs_posym
+from posym.report.html import write_report
+
+
+def test_llm_at_chance_is_not_evidence_for_an_upper_bound():
+    v, note = V.llm_bound(0.10, "<", 0.5, chance=0.10)
+    assert v == V.NOT_EVIDENCE and "at chance (0.10 vs chance 0.10)" in note and "meets" not in note
+    assert V.llm_bound(0.0, "<", 0.1, chance=None)[0] == V.NOT_EVIDENCE  # chance unknown: no claim
+    v, note = V.llm_bound(0.30, "<", 0.5, chance=0.10)
+    assert v == V.REPRODUCED and "meets the paper's bound" in note
+    assert V.llm_bound(0.15, ">", 0.88, chance=0.10)[0] == V.NOT_REPRODUCED
+    assert V.llm_bound(0.95, ">", 0.88, chance=0.10)[0] == V.REPRODUCED
+
+
+def _llm_tables(model="SmolLM2"):
+    gen = pd.DataFrame([{"model": model, "task": t, "length": n, "mean": m, "sd": 0.1, "runs": 2, "n": 10}
+                        for t, n, m in [("number", 32, 0.10), ("number", 100, 0.0), ("letter", 32, 0.15),
+                                        ("letter", 100, 0.0)]])
+    choice = gen.assign(protocol="choice", mean=0.1, chance=[0.10, 0.05, 0.125, 0.04])
+    return {"llm": gen, "llm_models": pd.concat([gen.assign(protocol="generate"), choice], ignore_index=True)}
+
+
+def test_table3_rows_take_chance_into_account(tmp_path):
+    pv = paper_vs_posym(tmp_path, _llm_tables())
+    t3 = pv[pv["section"].str.startswith("Table 3")].set_index(["task", "quantity"])
+    num32 = t3.loc[("number", "accuracy at length 32")]
+    assert num32["verdict"] == V.NOT_EVIDENCE
+    assert "at chance (0.10 vs chance 0.10): not evidence" in num32["note"]
+    assert "meets" not in " ".join(t3.loc["number", "note"])
+    assert (t3.loc["letter", "verdict"] == V.NOT_REPRODUCED).all()
+
+
+def test_pure_head_counts_of_another_model_size(tmp_path):
+    pc = pd.DataFrame([{"task": "letter", "gamma": 0.1, "quantity": "symbolic heads (of 8)", "mean": 7.0,
+                        "sd": math.nan, "n": 1, "n_missing": 0, "per_seed": "7", "paper": 11.0}])
+    pv = paper_vs_posym(tmp_path, {"purity_counts": pc})
+    r = pv.iloc[0]
+    assert r["paper_text"] == "11 (of 12)"
+    assert math.isnan(r["difference"])  # 7 of 8 minus 11 of 12 is no difference
+    assert r["verdict"] == V.REPRODUCED and "7/8 = 0.88 vs 11/12 = 0.92" in r["note"]
+
+
+def test_verdict_lines_say_what_reproduced_with_sizes():
+    pv = pd.DataFrame([
+        {"section": "Fig. 5A (discrepancy)", "task": "index", "quantity": "Δ(n = 8)", "paper_text": "0.303",
+         "posym_mean": 0.304, "difference": 0.001, "verdict": V.REPRODUCED, "note": ""},
+        {"section": "Fig. 5B (length generalization)", "task": "letter", "quantity": "accuracy at +1000 tokens",
+         "paper_text": "0.87", "posym_mean": 0.40, "difference": -0.47, "verdict": V.NOT_REPRODUCED, "note": ""},
+        {"section": "Fig. 2 (training)", "task": "number", "quantity": "first step acc_hop1 >= 0.9",
+         "paper_text": "2050", "posym_mean": 500.0, "difference": -1550.0, "verdict": V.NOT_COMPARABLE,
+         "note": "quick preset: 1500 steps — steps not comparable"},
+        {"section": "Table 3 (1-hop LLM prompts)", "task": "number", "quantity": "accuracy at length 32",
+         "paper_text": "< 0.5", "posym_mean": 0.1, "difference": math.nan, "verdict": V.NOT_EVIDENCE,
+         "note": "at chance (0.10 vs chance 0.10): not evidence for the paper's bound"},
+    ])
+    lines = V.verdict_lines(pv)
+    assert lines[0].startswith("Reproduced: 1 of the 2 numbers")
+    assert "largest |difference| 0.001" in lines[0]
+    assert "letter, accuracy at +1000 tokens: 0.40 vs paper 0.87 (-0.47)" in lines[1]
+    assert "1 row(s) not comparable" in lines[2] and "steps not comparable" in lines[2]
+    assert "1 row(s) not evidence" in lines[3] and "at chance" in lines[3]
+
+
+def test_report_opens_with_the_verdict_and_explains_the_scores(tmp_path):
+    (tmp_path / "theory").mkdir()
+    pd.DataFrame([{"mechanism": "index", "n": 8, "delta": 0.303, "bound": 0.3033},
+                  {"mechanism": "retrieval", "n": 2, "delta": 0.20, "bound": 0.2891}]).to_csv(
+        tmp_path / "theory" / "discrepancy.csv", index=False)
+    page = write_report(tmp_path).read_text()
+    verdict_at, summary_at = page.index('class="verdict"'), page.index('id="summary"')
+    assert verdict_at < summary_at
+    box = html.unescape(page[verdict_at:summary_at])
+    assert "Reproduced: 1 of the 2 numbers" in box and "retrieval, Δ(n = 2): 0.20 vs paper 0.29 (-0.09)" in box
+    first = " ".join(HOW_TO_READ.split("\n- ")[0].split())
+    assert html.escape(first) in page
+    assert page.index(html.escape(first)) < page.index('id="pure"')
