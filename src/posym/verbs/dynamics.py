@@ -12,6 +12,7 @@ import pandas as pd
 from posym.errors import PosymError
 from posym.heads.dynamics import load_scores, normalized_entropy, pure_counts, purity_table, select_tau
 from posym.runs import layout
+from posym.runs.lock import in_progress_note
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
@@ -60,7 +61,9 @@ def dynamics(run: str | os.PathLike, *, gammas: Sequence[float] = (0.1,), tau: f
         outputs.figure(fig, layout.figure(out_dir, layout.fig2(g)))
         tables[g] = purity
         lines += [f"gamma={g:g}:", purity.to_string(index=False)]
-    return VerbResult(tables[gammas[0]], outputs.written, "\n".join(lines), {"purity": tables})
+    note = in_progress_note(run, int(scores["step"].max()))
+    return VerbResult(tables[gammas[0]], outputs.written, "\n".join(lines + ([note] if note else [])),
+                      {"purity": tables})
 
 
 __all__ = ["dynamics"]

@@ -13,6 +13,7 @@ from posym.errors import PosymError
 from posym.heads.scores import DEFAULT_TAU
 from posym.heads.tracking import score_table
 from posym.runs import layout
+from posym.runs.lock import in_progress_note
 from posym.verbs import Outputs, VerbResult
 
 
@@ -108,8 +109,9 @@ def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.P
     last = df[df["step"] == df["step"].max()] if "step" in df else df
     cols = [c for c in ("layer", "head", "tau", "s_pos", "s_sym", "entropy") if c in last]
     steps = f" at {df['step'].nunique()} steps" if "step" in df else ""
+    note = in_progress_note(path, int(df["step"].max()) if "step" in df else None) if path is not None else ""
     text = (last[cols].groupby(["layer", "head", "tau"]).mean().round(3).to_string()
-            + f"\nwrote {len(df)} rows{steps} to {out}")
+            + f"\nwrote {len(df)} rows{steps} to {out}" + (f"\n{note}" if note else ""))
     return VerbResult(df, outputs.written, text)
 
 
