@@ -230,18 +230,26 @@ def _is_cwd_or_above(path: Path) -> bool:
 def _check_replaceable(out: Path) -> None:
     """What ``force`` may replace: a whole posym run directory, never a checkpoint folder, anything
     inside a run, any other folder, nor the current directory or one above it (PosymError)."""
+    if _is_cwd_or_above(out):
+        raise PosymError(f"--force would delete {out}, the current directory or one above it; choose another --out")
     if (out / layout.CONFIG_JSON).exists():
         raise PosymError(f"{out} is a checkpoint folder, not a run; --force replaces only a whole run directory, "
                          "so choose another --out")
     inside = layout.enclosing_run(out)
     if inside is not None:
-        raise PosymError(f"{out} lies inside the run {inside}; --force replaces only a whole run directory, "
+        raise PosymError(f"{out} lies inside the run {_shown(inside)}; --force replaces only a whole run directory, "
                          "so choose another --out")
     if not layout.is_run_dir(out):
         raise PosymError(f"{out} is not a posym run (no posym.json); --force only replaces posym runs, "
                          "so choose another --out")
-    if _is_cwd_or_above(out):
-        raise PosymError(f"--force would delete {out}, the current directory or one above it; choose another --out")
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the current directory when it lies under it."""
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _has_entries(out: Path) -> bool:
