@@ -17,6 +17,7 @@ from posym.verbs.ablate import ablate
 from posym.verbs.flow import flow
 from posym.verbs.freqs import freqs
 from posym.verbs.lengthgen import lengthgen
+from posym.verbs.scores import scores
 
 CONFIG = {"task": "number", "preset": "quick", "config": {"task": "number", "distractors": "pool"}}
 
@@ -47,6 +48,8 @@ ANALYSES = {
                                                   out=None if out is None else out / "lengthgen.csv"),
     "freqs": lambda path, **kw: freqs(path, n=4, geometry_prompts=2, scores=False, progress=False, **kw),
     "flow": lambda path, **kw: flow(path, examples=[0], **kw),
+    "scores": lambda path, out=None: scores(path, n_prompts=4, progress=False,
+                                            out=None if out is None else out / "scores.csv"),
 }
 
 
