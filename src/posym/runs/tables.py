@@ -135,6 +135,16 @@ def _cell_ok(kind: str, value: str) -> bool:
     return kind == "nonnegative" and x >= 0.0  # NaN fails every comparison
 
 
+def _cell_text(value: str) -> str:
+    """A cell as compared in a key: ``"6750"``, ``"6750.0"`` and ``" 6750"`` are one value."""
+    v = value.strip()
+    try:
+        x = float(v)
+    except ValueError:
+        return v
+    return str(int(x)) if x.is_integer() else v
+
+
 def check_rows(path: str | os.PathLike, schema: TableSchema, remedy: str) -> pd.DataFrame:
     """The table at ``path`` read back after checking it against ``schema`` (before it is resumed):
     every column present, no torn or short line, every cell of its kind (``schema.kinds``), no key
@@ -167,7 +177,8 @@ def check_rows(path: str | os.PathLike, schema: TableSchema, remedy: str) -> pd.
                 want = KINDS[kind.rstrip("?")] + (" or empty" if kind.endswith("?") else "")
                 raise PosymError(f"{path} row {i}: {col} = {v!r} is not {want}; fix or remove the row, or {remedy}")
     if schema.key and len(raw):
-        dup = raw.duplicated(list(schema.key), keep=False)
+        keys = raw[list(schema.key)].map(_cell_text)
+        dup = keys.duplicated(keep=False)
         if dup.any():
             rows = [i + 1 for i in dup.to_numpy().nonzero()[0]]
             point = ", ".join(f"{k} {raw[k].iloc[rows[0] - 1]}" for k in schema.key)
@@ -293,5 +304,6 @@ def schema_markdown() -> str:
     return "\n".join(lines)
 
 
-__all__ = ["KINDS", "RUN_TABLES", "TableSchema", "append_table", "check_rows", "load_run", "parquet_available", "parquet_path",
-           "read_table", "refresh_parquet", "schema_markdown", "to_parquet", "with_step", "write_parquet_copy", "write_table"]
+__all__ = ["KINDS", "RUN_TABLES", "TableSchema", "append_table", "check_rows", "load_run", "parquet_available",
+           "parquet_path", "read_table", "refresh_parquet", "schema_markdown", "to_parquet", "with_step",
+           "write_parquet_copy", "write_table"]
