@@ -31,6 +31,10 @@ def sandbox(tmp_path_factory) -> Path:
     (root / "bad.jsonl").write_text('[1, 2, 3]\n')
     (root / "nul.jsonl").write_bytes(b"\xff\xfe\n")
     (root / "notok.jsonl").write_text('{"label": "a"}\n')
+    old_lengthgen = "task,step,extra_rule,extra_tokens,seed,n,acc,acc_hop1,acc_hop2,acc_hop3,acc_hop4,seconds,peak_rss_mb\n"
+    (root / "lg_old.csv").write_text(old_lengthgen + "number,4,window,0,0,4,0.5,0,0,1,1,0.1,400\n")
+    header = old_lengthgen.replace("step,", "step,weights,").replace("extra_rule,", "extra_rule,distractors,")
+    (root / "lg_abc.csv").write_text(header + "number,4,00ff,window,pool,0,0,4,abc,0,0,1,1,0.1,400\n")
     return root
 
 
@@ -93,6 +97,15 @@ BAD_VALUES = [
      "'tokens' list"),
     (["scores", "ROOT/nope", "--task", "number"], "no such run"),
     (["report", "ROOT/run"], "not a reproduction directory"),
+    # what --force may replace, and tables that know what they measured (lengthgen --resume)
+    (["train", "--task", "number", "--out", "ROOT/run/checkpoints/step-000004", "--force", *TINY], "checkpoint folder"),
+    (["train", "--task", "number", "--out", "ROOT/run/checkpoints/best", "--force", *TINY], "checkpoint folder"),
+    (["train", "--task", "number", "--out", "ROOT/run/checkpoints", "--force", *TINY], "lies inside the run"),
+    (["select", "ROOT/run", "--out", "ROOT/run", "--force"], "overlaps the run"),
+    (["select", "ROOT/run", "--out", "ROOT/run/derived", "--force"], "overlaps the run"),
+    (["lengthgen", "ROOT/run", "--grid", "0", "--n", "4", "--resume", "--out", "ROOT/lg_old.csv"], "older posym"),
+    (["lengthgen", "ROOT/run", "--grid", "0", "--n", "4", "--resume", "--out", "ROOT/lg_abc.csv"],
+     "row 1: acc = 'abc' is not a number in [0, 1]"),
 ]
 
 

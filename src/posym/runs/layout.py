@@ -15,6 +15,7 @@ A **run directory** (``posym train --out RUN``)::
     RUN/figures/<stem>.png|pdf   fig2_gamma{γ}, ablation, freq_use, qk_geometry_L{l}, lengthgen_fig5b
     RUN/tensorboard/          TensorBoard event files (posym train --log tensorboard) TENSORBOARD
     RUN/.posym.lock           the writer holding the directory (posym.runs.lock)   LOCK
+    .RUN.posym-new/           beside RUN: the run train --force builds to replace it staging_dir()
 
 A **tracker folder** (``ScoreTracker(prompts, OUT)``; the HF callback writes into ``output_dir``)::
 
@@ -291,6 +292,33 @@ def best_checkpoint(run_dir: str | os.PathLike) -> tuple[int, Path] | None:
     return (int(step), path) if step is not None else None
 
 
+def is_run_dir(path: str | os.PathLike) -> bool:
+    """A run directory: a folder with a run ``posym.json`` (its ``config``) that is not a checkpoint
+    (a checkpoint folder holds ``config.json`` and a ``posym.json`` with its ``step``)."""
+    p = Path(path)
+    if not p.is_dir() or (p / CONFIG_JSON).exists() or not (p / POSYM_JSON).is_file():
+        return False
+    meta = read_json(p / POSYM_JSON)
+    return "config" in meta and "step" not in meta
+
+
+def enclosing_run(path: str | os.PathLike) -> Path | None:
+    """The nearest run directory strictly above ``path`` (e.g. the run of ``RUN/checkpoints/step-N``),
+    or None when ``path`` lies in no run."""
+    try:
+        target = Path(path).resolve()
+    except OSError:
+        return None
+    return next((d for d in target.parents if is_run_dir(d)), None)
+
+
+def staging_dir(run_dir: str | os.PathLike) -> Path:
+    """``.<name>.posym-new`` beside a run directory: where ``train --force`` builds the run that
+    replaces it (renamed into place only once complete)."""
+    p = Path(run_dir)
+    return p.with_name(f".{p.name}.posym-new")
+
+
 # ---- reproduction directories ---------------------------------------------------------------------
 _SEED_DIR = re.compile(r"^seed(\d+)$")
 TASK_DIRS = ("number", "letter")
@@ -398,8 +426,8 @@ def stage_table(out: str | os.PathLike) -> list[dict]:
 
 __all__ = [n for n in dir() if n.isupper() or n in (
     "accuracy_figure", "aggregate_table", "best_checkpoint", "best_dir", "figure", "fig2", "find_runs", "flow_name",
-    "checkpoint_series", "is_checkpoint", "llm_dir", "llm_model_dirs", "llm_model_slug",
+    "checkpoint_series", "enclosing_run", "is_checkpoint", "is_run_dir", "llm_dir", "llm_model_dirs", "llm_model_slug",
     "list_checkpoints", "marker_path", "png", "pure_counts", "purity", "qk_geometry", "read_json", "read_marker",
-    "read_meta", "run_dir", "safe_name", "stage_table", "step_dir", "step_of_name", "summary_path",
+    "read_meta", "run_dir", "safe_name", "stage_table", "staging_dir", "step_dir", "step_of_name", "summary_path",
     "write_json_atomic",
     "write_meta")]

@@ -5,6 +5,9 @@ pid, host, start time and command. A second writer finds the file and gets a Pos
 holder; a lock whose holder is gone (same host, no such process) is *stale* and is taken over. The
 file is removed on release (normal exit, exception or Ctrl-C); after a SIGKILL it stays behind and
 is detected as stale by the next writer.
+
+Readers check it too: an analysis never writes into a run that a live writer holds
+(:func:`refuse_live_outputs`), and says so when it analyses one (:func:`in_progress_note`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 
 from posym.errors import PosymError
-from posym.runs.layout import LOCK as LOCK_FILE
+from posym.runs.layout import LOCK as LOCK_FILE, enclosing_run, is_run_dir
 
 
 def _alive(pid: int) -> bool:
@@ -136,4 +139,44 @@ class DirLock:
         self.release()
 
 
-__all__ = ["DirLock", "LOCK_FILE", "read_lock"]
+def live_holder(directory: str | os.PathLike) -> dict | None:
+    """The holder record of ``directory``'s lock when a live process other than this one holds it
+    (``{}`` for a lock being written or unreadable), else None (no lock, a stale one, or ours)."""
+    holder = read_lock(directory)
+    if holder is None or (holder and _is_stale(holder)):
+        return None
+    if holder and holder.get("host") == socket.gethostname() and holder.get("pid") == os.getpid():
+        return None
+    return holder
+
+
+def _run_containing(path: Path) -> Path | None:
+    return path if is_run_dir(path) else enclosing_run(path)
+
+
+def _training(run: Path, holder: dict) -> str:
+    return f"run {run} is still training (process {holder.get('pid', '?')})"
+
+
+def refuse_live_outputs(paths: "list[str | os.PathLike]") -> None:
+    """PosymError (before any work) if an output file would land in a run directory, or under one,
+    whose writer is still running: an analysis never writes into a run in progress."""
+    for d in dict.fromkeys(Path(p).parent for p in paths):
+        run = _run_containing(d)
+        holder = live_holder(run) if run is not None else None
+        if holder is not None:
+            raise PosymError(f"{_training(run, holder)}; analyse a finished run, or pass --out elsewhere")
+
+
+def in_progress_note(path: str | os.PathLike, step: int | None) -> str:
+    """A line for an analysis summary when the run of ``path`` (a run or checkpoint folder) is still
+    being trained: the result is of checkpoint ``step``, not of the finished run ("" otherwise)."""
+    run = _run_containing(Path(path))
+    holder = live_holder(run) if run is not None else None
+    if holder is None:
+        return ""
+    at = f"step {step}" if step is not None else "its newest checkpoint"
+    return f"note: {_training(run, holder)}; this analysed {at}, not the finished run"
+
+
+__all__ = ["DirLock", "LOCK_FILE", "in_progress_note", "live_holder", "read_lock", "refuse_live_outputs"]

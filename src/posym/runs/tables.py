@@ -25,7 +25,8 @@ from posym.runs import layout
 @dataclass(frozen=True)
 class TableSchema:
     """One table of a run directory: file name (``{gamma}``/``{layer}`` stand for the file's
-    parameter), what a row is, its columns (name -> meaning and unit) and who writes it."""
+    parameter), what a row is, its columns (name -> meaning and unit), who writes it, its key and,
+    for a table that is resumed, the kind of every column (:data:`KINDS`)."""
 
     file: str
     row: str
@@ -33,6 +34,8 @@ class TableSchema:
     writer: str
     key: tuple[str, ...] = field(default=())
     optional: tuple[str, ...] = field(default=())  # columns a valid file may lack (older writers, variants)
+    #: column -> kind of value, for tables that are resumed or appended (:func:`check_rows`)
+    kinds: Mapping[str, str] = field(default_factory=dict)
 
 
 _HOPS = {f"acc_hop{h}": f"accuracy on {h}-hop samples (fraction)" for h in range(1, 5)}
@@ -66,39 +69,136 @@ RUN_TABLES: dict[str, TableSchema] = {
         "step": "optimizer step", "positional": "pure positional heads", "symbolic": "pure symbolic heads"},
         "posym dynamics", ("step",)),
     "ablation": TableSchema(layout.ABLATION, "ablated head (or none), on the test split", {
+        "step": "step of the analysed checkpoint (empty if unknown)",
         "mode": "`none` (no ablation), `zero` or `mean` ablation", "layer": "layer index", "head": "head index",
         "acc": "answer accuracy after the ablation (fraction)", **_HOPS}, "posym ablate", ("mode", "layer", "head")),
     "freq_use": TableSchema(layout.FREQ_USE, "RoPE frequency of each head (SPEC §4, Fig. 4A)", {
+        "step": "step of the analysed checkpoint (empty if unknown)",
         "layer": "layer index", "head": "head index", "freq_id": "frequency index k (1 = fastest)",
         "angle": "rotation per position θ_k (radians)", "rotary": "False for the non-rotary term",
         "use": "u_k: mean over prompts of max_j |λ^(k)_{t,j}| (logit units)", "use_frac": "u_k / Σ_k u_k",
         "n_prompts": "prompts averaged"}, "posym freqs", ("layer", "head", "freq_id")),
     "freq_table": TableSchema(layout.FREQ_TABLE, "head: its frequency summary (Paper A Table 1)", {
+        "step": "step of the analysed checkpoint (empty if unknown)",
         "layer": "layer index", "head": "head index", "weighted_id": "use-weighted mean frequency index",
         "weighted_angle": "use-weighted mean θ (radians)", "dominant_id": "most used frequency index",
         "dominant_angle": "θ of the dominant frequency (radians)",
         "nonrotary_share": "share of the non-rotary term in the use"}, "posym freqs", ("layer", "head")),
     "freq_scores": TableSchema(layout.FREQ_SCORES, "frequency of each head: scores with only that frequency kept (SPEC §4)", {
+        "step": "step of the analysed checkpoint (empty if unknown)",
         "layer": "layer index", "head": "head index", "freq_id": "frequency index", "angle": "θ_k (radians)",
         "rotary": "False for the non-rotary term", "tau": "temperature τ", "s_pos": "s_POS", "s_sym": "s_SYM",
         "n_prompts": "prompts averaged"}, "posym freqs", ("layer", "head", "freq_id", "tau")),
     "qk_geometry": TableSchema("qk_geometry_L{layer}.csv", "query or key point of the Fig. 4B geometry", {
+        "step": "step of the analysed checkpoint (empty if unknown)",
         "prompt": "prompt index", "kind": "`query` or `key`", "position": "token position", "token": "token",
         "value": "the token's value", "x": "first coordinate of the rotated 2-D pair",
         "y": "second coordinate of the rotated pair", "x_pre": "x before rotation", "y_pre": "y before rotation",
         "layer": "layer index", "head": "head index", "freq_id": "the frequency plotted", "angle": "θ (radians)"},
         "posym freqs"),
     "lengthgen": TableSchema(layout.LENGTHGEN, "added length and data seed (Fig. 5B)", {
-        "task": "`number` or `letter`", "step": "the evaluated checkpoint's step", "extra_rule": "what the added tokens are",
+        "task": "`number` or `letter`", "step": "the evaluated checkpoint's step (empty if unknown)",
+        "weights": "digest of the evaluated checkpoint's weights (SHA-256, first 16 hex digits)",
+        "extra_rule": "what the added tokens are", "distractors": "the letter task's distractor rule of the data",
         "extra_tokens": "added target-window tokens", "seed": "data seed", "n": "samples",
-        "acc": "answer accuracy (fraction)", **_HOPS, "seconds": "wall seconds of the point",
-        "peak_rss_mb": "peak resident memory so far (MB)"}, "posym lengthgen", ("extra_tokens", "seed")),
+        "acc": "answer accuracy (fraction)", **{h: f"{m} (empty if no such sample)" for h, m in _HOPS.items()},
+        "seconds": "wall seconds of the point", "peak_rss_mb": "peak resident memory so far (MB)"},
+        "posym lengthgen", ("extra_tokens", "seed"), kinds={
+            "task": "task", "step": "count?", "weights": "hex", "extra_rule": "name", "distractors": "name",
+            "extra_tokens": "count", "seed": "count", "n": "positive", "acc": "fraction",
+            **{h: "fraction?" for h in _HOPS}, "seconds": "nonnegative", "peak_rss_mb": "nonnegative"}),
     "lengthgen_summary": TableSchema(layout.summary_path(layout.LENGTHGEN).name, "added length, over data seeds", {
         "extra_tokens": "added tokens", "acc_mean": "mean accuracy", "acc_sd": "sample sd over data seeds",
         **{f"acc_hop{h}_{s}": f"{'mean' if s == 'mean' else 'sd'} accuracy on {h}-hop samples"
            for h in range(1, 5) for s in ("mean", "sd")}, "n_seeds": "data seeds"}, "posym lengthgen",
         ("extra_tokens",)),
 }
+
+
+#: What a cell of each kind must hold (a trailing ``?``: or be empty).
+KINDS: dict[str, str] = {"task": "`number` or `letter`", "count": "an integer >= 0", "positive": "an integer >= 1",
+                         "fraction": "a number in [0, 1]", "nonnegative": "a number >= 0", "hex": "a hex digest",
+                         "name": "a name"}
+
+
+def _cell_ok(kind: str, value: str) -> bool:
+    if kind.endswith("?"):
+        return value.strip().lower() in ("", "nan") or _cell_ok(kind[:-1], value)
+    v = value.strip()
+    if kind == "task":
+        return v in ("number", "letter")
+    if kind == "hex":
+        return bool(v) and all(c in "0123456789abcdef" for c in v)
+    if kind == "name":
+        return bool(v) and v.replace("_", "").replace("-", "").isalnum()
+    try:
+        x = float(v)
+    except ValueError:
+        return False
+    if kind in ("count", "positive"):
+        return x.is_integer() and x >= (1 if kind == "positive" else 0)
+    if kind == "fraction":
+        return 0.0 <= x <= 1.0
+    return kind == "nonnegative" and x >= 0.0  # NaN fails every comparison
+
+
+def _cell_text(value: str) -> str:
+    """A cell as compared in a key: ``"6750"``, ``"6750.0"`` and ``" 6750"`` are one value."""
+    v = value.strip()
+    try:
+        x = float(v)
+    except ValueError:
+        return v
+    return str(int(x)) if x.is_integer() else v
+
+
+def check_rows(path: str | os.PathLike, schema: TableSchema, remedy: str) -> pd.DataFrame:
+    """The table at ``path`` read back after checking it against ``schema`` (before it is resumed):
+    every column present, no torn or short line, every cell of its kind (``schema.kinds``), no key
+    twice. PosymError naming the row and column, followed by ``remedy`` (what the user can do)."""
+    import csv
+    import io
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise PosymError(f"{path} is not a text table; {remedy}") from None
+    lines = list(csv.reader(io.StringIO(text)))
+    if not lines:
+        raise PosymError(f"{path} is empty; {remedy}")
+    header = lines[0]
+    missing = [c for c in schema.columns if c not in header]
+    if missing:
+        raise PosymError(f"{path} lacks the column(s) {', '.join(missing)}; {remedy}")
+    if not text.endswith("\n"):
+        raise PosymError(f"{path} row {len(lines) - 1}: the line is torn (no line end); remove the row, or {remedy}")
+    for i, cells in enumerate(lines[1:], start=1):
+        if len(cells) != len(header):
+            raise PosymError(f"{path} row {i}: {len(cells)} cells, the header has {len(header)}; fix or remove the "
+                             f"row, or {remedy}")
+    raw = pd.DataFrame(lines[1:], columns=header, dtype=str)
+    for i, row in enumerate(raw[list(schema.kinds)].itertuples(index=False), start=1):
+        for (col, kind), v in zip(schema.kinds.items(), row):
+            if not _cell_ok(kind, v):
+                want = KINDS[kind.rstrip("?")] + (" or empty" if kind.endswith("?") else "")
+                raise PosymError(f"{path} row {i}: {col} = {v!r} is not {want}; fix or remove the row, or {remedy}")
+    if schema.key and len(raw):
+        keys = raw[list(schema.key)].map(_cell_text)
+        dup = keys.duplicated(keep=False)
+        if dup.any():
+            rows = [i + 1 for i in dup.to_numpy().nonzero()[0]]
+            point = ", ".join(f"{k} {raw[k].iloc[rows[0] - 1]}" for k in schema.key)
+            raise PosymError(f"{path} rows {rows[0]} and {rows[1]} repeat the point {point}; remove one, or {remedy}")
+    return pd.read_csv(io.StringIO(text)) if len(raw) else pd.DataFrame(columns=header)
+
+
+def with_step(df: pd.DataFrame, step: int | None) -> pd.DataFrame:
+    """``df`` with a first column ``step``: the checkpoint step an analysis measured (empty if unknown)."""
+    out = df.copy()
+    out.insert(0, "step", pd.Series([step] * len(df), index=df.index, dtype="Int64"))
+    out.attrs = dict(df.attrs)
+    return out
 
 
 def parquet_available() -> bool:
@@ -265,6 +365,6 @@ def schema_markdown() -> str:
     return "\n".join(lines)
 
 
-__all__ = ["RUN_TABLES", "TableSchema", "append_table", "check_columns", "check_unique_keys", "load_run",
-           "parquet_available", "parquet_path", "read_scores", "read_table", "refresh_parquet", "schema_markdown",
-           "to_parquet", "write_parquet_copy", "write_table"]
+__all__ = ["KINDS", "RUN_TABLES", "TableSchema", "append_table", "check_columns", "check_rows", "check_unique_keys",
+           "load_run", "parquet_available", "parquet_path", "read_scores", "read_table", "refresh_parquet",
+           "schema_markdown", "to_parquet", "with_step", "write_parquet_copy", "write_table"]

@@ -32,6 +32,7 @@ from posym.model.fast import last_token_logits
 from posym.model.gptj import build_model, model_config
 from posym.tasks import get_vocab, make_split
 from posym.runs import layout
+from posym.runs.swap import exchange_dirs
 from posym.runs.tables import refresh_parquet
 from posym.train import checkpoints as ckpt
 from posym.train import distributed as dist
@@ -226,28 +227,45 @@ def _is_cwd_or_above(path: Path) -> bool:
     return target == here or target in here.parents
 
 
-def _prepare_run_dir(out: Path, resume: bool, force: bool) -> None:
-    """Validate / clear the run directory; runs under the run's lock (``posym.locking``).
+def _check_replaceable(out: Path) -> None:
+    """What ``force`` may replace: a whole posym run directory, never a checkpoint folder, anything
+    inside a run, any other folder, nor the current directory or one above it (PosymError)."""
+    if _is_cwd_or_above(out):
+        raise PosymError(f"--force would delete {out}, the current directory or one above it; choose another --out")
+    if (out / layout.CONFIG_JSON).exists():
+        raise PosymError(f"{out} is a checkpoint folder, not a run; --force replaces only a whole run directory, "
+                         "so choose another --out")
+    inside = layout.enclosing_run(out)
+    if inside is not None:
+        raise PosymError(f"{out} lies inside the run {_shown(inside)}; --force replaces only a whole run directory, "
+                         "so choose another --out")
+    if not layout.is_run_dir(out):
+        raise PosymError(f"{out} is not a posym run (no posym.json); --force only replaces posym runs, "
+                         "so choose another --out")
 
-    ``force`` replaces only a posym run (a directory with ``posym.json``), never any other folder,
-    nor the current directory or one above it."""
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the current directory when it lies under it."""
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _has_entries(out: Path) -> bool:
+    return out.is_dir() and any(p.name != layout.LOCK for p in out.iterdir())
+
+
+def _prepare_run_dir(out: Path, resume: bool, force: bool) -> None:
+    """Validate the run directory; runs under the run's lock (``posym.runs.lock``). A new run starts
+    in an empty (or missing) directory: ``force`` over an existing run is :func:`_replace_run`."""
     _check_run_dir(out, resume, force)
     if resume:
         return
-    entries = [p for p in out.iterdir() if p.name != layout.LOCK] if out.is_dir() else []
-    if entries:
-        if not force:
-            raise PosymError(f"run directory {out} already exists; use --resume to continue it or --force to overwrite")
-        if not (out / layout.POSYM_JSON).is_file():
-            raise PosymError(f"{out} is not a posym run (no posym.json); --force only replaces posym runs, "
-                             "so choose another --out")
-        if _is_cwd_or_above(out):
-            raise PosymError(f"--force would delete {out}, the current directory or one above it; choose another --out")
-        for p in entries:
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
+    if _has_entries(out):
+        if force:  # it was empty when train() looked; someone wrote into it since
+            raise PosymError(f"run directory {out} changed while the run started; try again")
+        raise PosymError(f"run directory {out} already exists; use --resume to continue it or --force to overwrite")
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-test"
@@ -356,7 +374,8 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
     """Train a GPT-J on a task (SPEC §2) into run directory ``out``; returns the final test metrics.
 
     ``resume`` continues from the newest checkpoint carrying a trainer state (using the run's stored
-    config); ``force`` replaces an existing run directory. Raises PosymError for user errors.
+    config); ``force`` replaces an existing run directory (only a whole run: :func:`_replace_run`).
+    Raises PosymError for user errors.
 
     ``config.precision`` "bf16" autocasts the training forward + loss to bfloat16 (weights, optimizer,
     evaluation and head scores stay float32); ``config.compile`` runs the training forward + loss
@@ -371,6 +390,8 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
     out = Path(out)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise PosymError("--device cuda requested but CUDA is not available")
+    if force and not resume and _has_entries(out):
+        return _replace_run(config, out, device=device, threads=threads, progress=progress, callbacks=callbacks)
     ctx = dist.setup(device)
     lock = DirLock(out, "run") if ctx.is_main else None
     try:
@@ -388,6 +409,40 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
             lock.release()
     dist.teardown(ctx)
     return result
+
+
+def _replace_run(config: TrainConfig, out: Path, **kwargs: Any) -> RunResult:
+    """``train(..., force=True)`` over an existing run: train the new run beside it
+    (``layout.staging_dir``), then exchange the two directories and delete the old run. The old run
+    stays whole, and locked against other writers, until the new one is complete: a failed or
+    interrupted ``--force`` leaves the old run as it was (after a SIGKILL, the partial new run beside
+    it is cleared by the next ``--force``)."""
+    _check_run_dir(out, False, True)
+    _check_replaceable(out)
+    staging = layout.staging_dir(out)
+    if staging.exists() and not staging.is_dir():
+        raise PosymError(f"{staging} is in the way of --force (it builds the new run there); remove it")
+    locks = [DirLock(out, "run"), DirLock(staging, "run")] if dist.is_main() else []
+    try:
+        for lock in locks:
+            lock.acquire()  # the old run first: a second writer into it is refused as before
+        if locks:
+            for p in staging.iterdir():  # leftovers of an interrupted --force (the path is ours)
+                if p.name != layout.LOCK:
+                    shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        try:
+            result = train(config, staging, resume=False, force=False, **kwargs)
+        except BaseException:
+            if locks:  # the old run stays; the partial new one goes
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
+        if locks:
+            exchange_dirs(staging, out)  # out is the new run now; staging the old one
+            shutil.rmtree(staging)
+    finally:
+        for lock in reversed(locks):
+            lock.release()
+    return RunResult(out, result.config, result.test)
 
 
 def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: bool, force: bool,

@@ -35,6 +35,10 @@ def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_mod
     from posym.train.evaluate import evaluate
 
     run, out = Path(run), Path(out)
+    src, dst = run.resolve(), out.resolve()
+    if dst == src or src in dst.parents or dst in src.parents:
+        raise PosymError(f"--out {out} overlaps the run {run} it would be derived from (the same folder, inside it "
+                         "or around it); choose an --out outside the run")
     if final_model not in FINAL_MODELS:
         raise PosymError(f"unknown final_model {final_model!r}; choose one of {list(FINAL_MODELS)}")
     if not (run / layout.RESULTS).is_file() or not (run / layout.POSYM_JSON).is_file():

@@ -8,7 +8,8 @@ report's figures and the run directory's file names (``posym.runs.layout``).
 **One overwrite rule** (:class:`Outputs`): every output a verb would write is checked before any work
 starts; an existing one is refused without ``force``; with ``force`` it is replaced atomically
 (written to a temporary file beside it, then renamed), so an interrupted write never leaves a half
-file where a good one was.
+file where a good one was. No output may land in a run that is still being trained
+(``posym.runs.lock.refuse_live_outputs``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from posym.errors import PosymError
+from posym.runs.lock import refuse_live_outputs
 from posym.runs.tables import parquet_available, parquet_path, to_parquet
 
 
@@ -58,8 +60,8 @@ class Outputs:
         self.written: list[Path] = []
 
     def check(self) -> "Outputs":
-        """Refuse (PosymError) an existing output without ``force``, a folder where a file goes, or
-        an unwritable location — before any work is done."""
+        """Refuse (PosymError) an existing output without ``force``, a folder where a file goes, an
+        unwritable location, or one inside a run still being trained — before any work is done."""
         derived = [parquet_path(p) for p in self.paths if p.suffix == ".csv"] if parquet_available() else []
         for p in self.paths + derived:
             if p.is_dir():
@@ -67,6 +69,7 @@ class Outputs:
             if p.exists() and not self.force:
                 raise PosymError(f"{p} exists; pass --force to replace it")
             _writable_dir(p.parent)
+        refuse_live_outputs(self.paths)
         return self
 
     def _write(self, path: Path, writer: Callable[[Path], None]) -> Path:

@@ -8,23 +8,28 @@ from typing import Sequence
 
 from posym.heads.ablate import MODES, ablation_for_run
 from posym.runs import layout
+from posym.runs.lock import in_progress_note
 from posym.runs.resolve import StepChoice
+from posym.runs.tables import with_step
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
 def ablate(run: str | os.PathLike, *, task: str | None = None, n: int = 2000, seed: int = 0,
            modes: Sequence[str] = MODES, step: StepChoice = None, out: str | os.PathLike | None = None,
            force: bool = False, progress: bool = True) -> VerbResult:
-    """Write ``ablation.csv`` and ``figures/ablation.png|pdf`` in ``out`` (default: the run directory)."""
+    """Write ``ablation.csv`` (with the ``step`` of the ablated checkpoint) and ``figures/ablation.png|pdf``
+    in ``out`` (default: the run directory)."""
     from posym.report.flow_figures import plot_ablation
 
     out_dir = Path(out) if out is not None else Path(run)
     stem = layout.figure(out_dir, layout.FIG_ABLATION)
     outputs = Outputs([out_dir / layout.ABLATION, *figure_paths(stem)], force).check()
     table = ablation_for_run(run, task=task, n=n, seed=seed, modes=tuple(modes), step=step, progress=progress)
+    table = with_step(table, table.attrs.get("step"))
     outputs.csv(table, out_dir / layout.ABLATION)
     outputs.figure(plot_ablation(table), stem)
-    return VerbResult(table, outputs.written, table.to_string(index=False))
+    note = in_progress_note(run, table.attrs.get("step"))
+    return VerbResult(table, outputs.written, table.to_string(index=False) + (f"\n{note}" if note else ""))
 
 
 __all__ = ["ablate"]

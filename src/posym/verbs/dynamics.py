@@ -14,6 +14,7 @@ from posym.errors import PosymError
 from posym.heads.dynamics import (accuracy_keys, load_scores, pure_counts, purity_table, select_tau,
                                   trainer_eval_history)
 from posym.runs import layout
+from posym.runs.lock import in_progress_note
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
@@ -64,7 +65,8 @@ def dynamics(run: str | os.PathLike, *, gammas: Sequence[float] = (0.1,), tau: f
         lines += [f"gamma={g:g}:", purity.to_string(index=False)]
     if source.startswith("left out"):
         lines.append(f"note: Fig. 2 panel A left out: {NO_ACCURACY_NOTE}")
-    return VerbResult(tables[gammas[0]], outputs.written, "\n".join(lines),
+    note = in_progress_note(run, int(scores["step"].max()))
+    return VerbResult(tables[gammas[0]], outputs.written, "\n".join(lines + ([note] if note else [])),
                       {"purity": tables, "accuracy_source": source})
 
 

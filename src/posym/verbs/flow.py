@@ -11,7 +11,9 @@ import numpy as np
 from posym.errors import PosymError
 from posym.heads.flow import DEFAULT_MIN_WEIGHT, DEFAULT_TOP_K, flow_for_example
 from posym.runs import layout
+from posym.runs.lock import in_progress_note
 from posym.runs.resolve import StepChoice
+from posym.runs.tables import with_step
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
@@ -22,7 +24,8 @@ def flow(run: str | os.PathLike, *, examples: Sequence[int] | None = None, hops:
     """Draw the flow of the given split rows (``examples``) or of the first row of each hop count in
     ``hops`` (among the first 256 rows; the report's set, also listed in ``RUN/flow.json``).
 
-    For each example: ``figures/flow-<task>-<split>-<i>.png|pdf`` and its edge table ``.csv``, in
+    For each example: ``figures/flow-<task>-<split>-<i>.png|pdf`` and its edge table ``.csv`` (with the
+    ``step`` of the checkpoint), in
     ``out`` (default: the run directory).
     """
     from posym.report.flow_figures import plot_flow
@@ -48,19 +51,21 @@ def flow(run: str | os.PathLike, *, examples: Sequence[int] | None = None, hops:
     if hops is not None:
         files.append(out_dir / layout.FLOW_JSON)
     outputs = Outputs(files, force).check()
-    listing, lines = {}, []
+    listing, lines, steps = {}, [], set()
     for key, i in chosen.items():
         edges, tokens, chain, _ = flow_for_example(run, i, task=task, split=split, seed=seed, top_k=top_k,
                                                    min_weight=min_weight, step=step)
         outputs.figure(plot_flow(edges, tokens, chain), stems[key])
-        outputs.csv(edges, f"{stems[key]}.csv")
+        outputs.csv(with_step(edges, edges.attrs.get("step")), f"{stems[key]}.csv")
+        steps.add(edges.attrs.get("step"))
         listing[key] = {"example": i, "figure": str(Path(layout.FIGURES) / f"{stems[key].name}.png"),
                         "tokens": " ".join(tokens), "chain": [int(c) for c in chain],
                         "label": edges.attrs.get("label"), "prediction": edges.attrs.get("prediction")}
         lines.append(f"{task} example {i}: {' '.join(tokens)}; chain {chain}; wrote {stems[key]}.png")
     if hops is not None:
         outputs.json(listing, out_dir / layout.FLOW_JSON)
-    return VerbResult(None, outputs.written, "\n".join(lines), {"examples": listing})
+    note = in_progress_note(run, next(iter(steps)) if len(steps) == 1 else None)
+    return VerbResult(None, outputs.written, "\n".join(lines + ([note] if note else [])), {"examples": listing})
 
 
 __all__ = ["flow"]

@@ -10,7 +10,9 @@ from posym.heads.frequencies import (DEFAULT_GEOMETRY_PROMPTS, DEFAULT_N, WEIGHT
                                      pick_geometry_head, qk_geometry, weighted_frequency_id)
 from posym.model.adapters import get_adapter
 from posym.runs import layout
+from posym.runs.lock import in_progress_note
 from posym.runs.resolve import StepChoice, resolve_model
+from posym.runs.tables import with_step
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
@@ -21,7 +23,8 @@ def freqs(path: str | os.PathLike, *, task: str | None = None, n: int = DEFAULT_
     """Frequency analysis of the model a run stands for (or ``step``), a checkpoint or a plain HF GPT-J
     directory (then ``task`` is required), on the first ``n`` prompts of ``split``.
 
-    Writes under ``out`` (default: ``path``): ``freq_use.csv`` (per layer, head, frequency),
+    Every table has a first column ``step`` (the analysed checkpoint's). Writes under ``out`` (default:
+    ``path``): ``freq_use.csv`` (per layer, head, frequency),
     ``freq_table.csv`` (Table 1), ``freq_scores.csv`` (per-frequency s_POS/s_SYM, τ = 1e-4; skipped
     with ``scores=False``), ``qk_geometry_L{l}.csv`` and the figures ``figures/freq_use`` and
     ``figures/qk_geometry_L{l}`` (geometry on the first ``geometry_prompts`` prompts, layer
@@ -50,11 +53,12 @@ def freqs(path: str | os.PathLike, *, task: str | None = None, n: int = DEFAULT_
     bar = tqdm(total=3 if scores else 2, desc="frequency analysis", disable=not progress)
     use = frequency_use(ad, batch.input_ids, batch_size=batch_size, weighting=weighting)
     table = weighted_frequency_id(use)
+    use, table = with_step(use, rm.step), with_step(table, rm.step)
     bar.update(1)
     outputs.csv(use, out_dir / layout.FREQ_USE)
     outputs.csv(table, out_dir / layout.FREQ_TABLE)
     if scores:
-        fs = frequency_scores(ad, batch.input_ids, batch_size=max(1, batch_size // 2))
+        fs = with_step(frequency_scores(ad, batch.input_ids, batch_size=max(1, batch_size // 2)), rm.step)
         outputs.csv(fs, out_dir / layout.FREQ_SCORES)
         bar.update(1)
     label = f"{rm.path.parent.parent.name if rm.path.parent.name == layout.CHECKPOINTS else rm.path.name}"
@@ -66,7 +70,7 @@ def freqs(path: str | os.PathLike, *, task: str | None = None, n: int = DEFAULT_
                       freq_id=int(dom) if dom > 0 else None, task=task)
     geo = layout.qk_geometry(layer)
     Outputs([out_dir / f"{geo}.csv", *figure_paths(layout.figure(out_dir, geo))], force).check()
-    outputs.csv(pts, out_dir / f"{geo}.csv")
+    outputs.csv(with_step(pts, rm.step), out_dir / f"{geo}.csv")
     outputs.figure(plot_qk_geometry(pts), layout.figure(out_dir, geo))
     bar.update(1)
     bar.close()
@@ -74,6 +78,8 @@ def freqs(path: str | os.PathLike, *, task: str | None = None, n: int = DEFAULT_
                        files=[str(p) for p in outputs.written])
     text = (table.round(2).to_string(index=False) + f"\nq/k geometry: layer {layer}, head {head}; wrote {len(outputs.written)} "
             f"files under {out_dir}")
+    note = in_progress_note(path, rm.step)
+    text += f"\n{note}" if note else ""
     return VerbResult(table, outputs.written, text, {"geometry_layer": layer, "geometry_head": head})
 
 

@@ -12,7 +12,10 @@ import pandas as pd
 from posym.errors import PosymError
 from posym.lengthgen.trained import largest_length_above, lengthgen as lengthgen_table, parse_grid, summarize_lengthgen
 from posym.runs import layout
+from posym.runs.digest import weights_digest
+from posym.runs.lock import in_progress_note
 from posym.runs.resolve import StepChoice, resolve_model
+from posym.runs.tables import RUN_TABLES, check_rows
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
@@ -26,10 +29,13 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
     (mean, sd over data seeds) and the figure ``figures/lengthgen_fig5b`` beside ``out`` (default:
     in the run directory). The letter data follow the run's own distractor rule (SPEC §1.2).
 
-    ``resume``: keep the rows of an existing table measured the same way (task, checkpoint step,
-    extra rule, n), evaluate only the missing (length, seed) points, and save the table after each
-    point, so an interrupted or extended grid (e.g. to +5,000) loses nothing. Rows measured another
-    way are refused unless ``force`` (then they are replaced).
+    ``resume``: keep the rows of an existing table measured the same way, evaluate only the missing
+    (length, seed) points, and save the table after each point, so an interrupted or extended grid
+    (e.g. to +5,000) loses nothing. "The same way" is the table's identity columns: the model (task,
+    checkpoint step and a digest of its weights) and the data settings (extra rule, distractor rule,
+    n). The table is checked against its schema first (``posym.runs.tables.check_rows``); a corrupt
+    table, one of an older posym without the identity columns, or rows measured another way are
+    refused unless ``force`` (then they are replaced).
     """
     from posym.report.figures import plot_lengthgen
     from posym.report.paper import LENGTHGEN
@@ -41,11 +47,14 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
     fig_stem = layout.figure(table_path.parent, layout.FIG_LENGTHGEN if out is None else table_path.stem + "_fig5b")
     outputs = Outputs([table_path, layout.summary_path(table_path), *figure_paths(fig_stem)],
                       force or resume).check()
-    model, task, ckpt_step = resolve_model(run, task=task, step=step)
+    resolved = resolve_model(run, task=task, step=step)
+    model, task, ckpt_step = resolved
     stored = layout.read_meta(run).get("config") or {}
     distractors = stored.get("distractors", "uniform" if stored else "pool")
-    key = {"task": task, "step": ckpt_step, "extra_rule": extra_rule}
+    key = {"task": task, "step": ckpt_step, "weights": weights_digest(resolved.path), "extra_rule": extra_rule,
+           "distractors": distractors}
     done = _rows_to_keep(table_path, key, n, force) if resume and table_path.is_file() else None
+    note = in_progress_note(run, ckpt_step)
 
     def labelled(t: pd.DataFrame) -> pd.DataFrame:
         t = t.copy()
@@ -63,7 +72,8 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
     cols = ["extra_tokens", "acc_mean", "acc_sd"] + [f"acc_hop{h}_mean" for h in range(1, 5)]
     text = (summary[cols].round(3).to_string(index=False) + "\n"
             f"largest added length with accuracy >= 0.9: {largest_length_above(summary)}; "
-            f"time {table['seconds'].sum():.0f} s, peak RSS {table['peak_rss_mb'].max():.0f} MB; wrote {table_path}")
+            f"time {table['seconds'].sum():.0f} s, peak RSS {table['peak_rss_mb'].max():.0f} MB; wrote {table_path}"
+            + (f"\n{note}" if note else ""))
     return VerbResult(table, list(dict.fromkeys(outputs.written)), text,
                       {"summary": summary, "task": task, "step": ckpt_step})
 
@@ -77,22 +87,45 @@ def _cell(value) -> str:
     return str(value)
 
 
+def _identity(values: dict) -> str:
+    return ", ".join(f"{c} {_cell(v) or '?'}" for c, v in values.items())
+
+
 def _rows_to_keep(path: Path, key: dict, n: int, force: bool) -> pd.DataFrame | None:
     """The rows of the table at ``path`` measured like this call (``key`` columns and ``n``), without
-    the key columns; PosymError for rows measured otherwise unless ``force`` (they are dropped)."""
+    the key columns; PosymError for a table that fails its schema or rows measured otherwise, unless
+    ``force`` (then they are dropped)."""
+    schema = RUN_TABLES["lengthgen"]
     try:
-        old = pd.read_csv(path)
+        head = pd.read_csv(path, nrows=0).columns
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        if force:
+            return None
         raise PosymError(f"cannot resume from {path}: not a lengthgen table ({exc})") from None
-    need = set(key) | {"n", "extra_tokens", "seed", "acc"}
-    if not need <= set(old.columns):
-        raise PosymError(f"cannot resume from {path}: not a lengthgen table (missing {sorted(need - set(old.columns))})")
-    same = (old["n"] == n) & np.logical_and.reduce([old[c].map(_cell) == _cell(v) for c, v in key.items()])
+    if not {"extra_tokens", "seed", "acc"} <= set(head):
+        if force:
+            return None
+        raise PosymError(f"cannot resume from {path}: not a lengthgen table (missing "
+                         f"{sorted({'extra_tokens', 'seed', 'acc'} - set(head))})")
+    old_identity = [c for c in key if c not in head]
+    if old_identity:
+        if force:
+            return None
+        raise PosymError(f"cannot resume from {path}: it has no {', '.join(old_identity)} column (an older posym "
+                         "wrote it), so its rows cannot be matched to this model; pass --force to measure afresh "
+                         "(replacing them), or choose another --out")
+    try:
+        old = check_rows(path, schema, "pass --force to replace the table")
+    except PosymError:
+        if force:
+            return None
+        raise
+    ident = {**key, "n": n}
+    same = np.logical_and.reduce([old[c].map(_cell) == _cell(v) for c, v in ident.items()])
     if not same.all() and not force:
         r = old[~same].iloc[0]
-        raise PosymError(f"{path} holds points measured otherwise (task {r['task']}, step {r['step']}, rule "
-                         f"{r['extra_rule']}, n {r['n']}; now {key['task']}, {key['step']}, {key['extra_rule']}, {n}); "
-                         "pass --force to replace them, or choose another --out")
+        raise PosymError(f"{path} holds points measured otherwise ({_identity({c: r[c] for c in ident})}; now "
+                         f"{_identity(ident)}); pass --force to replace them, or choose another --out")
     kept = old[same].drop(columns=list(key))
     return kept if len(kept) else None
 

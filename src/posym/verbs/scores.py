@@ -14,6 +14,7 @@ from posym.heads.reading import READ_POINTER
 from posym.heads.scores import DEFAULT_TAU
 from posym.heads.tracking import score_table
 from posym.runs import layout
+from posym.runs.lock import in_progress_note
 from posym.verbs import Outputs, VerbResult
 
 
@@ -148,8 +149,9 @@ def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.P
     last = df[df["step"] == df["step"].max()] if "step" in df else df
     cols = [c for c in ("layer", "head", "tau", "s_pos", "s_sym", "entropy") if c in last]
     steps = f" at {df['step'].nunique()} steps" if "step" in df else ""
+    note = in_progress_note(path, int(df["step"].max()) if "step" in df else None) if path is not None else ""
     text = (last[cols].groupby(["layer", "head", "tau"]).mean().round(3).to_string()
-            + f"\nwrote {len(df)} rows{steps} to {out}")
+            + f"\nwrote {len(df)} rows{steps} to {out}" + (f"\n{note}" if note else ""))
     text += f"\n{READ_POINTER}"
     return VerbResult(df, outputs.written, text)
 
