@@ -160,7 +160,7 @@ def _show(res) -> None:
 
 def _cmd_data_export(a):
     from posym.verbs.data import export
-    _show(export(a.task, a.split, a.n, a.out, seed=a.seed, extra_tokens=a.extra_tokens, force=a.force))
+    _show(export(a.task, a.split, a.n, a.out, seed=a.seed, extra_tokens=a.extra_tokens, ids=a.ids, force=a.force))
 
 
 def _cmd_data_show(a):
@@ -180,7 +180,7 @@ def _cmd_train(a):
                       track_heads=a.track_heads, track_prompts=a.track_prompts, precision=a.precision,
                       compile=a.compile, batch_size=a.batch_size, epochs=a.epochs, final_model=a.final_model,
                       distractors=a.distractors, log=tuple(a.log) if a.log else None)
-    if a.resume and any(v is not None for v in (a.set, a.steps, a.precision, a.compile, a.batch_size, a.epochs,
+    if a.resume and not a.force and any(v is not None for v in (a.set, a.steps, a.precision, a.compile, a.batch_size, a.epochs,
                                                 a.final_model, a.distractors, a.log)):
         print("posym: note: --resume continues with the run's stored configuration", file=sys.stderr)
     result = train(cfg, a.out, resume=a.resume, force=a.force, device=a.device, threads=a.threads,
@@ -320,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
         d.add_argument("--seed", type=nonneg_int, default=0, help="data seed (splits derive from it)")
         if name == "export":
             d.add_argument("--out", required=True, help="output .jsonl file")
+            d.add_argument("--ids", action="store_true",
+                           help="also write token ids (input_ids, label_id) and the vocabulary OUT_STEM.vocab.json")
             _force(d)
         d.set_defaults(func=fn)
 
