@@ -236,6 +236,7 @@ def test_every_model_of_llm_models_gets_its_stages_folder_and_report_section(rep
 
     available = {"m-one": (True, "one.gguf"), "m-two": (True, "two.gguf"), "runs/m-three/": (False, "not here")}
     monkeypatch.setattr(rp, "llm_available", lambda model: available[model])
+    monkeypatch.setattr("posym.verbs.settings.check_llm_model", lambda model: None)  # stand-in models
     monkeypatch.setattr(le, "llm_eval", fake_llm_eval)
     _again(repro_copy, llm=True, overrides={"llm_choice": True, "llm_models": ["m-one", "m-two", "runs/m-three/"]})
     assert sorted(asked) == [("m-one", "choice", "llm/choice"), ("m-one", "generate", "llm"),
@@ -345,3 +346,20 @@ def test_cli_reproduce_settings_overrides(tmp_path):
     assert n.max() == 12
     assert main(argv[:-2] + ["--set", "no_such_setting=1"]) == 2
     assert main(argv[:-4] + ["--set", "llm=3", "--set", "llm.n=2"]) == 2  # a value, then a key inside it
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    ({"llm_models": ["NOPE"]}, "no model"),
+    ({"llm_models": ["smollm2", "NOPE.gguf"]}, "not found"),
+    ({"llm": {"max_new_tokens": 0}}, "llm.max_new_tokens"),
+    ({"llm": {"device": "foo"}}, "llm.device"),
+    ({"llm": {"dtype": "bogus"}}, "llm.dtype"),
+    ({"llm": {"protocol": "choice"}}, "llm.protocol"),
+])
+def test_llm_settings_and_models_are_checked_before_any_stage(tmp_path, overrides, needle):
+    """A bad llm.* value or an llm_models entry that does not exist is refused before anything is created
+    (it used to fail at its stage, or be skipped with a note and rc 0)."""
+    overrides = json.loads(json.dumps(overrides).replace("NOPE", str(tmp_path / "nope")))
+    with pytest.raises(PosymError, match=needle):
+        reproduce("tiny", out=tmp_path / "r", llm=True, progress=False, overrides=overrides)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
