@@ -592,21 +592,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2, already printed on one line)
         return int(exc.code or 0)
+    from posym.progress import clear_bars, line_progress
+
     try:
-        args.func(args)
+        with line_progress():  # progress bars as plain lines when stderr is not a terminal
+            args.func(args)
     except PosymError as exc:
+        clear_bars()  # the error gets its own line, not the end of a bar's
         print(f"posym: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         if exc.errno not in _USER_ERRNOS:
             raise
+        clear_bars()
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"posym: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except MemoryError:
+        clear_bars()
         print("posym: error: out of memory; use smaller sizes (--n, --grid, --batch-size)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        clear_bars()
         print("posym: interrupted (a run or reproduction continues with the same command and --resume / again)",
               file=sys.stderr)
         return 130
