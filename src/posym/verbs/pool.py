@@ -65,6 +65,13 @@ def worker_init(counter, tty: bool, parent: int | None = None) -> None:
     stderr is a terminal), else make them plain progress lines (:class:`posym.progress.LineProgress`)."""
     if parent is not None:
         _die_with_parent(parent)
+    import threading
+
+    from tqdm import tqdm
+
+    # a thread lock for this process's bars: tqdm's default creates a multiprocessing lock (a named
+    # semaphore), which a worker terminated on Ctrl-C leaves behind ("leaked semaphore" warnings)
+    tqdm.set_lock(threading.RLock())
     with counter.get_lock():
         idx = counter.value
         counter.value += 1
