@@ -16,6 +16,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from posym.errors import PosymError
+from posym.resources import QUICK_REPRODUCTION_TIME
 
 TASK_CHOICES = ("number", "letter")
 
@@ -556,7 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("reproduce", help="one command: train, analyse and report Paper A (resumable stages)")
     rp.add_argument("--preset", default="quick", choices=["quick", "paper", "tiny"],
-                    help="quick (≈ 20 min on a 2-core CPU), paper (SPEC §2, full analyses); tiny is for tests")
+                    help=f"quick ({QUICK_REPRODUCTION_TIME}), paper (SPEC §2, full analyses); tiny is for tests")
     rp.add_argument("--out", required=True, help="output directory (a re-run skips finished stages)")
     rp.add_argument("--seeds", type=positive_int, default=1, help="seeds 0..K-1 per task; results as mean ± sd")
     rp.add_argument("--device", type=device_type, default="cpu", help="cpu or cuda")
