@@ -233,3 +233,13 @@ def test_data_show_memory_scales_with_rows(monkeypatch, capsys):
     assert "-> " in capsys.readouterr().out
     assert main(["data", "show", "--task", "number", "--n", "5", "--extra-tokens", "1000000000"]) == 2
     assert "needs about" in capsys.readouterr().err
+
+
+def test_error_after_a_progress_bar_has_its_own_line(sandbox, capsys):
+    """stderr not a terminal: an error raised while a bar is drawn starts its own line (no ``\\r``
+    fragments, nothing glued to the bar)."""
+    assert main(["scores", str(sandbox / "run"), "--task", "letter", "--out", str(sandbox / "sl.csv")]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "\r" not in err and lines[-1].startswith("posym: error: ") and "not letter" in lines[-1]
+    assert all(line.startswith("scoring checkpoints") for line in lines[:-1]), lines
