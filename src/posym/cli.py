@@ -181,8 +181,8 @@ def _cmd_train(a):
                       track_heads=a.track_heads, track_prompts=a.track_prompts, precision=a.precision,
                       compile=a.compile, batch_size=a.batch_size, epochs=a.epochs, final_model=a.final_model,
                       distractors=a.distractors, log=tuple(a.log) if a.log else None)
-    if a.resume and not a.force and any(v is not None for v in (a.set, a.steps, a.precision, a.compile, a.batch_size, a.epochs,
-                                                a.final_model, a.distractors, a.log)):
+    if a.resume and not a.force and any(v is not None for v in (  # with --force: only the error
+            a.set, a.steps, a.precision, a.compile, a.batch_size, a.epochs, a.final_model, a.distractors, a.log)):
         print("posym: note: --resume continues with the run's stored configuration", file=sys.stderr)
     result = train(cfg, a.out, resume=a.resume, force=a.force, device=a.device, threads=a.threads,
                    progress=not a.quiet)

@@ -32,8 +32,8 @@ QUICK_LENGTHGEN_GRID = tuple(range(0, 101, 10)) + tuple(range(200, 1001, 100))
 #:   other ``DIR/llm/models/<name>/`` (stages ``llm-<name>``, ``choice-<name>``); a bundled model whose
 #:   package is not installed is skipped with a note, a folder or file that does not exist is refused.
 PRESETS: dict[str, dict[str, Any]] = {
-    # posym.resources.QUICK_REPRODUCTION_TIME (≈ 16 CPU-minutes): 1,500-step quick models (8 layers, ≈ 5–9 min per task, both trained
-    # side by side), analyses scaled down.
+    # posym.resources.QUICK_REPRODUCTION_TIME (≈ 16 CPU-minutes): 1,500-step quick models (8 layers,
+    # ≈ 5–9 min per task, both trained side by side), analyses scaled down.
     "quick": {
         "train_preset": "quick",
         "train": {},
@@ -295,4 +295,5 @@ _LLM_CHECKS: dict[str, Callable[[str, Any], None]] = {
 }
 
 
-__all__ = ["IMPLIED_SETTINGS", "PRESETS", "STAGE_SETTINGS", "TASKS", "check_llm_model", "overrides_from_pairs", "preset_settings", "validate_settings"]
+__all__ = ["IMPLIED_SETTINGS", "PRESETS", "STAGE_SETTINGS", "TASKS", "check_llm_model", "overrides_from_pairs",
+           "preset_settings", "validate_settings"]
