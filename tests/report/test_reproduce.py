@@ -421,3 +421,11 @@ def test_ctrl_c_leaves_no_leaked_semaphore_warning(tmp_path):
     assert proc.returncode == 130, log
     assert "posym: interrupted" in log
     assert "leaked semaphore" not in log and "resource_tracker" not in log, log
+
+
+def test_header_names_one_seed_plainly(tmp_path, capsys):
+    with pytest.raises(PosymError):
+        reproduce("tiny", out=tmp_path / "r", tasks=("number",), stages=["dynamics-number-s0"], llm=False,
+                  progress=False)
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "tasks number, seed 0, device cpu" in header and "0..0" not in header

@@ -375,8 +375,8 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
                 llm=llm, llm_note=llm_note, updated=_now(), versions=versions(),
                 command=" ".join(sys.argv) if sys.argv and "posym" in Path(sys.argv[0]).name else None)
     layout.write_json_atomic(meta_path, meta)
-    _say(f"preset {preset}, tasks {', '.join(tasks)}, seeds 0..{seeds - 1}, device {device}, "
-         f"{jobs} job{'s' if jobs > 1 else ''}; output {out}")
+    _say(f"preset {preset}, tasks {', '.join(tasks)}, {'seed 0' if seeds == 1 else f'seeds 0..{seeds - 1}'}, "
+         f"device {device}, {jobs} job{'s' if jobs > 1 else ''}; output {out}")
 
     threads = max(1, cpus // jobs) if jobs > 1 else None
     ctx = Context(out=str(out), settings=settings, device=device, progress=progress, threads=threads)
