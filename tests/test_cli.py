@@ -85,3 +85,17 @@ def test_theory_discrepancy_and_llm_errors(tmp_path, capsys):
     capsys.readouterr()
     assert main(["llm", "eval", "--api-base", "http://127.0.0.1:9", "--n", "2"]) == 2
     assert "--api-model" in _err_lines(capsys)[0]
+
+
+def test_quick_reproduction_time_is_one_text_in_readme_and_help(capsys):
+    """The README and ``reproduce --help`` quote one measured cost of the quick reproduction
+    (CPU-minutes beside wall time), ``posym.resources.QUICK_REPRODUCTION_TIME``."""
+    from pathlib import Path
+
+    from posym.resources import QUICK_REPRODUCTION_TIME
+
+    assert "CPU-minutes" in QUICK_REPRODUCTION_TIME and "wall" in QUICK_REPRODUCTION_TIME
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert QUICK_REPRODUCTION_TIME in readme
+    assert main(["reproduce", "--help"]) == 0
+    assert " ".join(QUICK_REPRODUCTION_TIME.split()) in " ".join(capsys.readouterr().out.split())

@@ -221,3 +221,74 @@ def test_llm_eval_into_the_other_protocols_folder(held, asked, sandbox, capsys):
     line = _run(["llm", "eval", "--protocol", asked, "--model", "ROOT/nope", "--out", f"ROOT/llm-{held}"], sandbox,
                 capsys)
     assert f"holds the tables of the {held} protocol" in line
+
+
+# --- reproduce driver, training options, data export, sensitivity, memory checks (cli-misc) ---------
+@pytest.fixture(scope="module")
+def misc_sandbox(sandbox) -> Path:
+    """``sandbox`` plus ``badcfg/``: an unfinished copy of ``run/`` whose posym.json has ``steps: "many"``."""
+    import json
+    import shutil
+
+    bad = sandbox / "badcfg"
+    if not bad.exists():
+        shutil.copytree(sandbox / "run", bad)
+        (bad / "results.json").unlink()
+        meta = json.loads((bad / "posym.json").read_text())
+        meta["config"]["steps"] = "many"
+        (bad / "posym.json").write_text(json.dumps(meta))
+    return sandbox
+
+
+MISC_BAD_VALUES = [
+    (["train", "--task", "number", "--out", "ROOT/x", *TINY, "--set", "n_positions=16"], "n_positions=16 is shorter"),
+    (["train", "--task", "number", "--out", "ROOT/x", *TINY, "--seed", "1180591620717411303424"], "seed must be"),
+    (["train", "--task", "number", "--out", "ROOT/x", *TINY, "--set", "activation_function=bogus"],
+     "unknown activation_function"),
+    (["train", "--task", "number", "--out", "ROOT/x", *TINY, "--set", "layer_norm_epsilon=-1"],
+     "layer_norm_epsilon must be a finite positive"),
+    (["train", "--task", "number", "--out", "ROOT/x", *TINY, "--set", "initializer_range=nan"],
+     "initializer_range must be a finite positive"),
+    (["train", "--task", "number", "--out", "ROOT/badcfg", "--resume"], "config.steps must be an integer"),
+    (["train", "--task", "number", "--out", "ROOT/run", "--resume", "--force", *TINY], "exclude each other"),
+    (["sensitivity", "a=ROOT/nope", "--out", "ROOT/se"], "no such directory: "),
+    (["sensitivity", "a=ROOT/run", "b=ROOT/run/", "--out", "ROOT/se"], "are the same"),
+    (["data", "export", "--task", "number", "--n", "3", "--out", "ROOT/run"], "is a folder; give a file path"),
+    (["data", "export", "--task", "number", "--n", "3", "--out", "ROOT/run", "--force"], "is a folder; give a file"),
+    (["data", "show", "--task", "number", "--n", "5", "--extra-tokens", "1000000000"], "needs about"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--set", "llm.max_new_tokens=0"], "llm.max_new_tokens"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--set", "llm.device=foo"], "llm.device"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--set", "llm.dtype=bogus"], "llm.dtype"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--set", 'llm_models=["ROOT/nope"]'], "no such model folder"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--set", 'llm_models=["bogusname"]'], "bogusname"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--set", 'llm_models=["ROOT/nope.gguf"]'], "not found"),
+    # an error raised while a progress bar is open is printed on its own line
+    (["lengthgen", "ROOT/run", "--grid", "0", "--n", "1000000000", "--out", "ROOT/lg.csv"], "needs about"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", MISC_BAD_VALUES,
+                         ids=[" ".join(a[:3]) + f"-{i}" for i, (a, _) in enumerate(MISC_BAD_VALUES)])
+def test_misc_bad_value(argv, needle, misc_sandbox, capsys):
+    assert needle in _run(argv, misc_sandbox, capsys)
+
+
+def test_data_show_memory_scales_with_rows(monkeypatch, capsys):
+    """One long sample needs its own row (24 MB for 3,000,000 tokens), not 1,024 rows of temporaries."""
+    import posym.resources
+
+    monkeypatch.setattr(posym.resources, "available_memory", lambda: 4 * 2**30)
+    assert main(["data", "show", "--task", "number", "--n", "1", "--extra-tokens", "3000000"]) == 0
+    assert "-> " in capsys.readouterr().out
+    assert main(["data", "show", "--task", "number", "--n", "5", "--extra-tokens", "1000000000"]) == 2
+    assert "needs about" in capsys.readouterr().err
+
+
+def test_error_after_a_progress_bar_has_its_own_line(sandbox, capsys):
+    """stderr not a terminal: an error raised while a bar is drawn starts its own line (no ``\\r``
+    fragments, nothing glued to the bar)."""
+    assert main(["scores", str(sandbox / "run"), "--task", "letter", "--out", str(sandbox / "sl.csv")]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "\r" not in err and lines[-1].startswith("posym: error: ") and "not letter" in lines[-1]
+    assert all(line.startswith("scoring checkpoints") for line in lines[:-1]), lines

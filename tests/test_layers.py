@@ -15,6 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "posym"
 FLOORS: dict[str, int] = {
     "errors": 0,
     "__init__": 1, "resources": 1, "checks": 1,  # the posym package itself (PosymError, __version__); size and value checks
+    "progress": 1,  # progress bars on a terminal, plain lines in a log file
     "tasks": 2, "model": 2,
     "runs": 3,
     "train": 4,

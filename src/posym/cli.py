@@ -16,6 +16,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from posym.errors import PosymError
+from posym.resources import QUICK_REPRODUCTION_TIME
 
 TASK_CHOICES = ("number", "letter")
 
@@ -178,7 +179,7 @@ def _show(res) -> None:
 
 def _cmd_data_export(a):
     from posym.verbs.data import export
-    _show(export(a.task, a.split, a.n, a.out, seed=a.seed, extra_tokens=a.extra_tokens, force=a.force))
+    _show(export(a.task, a.split, a.n, a.out, seed=a.seed, extra_tokens=a.extra_tokens, ids=a.ids, force=a.force))
 
 
 def _cmd_data_show(a):
@@ -198,8 +199,8 @@ def _cmd_train(a):
                       track_heads=a.track_heads, track_prompts=a.track_prompts, precision=a.precision,
                       compile=a.compile, batch_size=a.batch_size, epochs=a.epochs, final_model=a.final_model,
                       distractors=a.distractors, log=tuple(a.log) if a.log else None)
-    if a.resume and any(v is not None for v in (a.set, a.steps, a.precision, a.compile, a.batch_size, a.epochs,
-                                                a.final_model, a.distractors, a.log)):
+    if a.resume and not a.force and any(v is not None for v in (  # with --force: only the error
+            a.set, a.steps, a.precision, a.compile, a.batch_size, a.epochs, a.final_model, a.distractors, a.log)):
         print("posym: note: --resume continues with the run's stored configuration", file=sys.stderr)
     result = train(cfg, a.out, resume=a.resume, force=a.force, device=a.device, threads=a.threads,
                    progress=not a.quiet)
@@ -338,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
         d.add_argument("--seed", type=nonneg_int, default=0, help="data seed (splits derive from it)")
         if name == "export":
             d.add_argument("--out", required=True, help="output .jsonl file")
+            d.add_argument("--ids", action="store_true",
+                           help="also write token ids (input_ids, label_id) and the vocabulary OUT_STEM.vocab.json")
             _force(d)
         d.set_defaults(func=fn)
 
@@ -584,7 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("reproduce", help="one command: train, analyse and report Paper A (resumable stages)")
     rp.add_argument("--preset", default="quick", choices=["quick", "paper", "tiny"],
-                    help="quick (≈ 20 min on a 2-core CPU), paper (SPEC §2, full analyses); tiny is for tests")
+                    help=f"quick ({QUICK_REPRODUCTION_TIME}), paper (SPEC §2, full analyses); tiny is for tests")
     rp.add_argument("--out", required=True, help="output directory (a re-run skips finished stages)")
     rp.add_argument("--seeds", type=positive_int, default=1, help="seeds 0..K-1 per task; results as mean ± sd")
     rp.add_argument("--device", type=device_type, default="cpu", help="cpu or cuda")
@@ -620,21 +623,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2, already printed on one line)
         return int(exc.code or 0)
+    from posym.progress import clear_bars, line_progress
+
     try:
-        args.func(args)
+        with line_progress():  # progress bars as plain lines when stderr is not a terminal
+            args.func(args)
     except PosymError as exc:
+        clear_bars()  # the error gets its own line, not the end of a bar's
         print(f"posym: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         if exc.errno not in _USER_ERRNOS:
             raise
+        clear_bars()
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"posym: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except MemoryError:
+        clear_bars()
         print("posym: error: out of memory; use smaller sizes (--n, --grid, --batch-size)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        clear_bars()
         print("posym: interrupted (a run or reproduction continues with the same command and --resume / again)",
               file=sys.stderr)
         return 130

@@ -1,10 +1,18 @@
-"""Sizes checked before allocation: a clear error with the estimate instead of an out-of-memory kill."""
+"""Resources: sizes checked before allocation (a clear error with the estimate instead of an
+out-of-memory kill), and the measured cost of the quick reproduction."""
 
 from __future__ import annotations
 
 import os
 
 from posym.errors import PosymError
+
+
+#: What ``posym reproduce --preset quick`` costs (the README and ``reproduce --help`` quote this text).
+#: Measured: 966 CPU-seconds (Dec 2026, /usr/bin/time, on a 2-core machine shared at load average
+#: 9–12, where it took 49 min wall); 16 min 15 s wall on an idle 2-core CPU before the log-likelihood
+#: stage (≈ 2 min more) was added (docs/reproduction.md).
+QUICK_REPRODUCTION_TIME = "≈ 16 CPU-minutes; ≈ 18 min wall on an idle 2-core CPU, longer on a loaded one"
 
 
 def available_memory() -> int | None:
@@ -38,4 +46,4 @@ def require_memory(nbytes: float, what: str, fraction: float = 0.8) -> None:
                          f"({_fmt(avail)}); use smaller sizes")
 
 
-__all__ = ["available_memory", "require_memory"]
+__all__ = ["QUICK_REPRODUCTION_TIME", "available_memory", "require_memory"]

@@ -236,6 +236,7 @@ def test_every_model_of_llm_models_gets_its_stages_folder_and_report_section(rep
 
     available = {"m-one": (True, "one.gguf"), "m-two": (True, "two.gguf"), "runs/m-three/": (False, "not here")}
     monkeypatch.setattr(rp, "llm_available", lambda model: available[model])
+    monkeypatch.setattr("posym.verbs.settings.check_llm_model", lambda model: None)  # stand-in models
     monkeypatch.setattr(le, "llm_eval", fake_llm_eval)
     _again(repro_copy, llm=True, overrides={"llm_choice": True, "llm_models": ["m-one", "m-two", "runs/m-three/"]})
     assert sorted(asked) == [("m-one", "choice", "llm/choice"), ("m-one", "generate", "llm"),
@@ -345,3 +346,86 @@ def test_cli_reproduce_settings_overrides(tmp_path):
     assert n.max() == 12
     assert main(argv[:-2] + ["--set", "no_such_setting=1"]) == 2
     assert main(argv[:-4] + ["--set", "llm=3", "--set", "llm.n=2"]) == 2  # a value, then a key inside it
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    ({"llm_models": ["NOPE"]}, "no model"),
+    ({"llm_models": ["smollm2", "NOPE.gguf"]}, "not found"),
+    ({"llm": {"max_new_tokens": 0}}, "llm.max_new_tokens"),
+    ({"llm": {"device": "foo"}}, "llm.device"),
+    ({"llm": {"dtype": "bogus"}}, "llm.dtype"),
+    ({"llm": {"protocol": "choice"}}, "llm.protocol"),
+])
+def test_llm_settings_and_models_are_checked_before_any_stage(tmp_path, overrides, needle):
+    """A bad llm.* value or an llm_models entry that does not exist is refused before anything is created
+    (it used to fail at its stage, or be skipped with a note and rc 0)."""
+    overrides = json.loads(json.dumps(overrides).replace("NOPE", str(tmp_path / "nope")))
+    with pytest.raises(PosymError, match=needle):
+        reproduce("tiny", out=tmp_path / "r", llm=True, progress=False, overrides=overrides)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def _reproduce_process(out: Path, *extra: str):
+    """``posym reproduce --preset tiny --jobs 2`` training only, in its own process group, stderr and stdout
+    to one pipe (a log file, not a terminal)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "from posym.cli import main; sys.exit(main(sys.argv[1:]))")
+    return subprocess.Popen([sys.executable, "-c", code, "reproduce", "--preset", "tiny", "--jobs", "2",
+                             "--stages", "train", "--no-llm", "--out", str(out), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONWARNINGS": "default"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+@pytest.mark.integration
+def test_parallel_training_log_is_plain_lines_one_per_stage(tmp_path):
+    """stderr not a terminal: the two trainings' progress comes as whole lines (no carriage return), and
+    no stage line is glued to a bar."""
+    proc = _reproduce_process(tmp_path / "r")
+    log, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, log
+    assert "\r" not in log
+    lines = log.splitlines()
+    for task in ("number", "letter"):
+        assert f"[reproduce] start train-{task}-s0" in lines
+        assert any(line.startswith(f"[reproduce] done  train-{task}-s0 in ") for line in lines)
+        assert any(line.startswith(f"train {task}/quick: 100%") for line in lines), lines
+    assert all(line.startswith(("[reproduce] ", "train ", "report: ")) for line in lines), lines
+
+
+@pytest.mark.integration
+def test_ctrl_c_leaves_no_leaked_semaphore_warning(tmp_path):
+    """Ctrl-C (SIGINT to the process group) during parallel training: the message, and no
+    resource_tracker warning about leaked semaphores (the workers' progress-bar locks)."""
+    import os
+    import signal
+    import time
+
+    proc = _reproduce_process(tmp_path / "r", "--set", "train.steps=100000")
+    deadline = time.monotonic() + 300
+    seen: list[str] = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        seen.append(line)
+        if "start train-letter-s0" in line:
+            break
+    time.sleep(15)  # both workers are training, with a progress bar each
+    os.killpg(proc.pid, signal.SIGINT)
+    rest, _ = proc.communicate(timeout=120)
+    log = "".join(seen) + rest
+    assert proc.returncode == 130, log
+    assert "posym: interrupted" in log
+    assert "leaked semaphore" not in log and "resource_tracker" not in log, log
+
+
+def test_header_names_one_seed_plainly(tmp_path, capsys):
+    with pytest.raises(PosymError):
+        reproduce("tiny", out=tmp_path / "r", tasks=("number",), stages=["dynamics-number-s0"], llm=False,
+                  progress=False)
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "tasks number, seed 0, device cpu" in header and "0..0" not in header

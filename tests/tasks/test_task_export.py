@@ -78,3 +78,36 @@ def test_format_examples_generated():
         assert line.endswith(f"-> {b.label_token(r)} ({b.hops[r]} hop{'s' if b.hops[r] != 1 else ''}, "
                              f"answer at {b.answer_pos[r]})")
     assert format_examples(b, k=0) == ""
+
+
+def test_export_ids_round_trip_through_the_vocabulary_file(tmp_path):
+    """``data export --ids``: the ids of every record decode, through the vocabulary file written beside
+    the export, to its token strings (``<PAD>`` = 0)."""
+    import json
+
+    from posym.cli import main
+    from posym.runs.layout import vocab_path
+
+    for task in ("number", "letter"):
+        out = tmp_path / f"{task}.jsonl"
+        assert main(["data", "export", "--task", task, "--n", "20", "--ids", "--out", str(out)]) == 0
+        vocab = json.loads(vocab_path(out).read_text())
+        assert vocab["<PAD>"] == 0 and sorted(vocab.values()) == list(range(len(vocab)))
+        token_of = {i: t for t, i in vocab.items()}
+        rows = read_jsonl(out)
+        assert len(rows) == 20
+        for r in rows:
+            assert [token_of[i] for i in r["input_ids"]] == r["tokens"]
+            assert token_of[r["label_id"]] == r["label"]
+
+
+def test_export_without_ids_writes_strings_only(tmp_path):
+    out = export_jsonl("number", "val", 3, tmp_path / "x.jsonl")
+    assert all("input_ids" not in r for r in read_jsonl(out))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.jsonl"]
+
+
+def test_export_to_a_folder_names_the_folder(tmp_path):
+    for force in (False, True):
+        with pytest.raises(PosymError, match="is a folder; give a file path"):
+            export_jsonl("number", "val", 3, tmp_path, force=force)

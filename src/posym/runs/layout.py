@@ -167,6 +167,12 @@ def flow_name(task: str, split: str, example: int) -> str:
     return f"flow-{task}-{split}-{example}"
 
 
+def vocab_path(export: str | os.PathLike) -> Path:
+    """``x.vocab.json`` beside an export ``x.jsonl`` (``posym data export --ids``): token -> id."""
+    p = Path(export)
+    return p.with_name(p.stem + ".vocab.json")
+
+
 def summary_path(table: str | os.PathLike) -> Path:
     """``x_summary.csv`` beside a per-seed table ``x.csv`` (lengthgen)."""
     p = Path(table)

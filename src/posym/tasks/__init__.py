@@ -17,7 +17,8 @@ from posym.tasks.dataset import (
     split_seed,
     tuple_count,
 )
-from posym.tasks.export import batch_records, export_jsonl, format_example, format_examples, read_jsonl
+from posym.tasks.export import (batch_records, export_jsonl, format_example, format_examples, read_jsonl,
+                               vocab_json)
 from posym.tasks.solver import solve, solve_batch, verify_batch
 from posym.tasks.vocab import LETTER_VOCAB, NUMBER_VOCAB, PAD, TASKS, Vocab, get_vocab
 
@@ -34,6 +35,7 @@ __all__ = [
     "Vocab",
     "batch_records",
     "export_jsonl",
+    "vocab_json",
     "format_example",
     "format_examples",
     "generate",

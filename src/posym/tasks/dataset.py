@@ -125,10 +125,19 @@ def generate(
     if start_index + n > 2**62:
         raise PosymError(f"start_index + n must be <= 2**62, got {start_index + n}")
     layout = make_layout(task, hops, target_len, pretarget_len, extra_tokens, distractors, extra_rule)
-    # the int64 output plus per-chunk temporaries (bounded by _CHUNK_ELEMENTS)
-    require_memory(8.0 * n * layout.seq_len + 64.0 * _CHUNK_ELEMENTS + 8.0 * layout.seq_len * 1024,
-                   f"{n} {task} samples of length {layout.seq_len}")
+    require_memory(generate_bytes(n, layout.seq_len), f"{n} {task} samples of length {layout.seq_len}")
     return _generate(task, n, seed, layout, start_index)
+
+
+def _chunk_rows(seq_len: int) -> int:
+    """Rows generated at a time: about ``_CHUNK_ELEMENTS`` tokens, at least 1,024 rows."""
+    return max(1024, _CHUNK_ELEMENTS // seq_len)
+
+
+def generate_bytes(n: int, seq_len: int) -> float:
+    """Bytes :func:`generate` needs for ``n`` rows of length ``seq_len``: the int64 output plus the
+    temporaries of one chunk (at most 8 int64 arrays of its shape), whose rows are ``min(n, chunk)``."""
+    return 8.0 * n * seq_len + 64.0 * min(n, _chunk_rows(seq_len)) * seq_len
 
 
 def _generate(task: str, n: int, seed: int, layout: Layout, start_index: int) -> TaskBatch:
@@ -139,7 +148,7 @@ def _generate(task: str, n: int, seed: int, layout: Layout, start_index: int) ->
     hops = np.empty(n, dtype=np.int64)
     answer_pos = np.empty(n, dtype=np.int64)
     index = np.arange(start_index, start_index + n, dtype=np.int64)
-    chunk = max(1024, _CHUNK_ELEMENTS // L)
+    chunk = _chunk_rows(L)
     for lo in range(0, n, chunk):
         hi = min(n, lo + chunk)
         ids, lab, hp, ap = gen.generate_rows(seed, index[lo:hi], layout)

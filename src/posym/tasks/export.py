@@ -3,7 +3,9 @@
 One JSON object per line: ``{"task", "index", "tokens", "label", "hops", "answer_pos"}`` where
 ``tokens`` are the input token strings (query last, label not included), ``label`` the answer token
 string, ``answer_pos`` its 0-based index in ``tokens`` and ``index`` the sample's global index in its
-split stream.
+split stream. With ``ids=True`` each object also has ``input_ids`` and ``label_id``, the token ids of
+``tokens`` and ``label`` in the task vocabulary (SPEC §1.1/§1.2; :func:`vocab_json` is that vocabulary,
+token -> id, ``<PAD>`` = 0).
 """
 
 from __future__ import annotations
@@ -23,30 +25,43 @@ from posym.tasks.vocab import check_task
 _EXPORT_CHUNK = 50_000
 
 
-def batch_records(batch: TaskBatch) -> list[dict[str, Any]]:
-    """The JSONL records of a batch (see the module docstring)."""
+def batch_records(batch: TaskBatch, ids: bool = False) -> list[dict[str, Any]]:
+    """The JSONL records of a batch (see the module docstring); ``ids``: with the token ids too."""
     table = batch.vocab.token_array()
     toks = table[batch.input_ids].tolist()
     labels = table[batch.labels].tolist()
-    return [
+    recs = [
         {"task": batch.task, "index": int(i), "tokens": t, "label": lab, "hops": int(h), "answer_pos": int(p)}
         for i, t, lab, h, p in zip(batch.index, toks, labels, batch.hops, batch.answer_pos)
     ]
+    if ids:
+        for rec, row, lab in zip(recs, batch.input_ids.tolist(), batch.labels.tolist()):
+            rec["input_ids"], rec["label_id"] = row, int(lab)
+    return recs
+
+
+def vocab_json(task: str) -> dict[str, int]:
+    """The vocabulary of ``task`` as ``{token: id}`` in id order (``<PAD>`` = 0; SPEC §1.1/§1.2), the
+    mapping of the ``input_ids`` / ``label_id`` of an export with ids."""
+    from posym.tasks.vocab import get_vocab
+
+    return {tok: i for i, tok in enumerate(get_vocab(task).tokens)}
 
 
 def export_jsonl(task: str, split: str, n: int | None, path: str | os.PathLike[str], *, seed: int = 0,
-                 extra_tokens: int = 0, force: bool = False, **layout: Any) -> Path:
+                 extra_tokens: int = 0, force: bool = False, ids: bool = False, **layout: Any) -> Path:
     """Write the first ``n`` samples (``None``: all) of ``split`` to ``path`` as JSONL; returns the path.
+    ``ids``: each record also holds the token ids (module docstring).
 
-    Refuses (PosymError) to overwrite an existing file unless ``force=True``. The file is written
+    Refuses (PosymError) a folder, and an existing file unless ``force=True``. The file is written
     to a temporary name and renamed, so an interrupted export leaves no partial file.
     """
     check_task(task)
     path = Path(path)
+    if path.is_dir():
+        raise PosymError(f"{path} is a folder; give a file path (e.g. {path / 'samples.jsonl'})")
     if path.exists() and not force:
         raise PosymError(f"{path} already exists (use force=True / --force to overwrite)")
-    if path.exists() and path.is_dir():
-        raise PosymError(f"{path} is a directory")
     # validate task, split and layout before touching the file system
     make_split(task, split, seed, 0, extra_tokens=extra_tokens, **layout)
     size = SPLIT_SIZES[split] if n is None else check_count("n", n)
@@ -61,7 +76,7 @@ def export_jsonl(task: str, split: str, n: int | None, path: str | os.PathLike[s
                 hi = min(size, lo + _EXPORT_CHUNK)
                 batch = generate(task, hi - lo, split_seed(seed, split), extra_tokens=extra_tokens,
                                  start_index=lo, **layout)
-                fh.writelines(json.dumps(rec, separators=(",", ":")) + "\n" for rec in batch_records(batch))
+                fh.writelines(json.dumps(rec, separators=(",", ":")) + "\n" for rec in batch_records(batch, ids))
         os.replace(tmp, path)
     finally:
         if tmp.exists():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -16,6 +17,9 @@ FINAL_MODELS = ("last", "best")
 LOGGERS = ("tensorboard",)
 #: Upper bound on optimizer steps: a sanity bound (the evaluation and checkpoint schedules are sets of steps).
 MAX_STEPS = 100_000_000
+#: Upper bound (exclusive) on the init seed: torch seeds are 64-bit signed, and the dropout stream is
+#: seeded from it plus an offset per rank.
+MAX_SEED = 2**62
 
 
 @dataclass(frozen=True)
@@ -70,12 +74,38 @@ class TrainConfig:
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
+        for key, value in kw.items():
+            _check_type(key, value, _FIELD_TYPES[key])
         for key in ("betas", "track_taus", "log"):
             if key in kw:
                 kw[key] = tuple(kw[key])
         # runs written before the field existed were trained on posym's old letter data
         kw.setdefault("distractors", "uniform")
         return cls(**kw)
+
+
+def _check_type(key: str, value: Any, kind: Any) -> None:
+    """ValueError naming ``config.<key>`` when a stored value is not of its field's type."""
+    args = typing.get_args(kind)
+    if type(None) in args:  # X | None
+        if value is None:
+            return
+        kind = next(a for a in args if a is not type(None))
+    origin = typing.get_origin(kind) or kind
+    if origin is bool:
+        ok = isinstance(value, bool)
+    elif origin is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif origin is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif origin is tuple:
+        ok = isinstance(value, (list, tuple))
+    else:
+        ok = isinstance(value, origin)
+    if not ok:
+        name = {bool: "true or false", int: "an integer", float: "a number", tuple: "a list", str: "a string",
+                dict: "a JSON object"}.get(origin, getattr(origin, "__name__", str(origin)))
+        raise ValueError(f"config.{key} must be {name}, got {value!r}")
 
 
 # Training hyper-parameters per preset. "paper" is SPEC §2 exactly (one epoch of 432,000 / 64).
@@ -89,6 +119,9 @@ PRESET_TRAINING: dict[str, dict[str, Any]] = {
     # checkpoint with the best validation accuracy. Their fp16 is CUDA-only: add --precision fp16 there.
     "authors": dict(steps=6750, lr=1e-4, warmup=750, batch_size=192, eval_every=50, final_model="best"),
 }
+
+
+_FIELD_TYPES: dict[str, Any] = typing.get_type_hints(TrainConfig)
 
 
 def steps_for_epochs(epochs: float, batch_size: int) -> int:
@@ -142,8 +175,43 @@ def make_config(task: str, preset: str = "quick", **kwargs: Any) -> TrainConfig:
 
     if cfg.distractors not in DISTRACTOR_RULES:
         raise PosymError(f"unknown distractor rule {cfg.distractors!r}; choose one of {list(DISTRACTOR_RULES)}")
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or not 0 <= cfg.seed < MAX_SEED:
+        raise PosymError(f"seed must be an integer in [0, 2**62), got {cfg.seed!r}")
     from posym.model.gptj import model_config
     from posym.tasks import get_vocab
 
+    check_model_overrides(task, cfg.model_overrides)
     model_config(preset, get_vocab(task).size, **cfg.model_overrides)  # validates the overrides early
     return cfg
+
+
+def train_seq_len(task: str) -> int:
+    """Input tokens of a training sample of ``task`` (SPEC §1.1, query last): the positions a model needs."""
+    from posym.tasks import make_split
+
+    return make_split(task, "val", 0, 1).seq_len
+
+
+def check_model_overrides(task: str, overrides: dict[str, Any]) -> None:
+    """PosymError naming a model override that transformers would reject only later (or by a traceback):
+    an unknown ``activation_function``, a ``layer_norm_epsilon`` / ``initializer_range`` that is not a
+    finite positive number, and ``n_positions`` shorter than the task's training sequences."""
+    import math
+
+    if "activation_function" in overrides:
+        from transformers.activations import ACT2FN
+
+        act = overrides["activation_function"]
+        if not isinstance(act, str) or act not in ACT2FN:
+            raise PosymError(f"unknown activation_function {act!r}; choose e.g. gelu_new (GPT-J's), gelu, relu, silu")
+    for key in ("layer_norm_epsilon", "initializer_range"):
+        if key in overrides:
+            v = overrides[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+                raise PosymError(f"{key} must be a finite positive number, got {v!r}")
+    n_pos = overrides.get("n_positions")
+    if isinstance(n_pos, int) and not isinstance(n_pos, bool) and n_pos >= 1:
+        need = train_seq_len(task)
+        if n_pos < need:
+            raise PosymError(f"n_positions={n_pos} is shorter than the {task} task's training sequences "
+                             f"({need} tokens); give n_positions >= {need}")

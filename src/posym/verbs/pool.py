@@ -11,6 +11,7 @@ from concurrent.futures import Future
 from typing import Any, Callable
 
 from posym.errors import PosymError
+from posym.progress import LineProgress
 
 
 def call_stage(fn: Callable[..., dict], ctx: Any, args: tuple) -> dict:
@@ -61,14 +62,23 @@ def _die_with_parent(parent: int) -> None:
 
 def worker_init(counter, tty: bool, parent: int | None = None) -> None:
     """Worker process start: die with the parent; give its tqdm bars their own terminal line (when
-    stderr is a terminal)."""
+    stderr is a terminal), else make them plain progress lines (:class:`posym.progress.LineProgress`)."""
     if parent is not None:
         _die_with_parent(parent)
+    import threading
+
+    from tqdm import tqdm
+
+    # a thread lock for this process's bars: tqdm's default creates a multiprocessing lock (a named
+    # semaphore), which a worker terminated on Ctrl-C leaves behind ("leaked semaphore" warnings)
+    tqdm.set_lock(threading.RLock())
     with counter.get_lock():
         idx = counter.value
         counter.value += 1
     if tty:
         os.environ["TQDM_POSITION"] = str(idx)
+    elif not isinstance(sys.stderr, LineProgress):
+        sys.stderr = LineProgress(sys.stderr)  # type: ignore[assignment]
 
 
 class Inline:

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from posym.errors import PosymError
+from posym.progress import is_terminal, line_progress
 from posym.runs import layout
 from posym.runs.layout import run_dir
 from posym.runs.lock import DirLock
@@ -298,7 +299,9 @@ def _check_settings(out: Path, preset: str, settings: dict) -> None:
 # the driver
 # ------------------------------------------------------------------------------------------------
 def _say(msg: str) -> None:
-    print(f"[reproduce] {msg}", flush=True)
+    # on a terminal, first clear the line: a worker's progress bar may be drawn on it
+    clear = "\r\x1b[K" if is_terminal(sys.stdout) else ""
+    print(f"{clear}[reproduce] {msg}", flush=True)
 
 
 def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", seeds: int = 1,
@@ -343,7 +346,8 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
             (out / layout.STAGES).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise PosymError(f"cannot write to {out}: {exc.strerror or exc}") from exc
-        return _reproduce(out, preset, settings, tasks, seeds, device, chosen, llm, progress, jobs, t_start)
+        with line_progress():  # progress as plain lines when stderr is not a terminal (a log file)
+            return _reproduce(out, preset, settings, tasks, seeds, device, chosen, llm, progress, jobs, t_start)
 
 
 def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], seeds: int, device: str,
@@ -371,8 +375,8 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
                 llm=llm, llm_note=llm_note, updated=_now(), versions=versions(),
                 command=" ".join(sys.argv) if sys.argv and "posym" in Path(sys.argv[0]).name else None)
     layout.write_json_atomic(meta_path, meta)
-    _say(f"preset {preset}, tasks {', '.join(tasks)}, seeds 0..{seeds - 1}, device {device}, "
-         f"{jobs} job{'s' if jobs > 1 else ''}; output {out}")
+    _say(f"preset {preset}, tasks {', '.join(tasks)}, {'seed 0' if seeds == 1 else f'seeds 0..{seeds - 1}'}, "
+         f"device {device}, {jobs} job{'s' if jobs > 1 else ''}; output {out}")
 
     threads = max(1, cpus // jobs) if jobs > 1 else None
     ctx = Context(out=str(out), settings=settings, device=device, progress=progress, threads=threads)

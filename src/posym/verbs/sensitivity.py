@@ -7,12 +7,29 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from posym.errors import PosymError
 from posym.report.html import sensitivity_page
-from posym.report.sensitivity import (extrapolation_prediction, plot_prediction, plot_variant_curves,
+from posym.report.sensitivity import (extrapolation_prediction, lengthgen_tables, plot_prediction, plot_variant_curves,
                                       prediction_correlations, prediction_findings,
                                       sensitivity_markdown, sensitivity_rows, sensitivity_table, variant_curves)
 from posym.runs import layout
 from posym.verbs import Outputs, VerbResult, figure_paths
+
+
+def check_variants(variants: Mapping[str, str | os.PathLike]) -> None:
+    """PosymError for a variant folder (or ``lengthgen`` table) that does not exist, or for one given
+    under two names."""
+    seen: dict[tuple[Path, ...], str] = {}
+    for name, value in variants.items():
+        tables = lengthgen_tables(value)
+        paths = tables if tables is not None else [Path(value)]
+        for p in paths:
+            if not p.exists():
+                raise PosymError(f"variant {name!r}: no such {'file' if tables is not None else 'directory'}: {p}")
+        key = tuple(sorted(p.resolve() for p in paths))
+        if key in seen:
+            raise PosymError(f"variants {seen[key]!r} and {name!r} are the same ({value}); give each once")
+        seen[key] = name
 
 
 def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, *, predict: bool = True,
@@ -20,6 +37,7 @@ def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLik
     """Write ``OUT/sensitivity.csv`` + ``.md`` + ``.html`` (the study as an HTML page), Fig. 5B of every
     variant (``OUT/fig5b_variants.csv`` + ``.png|pdf``) and, with ``predict``, ``OUT/prediction.csv`` +
     ``prediction.png|pdf`` (Spearman rho in the figure titles)."""
+    check_variants(variants)
     out = Path(out)
     files = [out / layout.SENSITIVITY, out / layout.SENSITIVITY_MD, out / layout.SENSITIVITY_HTML,
              out / layout.VARIANT_CURVES, *figure_paths(out / layout.FIG_VARIANT_CURVES)]
@@ -47,4 +65,4 @@ def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLik
     return VerbResult(table, outputs.written, "\n".join(lines), {"prediction": pred})
 
 
-__all__ = ["sensitivity"]
+__all__ = ["check_variants", "sensitivity"]

@@ -29,11 +29,11 @@ QUICK_LENGTHGEN_GRID = tuple(range(0, 101, 10)) + tuple(range(200, 1001, 100))
 #:   ``llm_choice`` — also the log-likelihood ("choice") protocol on the same prompts (stage ``choice``);
 #:   ``llm_models`` — the models asked, each a bundled short name (``posym.model.llm.BUNDLED``), an HF
 #:   directory or a ``.gguf`` file: the first writes ``DIR/llm/`` (stages ``llm``, ``choice``), each
-#:   other ``DIR/llm/models/<name>/`` (stages ``llm-<name>``, ``choice-<name>``); a model whose package
-#:   is not installed is skipped with a note.
+#:   other ``DIR/llm/models/<name>/`` (stages ``llm-<name>``, ``choice-<name>``); a bundled model whose
+#:   package is not installed is skipped with a note, a folder or file that does not exist is refused.
 PRESETS: dict[str, dict[str, Any]] = {
-    # ≤ 20 min on a 2-core CPU: 1,500-step quick models (8 layers, ≈ 5–9 min per task, both trained
-    # side by side), analyses scaled down.
+    # posym.resources.QUICK_REPRODUCTION_TIME (≈ 16 CPU-minutes): 1,500-step quick models (8 layers,
+    # ≈ 5–9 min per task, both trained side by side), analyses scaled down.
     "quick": {
         "train_preset": "quick",
         "train": {},
@@ -199,9 +199,12 @@ def validate_settings(settings: dict[str, Any], tasks: Sequence[str]) -> None:
     if not isinstance(settings["llm_choice"], bool):
         raise PosymError(f"bad reproduction setting llm_choice={settings['llm_choice']!r}: expected true or false")
     _keywords("llm", settings["llm"], llm_eval)
-    given = sorted(k for k in settings["llm"] if k in ("model", "gguf"))
+    given = sorted(k for k in settings["llm"] if k in ("model", "gguf", "api_base", "api_model"))
     if given:
         raise PosymError(f"bad reproduction setting llm.{given[0]}: name the models in llm_models instead")
+    if "protocol" in settings["llm"]:
+        raise PosymError("bad reproduction setting llm.protocol: the stages llm and choice set it "
+                         "(llm_choice=false leaves out the choice protocol)")
     models = settings["llm_models"]
     if not isinstance(models, list) or not models or not all(isinstance(m, str) and m.strip() for m in models):
         raise PosymError(f"bad reproduction setting llm_models={models!r}: expected a list of model names or paths, "
@@ -213,13 +216,76 @@ def validate_settings(settings: dict[str, Any], tasks: Sequence[str]) -> None:
         raise PosymError(f"bad reproduction setting llm_models={models!r}: two models share the folder name "
                          f"{next(s for s in slugs if slugs.count(s) > 1)!r}")
     for k, v in settings["llm"].items():
-        if k in ("n", "runs"):
-            _positive_int(f"llm.{k}", v)
-        elif k == "lengths" and v is not None:
+        if k == "lengths" and v is not None:
             if not isinstance(v, list) or not v:
                 raise PosymError(f"bad reproduction setting llm.lengths={v!r}: expected null or a list of lengths")
             for x in v:
                 _positive_int("llm.lengths", x)
+        elif k in _LLM_CHECKS:
+            _LLM_CHECKS[k](f"llm.{k}", v)
+    for m in models:
+        check_llm_model(m)
 
 
-__all__ = ["IMPLIED_SETTINGS", "PRESETS", "STAGE_SETTINGS", "TASKS", "overrides_from_pairs", "preset_settings", "validate_settings"]
+def check_llm_model(model: str) -> None:
+    """PosymError (one line, naming the setting) unless ``model`` (an ``llm_models`` entry) is loadable
+    with a tokenizer (:func:`posym.model.llm.check_llm_model`); a bundled name whose package is not
+    installed passes here and is skipped with its install hint when its stage is planned."""
+    from posym.model.llm import check_llm_model as check
+
+    try:
+        check(model, require_installed=False)
+    except PosymError as exc:
+        raise PosymError(f"bad reproduction setting llm_models: {exc}") from None
+
+
+def _optional(check: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
+    return lambda key, value: None if value is None else check(key, value)
+
+
+def _nonneg_int(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PosymError(f"bad reproduction setting {key}={value!r}: expected an integer >= 0")
+
+
+def _positive_number(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise PosymError(f"bad reproduction setting {key}={value!r}: expected a finite number > 0")
+
+
+def _device(key: str, value: Any) -> None:
+    ok = isinstance(value, str) and (value in ("cpu", "cuda", "mps")
+                                     or (value.startswith("cuda:") and value[5:].isdigit()))
+    if not ok:
+        raise PosymError(f"bad reproduction setting {key}={value!r}: expected cpu, cuda or cuda:N")
+
+
+def _dtype(key: str, value: Any) -> None:
+    import torch
+
+    if not (value == "auto" or (isinstance(value, str) and isinstance(getattr(torch, value, None), torch.dtype))):
+        raise PosymError(f"bad reproduction setting {key}={value!r}: expected float32, bfloat16, float16 or auto")
+
+
+def _tasks(key: str, value: Any) -> None:
+    if not isinstance(value, list) or not value or any(t not in TASKS for t in value):
+        raise PosymError(f"bad reproduction setting {key}={value!r}: expected a list of tasks from {list(TASKS)}")
+
+
+def _device_map(key: str, value: Any) -> None:
+    if not (value == "auto" or isinstance(value, dict)):
+        raise PosymError(f"bad reproduction setting {key}={value!r}: expected null, \"auto\" or a JSON object")
+
+
+#: The checks of the ``llm.*`` keywords (those of :func:`posym.lengthgen.llm_eval` a reproduction passes on).
+_LLM_CHECKS: dict[str, Callable[[str, Any], None]] = {
+    "n": _positive_int, "runs": _positive_int, "max_new_tokens": _positive_int, "concurrency": _positive_int,
+    "batch_size": _optional(_positive_int), "n_examples": _nonneg_int, "max_retries": _nonneg_int,
+    "device": _optional(_device), "dtype": _optional(_dtype), "tasks": _tasks, "device_map": _optional(_device_map),
+    "timeout": _positive_number, "backoff": _positive_number,
+    "max_per_second": _optional(_positive_number), "max_per_minute": _optional(_positive_number),
+}
+
+
+__all__ = ["IMPLIED_SETTINGS", "PRESETS", "STAGE_SETTINGS", "TASKS", "check_llm_model", "overrides_from_pairs",
+           "preset_settings", "validate_settings"]
