@@ -349,7 +349,7 @@ def test_cli_reproduce_settings_overrides(tmp_path):
 
 
 @pytest.mark.parametrize("overrides, needle", [
-    ({"llm_models": ["NOPE"]}, "no model"),
+    ({"llm_models": ["NOPE"]}, "no such model folder"),
     ({"llm_models": ["smollm2", "NOPE.gguf"]}, "not found"),
     ({"llm": {"max_new_tokens": 0}}, "llm.max_new_tokens"),
     ({"llm": {"device": "foo"}}, "llm.device"),
