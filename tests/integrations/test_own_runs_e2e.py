@@ -49,7 +49,9 @@ def test_two_trainings_into_one_output_dir_then_the_verbs(tmp_path, capsys):
     pd.testing.assert_frame_equal(pd.read_csv(out / layout.SCORES_PREVIOUS), first)
 
     assert main(["dynamics", str(out)]) == 0
-    # (lead, at merge) assert that panel A of figures/fig2_gamma0.1 is drawn from out/trainer_state.json here
+    printed = capsys.readouterr().out
+    assert "panel A: HF Trainer evaluation (eval_loss" in printed and "left out" not in printed  # no empty panel
+    assert (out / "figures" / "fig2_gamma0.1.png").is_file()
     assert main(["scores", "--series", str(out), "--task", "number", "--n", "16"]) == 0
     series = pd.read_csv(out / layout.CHECKPOINT_SCORES)
     assert sorted(series["step"].unique()) == [10, 20] and not series.duplicated(KEY).any()
