@@ -2,7 +2,7 @@
 and per-prompt readings"; our drawing).
 
 :func:`plot_head_type_plane` draws the table of :func:`posym.heads.head_types.join_head_types`: s_POS
-on x, s_SYM on y, one dot per head coloured by its ``classic_type`` (legend with counts); heads whose
+on x, s_SYM on y, one marker per head coloured and shaped by its ``classic_type`` (legend with counts); heads whose
 ``posym_type`` is ``uninformative`` (too little attention on the swapped keys) are drawn hollow. The
 title says what was measured: :func:`head_type_caption` builds it from the model, prompts, τ and
 key exclusion. Save with :func:`posym.report.figures.save_figure`.
@@ -23,6 +23,10 @@ from posym.heads.head_types import CLASSIC_TYPES
 #: Colour of each classic type (colour-blind-safe Okabe–Ito; ``none`` grey, drawn first).
 TYPE_COLOURS = {"previous_token": "#0072B2", "induction": "#D55E00", "duplicate_token": "#009E73",
                 "sink": "#CC79A7", "none": "#BBBBBB"}
+#: Marker of each classic type (distinct shapes, so heads stacked in one corner stay apart).
+TYPE_MARKERS = {"previous_token": "s", "induction": "^", "duplicate_token": "D", "sink": "o", "none": "o"}
+#: Drawing order: the common, unspecific types first, the detector types on top.
+DRAW_ORDER = ("none", "sink", "duplicate_token", "induction", "previous_token")
 TYPE_LABELS = {"previous_token": "previous-token", "induction": "induction", "duplicate_token": "duplicate-token",
                "sink": "sink (first token)", "none": "none"}
 
@@ -61,18 +65,18 @@ def plot_head_type_plane(join: pd.DataFrame, ax: plt.Axes | None = None, title: 
     lo = -1.03 if join[["s_pos", "s_sym"]].min().min() < 0 else -0.03
     silent = (join["posym_type"] == "uninformative") if "posym_type" in join else pd.Series(False, index=join.index)
     handles = []
-    for kind in ("none",) + tuple(k for k in CLASSIC_TYPES if k != "none"):
+    for z, kind in enumerate(DRAW_ORDER):
         sel = join["classic_type"] == kind
         n = int(sel.sum())
         if not n:
             continue
-        c = TYPE_COLOURS[kind]
+        c, mk = TYPE_COLOURS[kind], TYPE_MARKERS[kind]
         for hollow in (False, True):
             g = join[sel & (silent == hollow)]
             if len(g):
-                ax.scatter(g["s_pos"], g["s_sym"], s=30, facecolors="none" if hollow else c, edgecolors=c,
-                           linewidths=1.0 if hollow else 0.3, alpha=0.85, zorder=2 if kind == "none" else 3)
-        handles.append(Line2D([], [], ls="", marker="o", ms=7, mfc=c, mec=c, label=f"{TYPE_LABELS[kind]} ({n})"))
+                ax.scatter(g["s_pos"], g["s_sym"], s=34, marker=mk, facecolors="none" if hollow else c, edgecolors=c,
+                           linewidths=1.0 if hollow else 0.3, alpha=0.85, zorder=2 + z)
+        handles.append(Line2D([], [], ls="", marker=mk, ms=7, mfc=c, mec=c, label=f"{TYPE_LABELS[kind]} ({n})"))
     if silent.any():
         handles.append(Line2D([], [], ls="", marker="o", ms=7, mfc="none", mec="k",
                               label=f"hollow: too little swap mass ({int(silent.sum())})"))
@@ -89,4 +93,4 @@ def plot_head_type_plane(join: pd.DataFrame, ax: plt.Axes | None = None, title: 
     return fig
 
 
-__all__ = ["TYPE_COLOURS", "head_type_caption", "plot_head_type_plane"]
+__all__ = ["DRAW_ORDER", "TYPE_COLOURS", "TYPE_MARKERS", "head_type_caption", "plot_head_type_plane"]
