@@ -88,6 +88,9 @@ def test_join_refuses_bad_tables():
         join_head_types(SCORES, DET.drop(columns="induction"))
     with pytest.raises(PosymError, match="swap_mass or block_mass"):
         join_head_types(SCORES.drop(columns="swap_mass"), DET)
+    with pytest.raises(PosymError, match="no swap mass"):
+        join_head_types(SCORES.assign(swap_mass=np.nan), DET)
+    assert join_head_types(SCORES.assign(swap_mass=np.nan), DET, min_mass=0)["posym_type"].tolist()[3] == "symbolic"
     with pytest.raises(PosymError, match="frac_"):
         join_head_types(SCORES, DET, DET[["layer", "head"]])
 

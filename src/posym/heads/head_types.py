@@ -115,7 +115,10 @@ def posym_types(table: pd.DataFrame, *, gamma: float = 0.1, min_mass: float = MI
     out[diffuse] = "diffuse"
     silent = np.isnan(sp) | np.isnan(ss)
     if min_mass > 0:
-        silent |= ~(table[mass_column(table)].to_numpy(float) >= min_mass)
+        mass = table[mass_column(table)].to_numpy(float)
+        if np.isnan(mass).all():
+            raise PosymError("the scores table holds no swap mass; pass min_mass=0 to type the heads without it")
+        silent |= ~(mass >= min_mass)
     out[silent] = "uninformative"
     return out
 
