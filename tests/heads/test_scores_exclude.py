@@ -2,6 +2,7 @@
 fast = literal re-run with exclusions (tokens, blocks, several query positions), the CLI forms."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -100,3 +101,53 @@ def test_parse_swap_exclude():
             parse_swap_exclude(bad)
     with pytest.raises(PosymError, match="fewer than two"):
         parse_swap_exclude("first:3", np.zeros((1, 5), dtype=int))
+
+
+def test_cli_scores_swap_exclude_and_prompts_longer_than_n_positions(tmp_path, capsys):
+    """``posym scores --swap-exclude bos`` equals the Python API with ``exclude_keys=(0,)`` and prints the
+    setting; the model's learned context (16 positions) is shorter than the 17-token prompts."""
+    from posym.cli import main
+    from posym.heads.tracking import score_table
+    from posym.model import save_model
+    from posym.tasks.export import export_jsonl, read_prompt_ids
+
+    model = build_model(model_config("quick", 137, n_layer=2, n_positions=16), seed=3)
+    save_model(model, tmp_path / "model")
+    prompts = export_jsonl("number", "val", 3, tmp_path / "p.jsonl")
+    out = tmp_path / "s.csv"
+    argv = ["scores", "--model", str(tmp_path / "model"), "--task", "number", "--prompts", str(prompts),
+            "--out", str(out), "--swap-exclude", "bos"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "swap-exclude: bos" in capsys.readouterr().out
+    got = pd.read_csv(out)
+    ids = read_prompt_ids(prompts, "number")
+    assert ids.shape[1] == 17
+    ref = score_table(model, ids, exclude_keys=(0,))
+    np.testing.assert_allclose(got[["s_pos", "s_sym", "swap_mass"]].to_numpy(),
+                               ref[["s_pos", "s_sym", "swap_mass"]].to_numpy(), atol=1e-9)
+    plain = score_table(model, ids)
+    assert np.abs(plain["s_pos"].to_numpy() - ref["s_pos"].to_numpy()).max() > 1e-6  # the option does something
+    argv[argv.index(str(out))] = str(tmp_path / "other.csv")
+    assert main(argv[:-1] + ["first:x"]) == 2
+    err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert len(err) == 1 and "swap-exclude" in err[0]
+
+
+def test_llm_heads_swap_exclude_passes_through():
+    """``llm_heads(swap_exclude=...)`` scores with the keys excluded and records the setting; the
+    prompts' blocks hold no key 0 or 1, so excluding them leaves the block scores as they were, and a
+    form whose keys fall inside a block is refused before any score is written."""
+    from posym.heads.llm_heads import llm_heads
+    from test_llm_heads import TOK, _llama
+
+    model = _llama()
+    kw = dict(tokenizer=TOK, prompts="binding", n=3, n_examples=1, batch_size=3, progress=False)
+    plain = llm_heads(model, **kw)
+    bos = llm_heads(model, swap_exclude="first:2", **kw)
+    assert plain.attrs["meta"]["swap_exclude"] == "none" and bos.attrs["meta"]["swap_exclude"] == "first:2"
+    np.testing.assert_array_equal(plain[["s_pos", "s_sym", "block_mass"]].to_numpy(),
+                                  bos[["s_pos", "s_sym", "block_mass"]].to_numpy())
+    with pytest.raises(PosymError, match="holds the excluded key"):
+        llm_heads(model, swap_exclude="first:12", **kw)
+    with pytest.raises(PosymError, match="swap-exclude"):
+        llm_heads(model, swap_exclude="all", **kw)
