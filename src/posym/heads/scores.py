@@ -136,7 +136,7 @@ class HeadScores:
     ``0..t-1`` (or on the blocks); ``taus`` (n_tau,); ``layers`` (the L model layers, in order);
     ``query_pos`` int [B]; ``kind`` ``"token"`` | ``"block"``; ``method`` ``"fast"`` | ``"reference"``;
     ``cosine`` (module doc); ``blocks``: for block scores, the ``(start, stop)`` blocks used for each
-    query position.
+    query position; ``exclude_keys``: the key positions kept out of the swaps (module doc).
     """
 
     s_pos: np.ndarray
@@ -202,7 +202,8 @@ class SwapAttention:
 
     ``d`` [B, L, H, m]: the query's attention on each unit (key ``0..t-1``, or block) before swapping;
     ``pairs`` int [S, 2]: the swapped unit pairs ``(i, j)``, ``i < j``; ``dp_i``, ``dp_j`` [B, L, H, S]:
-    the attention on units ``i`` and ``j`` after swapping them; ``entropy`` [B, L, H].
+    the attention on units ``i`` and ``j`` after swapping them; ``entropy`` [B, L, H]; ``exclude``: the
+    key positions kept out of the swaps (module doc, Excluded keys; ``d`` still holds them).
     """
 
     d: np.ndarray
