@@ -11,9 +11,12 @@ order, ``S = t(t-1)/2`` swaps), the query's attention on ``i`` and ``j`` after e
   states, then re-run the model on every swapped copy with a pre-hook substituting them at the input
   of block ``ℓ`` (position ids kept); the caller reads what it needs (attention weights, q/k) from the
   forward, which it stops right after block ``ℓ`` (:meth:`RopeAdapter.run`, :meth:`RopeAdapter.capture`).
+  :func:`block_calls` / :func:`rerun_block` instead call block ``ℓ`` alone on each swapped copy with
+  the masks and position embeddings of the unswapped forward (SPEC §3 step 2: re-run layer ``ℓ`` only;
+  the head scores' reference).
 
-Also the argument checks both callers share (:func:`as_ids`, :func:`query_positions`,
-:func:`query_position`, :func:`positive_int`).
+Also the argument checks both callers share (:func:`as_ids`, :func:`ids_length`, :func:`query_positions`,
+:func:`query_position`, :func:`positive_int`) and :func:`parse_swap_exclude` (the ``--swap-exclude`` forms).
 """
 
 from __future__ import annotations
@@ -87,6 +90,68 @@ def block_inputs(ad: RopeAdapter, layers: Sequence[int]) -> Iterator[dict[int, T
         yield hidden
 
 
+@contextmanager
+def block_calls(ad: RopeAdapter, layers: Sequence[int]) -> Iterator[dict[int, tuple[tuple, dict]]]:
+    """Context manager: pre-hooks on the blocks of ``layers`` store each block's call ``(args, kwargs)``
+    (the input hidden states detached and copied; masks, position embeddings and ids as passed) in the
+    yielded dict, so :func:`rerun_block` can call that block alone; removed on exit."""
+    calls: dict[int, tuple[tuple, dict]] = {}
+
+    def grab(l):
+        def hook(module, args, kwargs):
+            kwargs = dict(kwargs)
+            if args:
+                args = (args[0].detach().clone(),) + tuple(args[1:])
+            else:
+                kwargs["hidden_states"] = kwargs["hidden_states"].detach().clone()
+            calls[l] = (args, kwargs)
+        return hook
+
+    with hook_handles() as handles:
+        for l in layers:
+            handles.append(ad.blocks[l].register_forward_pre_hook(grab(l), with_kwargs=True))
+        yield calls
+
+
+def _batch_rows(x: Any, rows: Tensor, B: int) -> Any:
+    """``x`` with every per-prompt tensor (>= 2-D, first axis ``B``) taken at ``rows``; others as they are."""
+    if isinstance(x, Tensor):
+        return x[rows] if x.ndim >= 2 and x.shape[0] == B else x
+    if isinstance(x, (tuple, list)):
+        return type(x)(_batch_rows(v, rows, B) for v in x)
+    return x
+
+
+def rerun_block(ad: RopeAdapter, call: tuple[tuple, dict], perms: Tensor, layer: int, chunk_size: int,
+                read: Callable[[Callable[[], Any]], Tensor]) -> Tensor:
+    """Re-run block ``layer`` alone on every swapped copy of every prompt (SPEC §3 step 2, literally:
+    swap at the layer input, re-run that layer only).
+
+    ``call``: the block's captured call (:func:`block_calls`) for B prompts, hidden states [B, T, D];
+    perms [S, T] one position permutation per swap (``x'[p] = x[perms[s, p]]``). Copies are built
+    ``chunk_size`` at a time and the block is called with the swapped hidden states and the same
+    masks / position embeddings / ids (taken at each copy's prompt); ``read(run)`` calls ``run()`` (the
+    block's forward) and returns the chunk's rows [c, ...]. The result is [B, S, ...].
+    """
+    args, kwargs = call
+    hidden = args[0] if args else kwargs["hidden_states"]
+    B = hidden.shape[0]
+    S = perms.shape[0]
+    block = ad.blocks[layer]
+    rows = []
+    for n0 in range(0, B * S, chunk_size):
+        flat = torch.arange(n0, min(n0 + chunk_size, B * S), device=hidden.device)
+        b_idx, s_idx = flat // S, flat % S
+        x = hidden[b_idx[:, None], perms[s_idx]]  # [c, T, D] swapped copies
+        kw = {k: _batch_rows(v, b_idx, B) for k, v in kwargs.items()}
+        if args:
+            a = (x,) + tuple(_batch_rows(v, b_idx, B) for v in args[1:])
+        else:
+            a, kw["hidden_states"] = (), x
+        rows.append(read(lambda: block(*a, **kw)))
+    return torch.cat(rows).reshape(B, S, *rows[0].shape[1:])
+
+
 def swap_perms(T: int, swaps: Sequence[tuple[Sequence[int], Sequence[int]]], device) -> Tensor:
     """[S, T] position permutations exchanging positions ``a[k] <-> b[k]`` for each swap ``(a, b)``."""
     perms = torch.arange(T, device=device).repeat(len(swaps), 1)
@@ -151,6 +216,51 @@ def as_ids(input_ids: Any, ad: RopeAdapter, min_len: int = 1) -> Tensor:
     return ids
 
 
+def ids_length(input_ids: Any) -> int:
+    """The length ``T`` (last axis) of prompts given as :func:`as_ids` takes them, before any check
+    (0 when it cannot tell; :func:`as_ids` then names the problem)."""
+    if hasattr(input_ids, "input_ids") and not isinstance(input_ids, (Tensor, np.ndarray)):
+        input_ids = input_ids.input_ids
+    try:
+        shape = input_ids.shape if isinstance(input_ids, (Tensor, np.ndarray)) else np.shape(input_ids)
+    except (TypeError, ValueError):
+        return 0
+    return int(shape[-1]) if len(shape) else 0
+
+
+#: The ``--swap-exclude`` forms (:func:`parse_swap_exclude`).
+SWAP_EXCLUDE_FORMS = "none | bos | first:K"
+
+
+def parse_swap_exclude(spec: str, ids: Any = None) -> tuple[int, ...]:
+    """Key positions kept out of the swaps from a CLI form: ``none`` -> (), ``bos`` -> (0,) (the start
+    token), ``first:K`` -> (0, ..., K-1) (posym's addition to SPEC §3 for real LLMs' attention sinks).
+
+    ``ids`` (optional, prompts [B, T] or one prompt [T]): the keys must leave at least two swappable keys
+    before the last position (PosymError otherwise).
+    """
+    text = str(spec).strip().lower()
+    if text == "none":
+        keys: tuple[int, ...] = ()
+    elif text == "bos":
+        keys = (0,)
+    elif text.startswith("first:"):
+        try:
+            k = int(text.split(":", 1)[1])
+        except ValueError:
+            k = -1
+        if k < 1:
+            raise PosymError(f"--swap-exclude {spec!r}: first:K needs a positive integer K")
+        keys = tuple(range(k))
+    else:
+        raise PosymError(f"unknown --swap-exclude {spec!r}; use {SWAP_EXCLUDE_FORMS}")
+    if ids is not None and keys:
+        T = ids_length(ids)
+        if T - 1 - len(keys) < 2:
+            raise PosymError(f"--swap-exclude {spec!r} leaves fewer than two keys to swap in prompts of {T} tokens")
+    return keys
+
+
 def query_positions(query_pos: Any, B: int, T: int, min_t: int = 2) -> np.ndarray:
     """Query position of each of ``B`` prompts of length ``T`` -> int64 [B].
 
@@ -187,12 +297,17 @@ def positive_int(value: Any, name: str) -> int:
 
 
 __all__ = [
+    "SWAP_EXCLUDE_FORMS",
     "as_ids",
+    "block_calls",
     "block_inputs",
+    "ids_length",
     "lse",
+    "parse_swap_exclude",
     "positive_int",
     "query_position",
     "query_positions",
+    "rerun_block",
     "rerun_swapped",
     "swap_perms",
     "token_perms",
