@@ -215,6 +215,14 @@ def _cmd_select(a):
     _show(select(a.run_dir, a.out, final_model=a.final_model, device=a.device, force=a.force))
 
 
+def _swap_exclude(parser) -> None:
+    """``--swap-exclude none|bos|first:K`` (posym.heads.swaps.parse_swap_exclude; docs/spec.md §3)."""
+    parser.add_argument("--swap-exclude", default="none", metavar="none|bos|first:K",
+                        help="key positions kept out of the swaps (their attention stays in the softmax): none = "
+                             "SPEC §3, every key before the query (default); bos = position 0 (an attention sink); "
+                             "first:K = positions 0..K-1; printed with the results")
+
+
 def _cmd_scores(a):
     from posym.verbs.scores import scores
 
@@ -233,7 +241,8 @@ def _cmd_scores(a):
     if a.blocks is not None:
         raise PosymError("--blocks applies to --text / --ids (task prompts are scored with token swaps)")
     _show(scores(target, series=a.series, out=a.out, force=a.force, task=a.task, prompts=a.prompts, n_prompts=a.n,
-                 taus=a.tau or [1e-4], per_prompt=a.per_prompt, steps=a.steps, seed=a.seed, device=a.device))
+                 taus=a.tau or [1e-4], per_prompt=a.per_prompt, steps=a.steps, seed=a.seed, device=a.device,
+                 swap_exclude=a.swap_exclude))
 
 
 def _cmd_dynamics(a):
@@ -292,7 +301,7 @@ def _cmd_llm_heads(a):
     _show(llm_heads(a.model, a.gguf, prompts=a.prompts, n=a.n, seed=a.seed, length=a.length, n_entities=a.entities,
                     n_examples=a.n_examples, tau=a.tau, centred=a.centred, min_mass=a.min_mass, out=a.out,
                     device=a.device, dtype=a.dtype, batch_size=a.batch_size, threads=a.threads,
-                    progress=not a.quiet, force=a.force))
+                    progress=not a.quiet, force=a.force, swap_exclude=a.swap_exclude))
 
 
 def _cmd_head_types(a):
@@ -446,6 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--tau", type=positive_float, action="append", help="softmax temperature of the swap weights (repeatable)")
     sc.add_argument("--steps", type=int_list, default=None, help="only these checkpoint steps, e.g. 0,1000,6750")
     sc.add_argument("--per-prompt", action="store_true", help="one row per prompt instead of means")
+    _swap_exclude(sc)
     sc.add_argument("--device", type=device_type, default="cpu", help="cpu or cuda")
     sc.add_argument("--out", default=None, help="CSV file (default: RUN_DIR/scores.csv; ./runs/scores/<model name>/"
                     "scores.csv for --model FOLDER, never inside it; FOLDER/checkpoint_scores.csv for --series FOLDER; "
@@ -574,6 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
     lh.add_argument("--tau", type=positive_float, default=1e-4, help="softmax temperature of the swap weights")
     lh.add_argument("--centred", action="store_true",
                     help="cosines on attention minus the mass-matched uniform row (uniform heads score 0, not 1)")
+    _swap_exclude(lh)
     lh.add_argument("--min-mass", type=finite_float, default=reading.MIN_MASS,
                     help=f"summaries leave out heads with block_mass below this (0..1; default {reading.MIN_MASS:g}; "
                          "0 keeps every head)")

@@ -118,3 +118,28 @@ def sharpen_qk(model, std: float = 0.3, seed: int = 1):
             if any(s in name for s in ("q_proj.weight", "k_proj.weight", "query_key_value.weight")):
                 p.copy_(torch.randn(p.shape, generator=g) * std)
     return model
+
+
+def sink_head(sink: int = 0, margin: float = 40.0) -> GPTJForCausalLM:
+    """An attention-sink head: every query attends to the key holding token ``sink`` (the start token
+    in :func:`sink_prompts`), whatever its position (logit ``margin``, every other key 0).
+
+    rotary_dim = 2 rotates dims 0-1, where q and k are zero, so positions play no role; ln_1 maps
+    token ``v`` to ``8·e_v``, q reads every token as ``a·e_sink``, k keeps only the ``e_sink`` part.
+    """
+    m = _one_layer_gptj(rotary_dim=2)
+    e = _orthonormal_embeddings().float()  # [V, D]
+    ad = get_adapter(m)
+    a = (margin / ad.scaling) ** 0.5
+    with torch.no_grad():
+        blk = m.transformer.h[0]
+        blk.attn.q_proj.weight.copy_(a / 8 * torch.outer(e[sink], e.sum(0)))
+        blk.attn.k_proj.weight.copy_(a / 8 * torch.outer(e[sink], e[sink]))
+    return m
+
+
+def sink_prompts(n: int, length: int = 17, sink: int = 0, seed: int = 0) -> np.ndarray:
+    """Prompts [n, length] starting with token ``sink`` followed by distinct other tokens."""
+    rng = np.random.default_rng(seed)
+    others = [x for x in range(V) if x != sink]
+    return np.stack([np.concatenate(([sink], rng.permutation(others)[: length - 1])) for _ in range(n)])

@@ -73,6 +73,7 @@ from posym.tasks.llm_prompts import (
 )
 from posym.heads.reading import MIN_MASS
 from posym.heads.scores import DEFAULT_COSINE, DEFAULT_TAU, _check_centred, _taus, swap_attention
+from posym.heads.swaps import parse_swap_exclude
 from posym.model.adapters import RopeAdapter, get_adapter
 
 DEFAULT_N = 32
@@ -185,8 +186,8 @@ def _batches(prompts: Sequence[LLMPrompt], batch_size: int) -> list[tuple[tuple[
 
 
 def score_prompt_set(ad: RopeAdapter, prompts: Sequence[LLMPrompt], tau: float = DEFAULT_TAU, *,
-                     batch_size: int = 8, bar: Any = None,
-                     centred: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, float]:
+                     batch_size: int = 8, bar: Any = None, centred: bool = False,
+                     swap_exclude: str = "none") -> tuple[pd.DataFrame, pd.DataFrame, float]:
     """Scores of one prompt set: ``(heads, freq_use, accuracy)``.
 
     ``heads``: one row per (layer, head) — ``layer, head, kv_head, layer_type, depth, s_pos, s_sym,
@@ -194,6 +195,8 @@ def score_prompt_set(ad: RopeAdapter, prompts: Sequence[LLMPrompt], tau: float =
     ``freq_use``: per (layer, head, freq_id) as
     :func:`posym.heads.frequencies.frequency_use`; ``accuracy``: top-1 next-token accuracy on the
     prompts with a known answer token (NaN when none). ``bar``: an optional tqdm bar (one tick per batch).
+    ``swap_exclude``: keys kept out of the swaps, ``none`` (SPEC §3) | ``bos`` | ``first:K``
+    (:func:`posym.heads.swaps.parse_swap_exclude`; a block holding an excluded key is an error).
     """
     if not prompts:
         raise PosymError("empty prompt set")
@@ -203,7 +206,8 @@ def score_prompt_set(ad: RopeAdapter, prompts: Sequence[LLMPrompt], tau: float =
     correct = known = 0
     for blocks, idx in _batches(prompts, batch_size):
         ids = ad.check_ids(torch.tensor([prompts[i].input_ids for i in idx]))
-        sw = swap_attention(ad, ids, blocks=list(blocks), batch_size=len(idx))  # one query position t = T-1
+        sw = swap_attention(ad, ids, blocks=list(blocks), batch_size=len(idx),  # one query position t = T-1
+                            exclude_keys=parse_swap_exclude(swap_exclude, ids))
         s_pos, s_sym = sw.scores(tau, centred=centred)
         sp += s_pos[..., 0].sum(0)
         ss += s_sym[..., 0].sum(0)
@@ -406,7 +410,7 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, token
               length: int = DEFAULT_LENGTH, n_entities: int = DEFAULT_N_ENTITIES,
               n_examples: int = DEFAULT_N_EXAMPLES, tau: float = DEFAULT_TAU, centred: bool = False,
               device: str | None = None, dtype: Any = None, batch_size: int = 8,
-              threads: int | None = None, progress: bool = True) -> pd.DataFrame:
+              threads: int | None = None, progress: bool = True, swap_exclude: str = "none") -> pd.DataFrame:
     """s_POS, s_SYM (block swaps), entropy and frequency use of every head of a RoPE LLM (SPEC §3, §4, §6).
 
     ``model``/``gguf``: as :func:`posym.model.llm.load_llm` (default SmolLM2-135M-Instruct
@@ -415,7 +419,8 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, token
     comma list); ``n`` prompts per set, data ``seed``; ``length`` = 1-hop target-window length;
     ``n_entities`` = facts per binding prompt; ``n_examples`` = worked examples in 1-hop prompts;
     ``centred``: centred cosines (module doc; default off = Paper B's metric); ``threads``: torch CPU
-    threads (``torch.set_num_threads``; None leaves them as they are).
+    threads (``torch.set_num_threads``; None leaves them as they are); ``swap_exclude``: keys kept out
+    of the swaps (:func:`score_prompt_set`; default ``"none"`` = SPEC §3).
 
     Returns one row per (prompt_set, layer, head) with :data:`TABLE_COLUMNS`; ``attrs``: ``model``,
     ``accuracy`` and ``chance`` (:func:`chance_level`) per set, ``freq_use`` (per layer, head,
@@ -430,6 +435,7 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, token
         raise PosymError("llm heads takes one tau")
     tau = tau[0]
     centred = _check_centred(centred, DEFAULT_COSINE)
+    parse_swap_exclude(swap_exclude)  # the form, before anything is loaded
     if threads is not None:
         torch.set_num_threads(_positive("threads", threads))
     lm, tok, label = _load(model, gguf, tokenizer, device, dtype)
@@ -444,7 +450,8 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, token
     with tqdm(total=n_batches, desc="llm heads", unit="batch", disable=not progress) as bar:
         for s, plist in built.items():
             bar.set_postfix_str(s)
-            heads, use, acc = score_prompt_set(ad, plist, tau, batch_size=batch_size, bar=bar, centred=centred)
+            heads, use, acc = score_prompt_set(ad, plist, tau, batch_size=batch_size, bar=bar, centred=centred,
+                                               swap_exclude=swap_exclude)
             heads.insert(0, "prompt_set", s)
             use.insert(0, "prompt_set", s)
             tables.append(heads)
@@ -454,7 +461,7 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, token
     meta = {"model": label, "family": ad.family, "n_layers": ad.n_layers, "n_heads": ad.n_heads,
             "n_kv_heads": ad.n_kv_heads, "prompts": list(sets), "n": n, "seed": int(seed), "length": int(length),
             "n_entities": int(n_entities), "n_examples": int(n_examples), "tau": tau, "centred": bool(centred),
-            "layer_types": layer_types(ad), "batch_size": batch_size, "torch_threads": torch.get_num_threads(),
+            "swap_exclude": str(swap_exclude), "layer_types": layer_types(ad), "batch_size": batch_size, "torch_threads": torch.get_num_threads(),
             "dtype": str(next(lm.parameters()).dtype), "accuracy": accuracy, "chance": chance,
             "seconds": round(time.time() - t0, 1)}
     table.attrs.update(model=label, accuracy=accuracy, chance=chance, freq_use=pd.concat(uses, ignore_index=True),

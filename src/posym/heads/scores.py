@@ -76,7 +76,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -87,13 +87,14 @@ from posym.checks import check_taus
 from posym.errors import PosymError
 from posym.heads.swaps import (
     as_ids,
+    ids_length,
+    parse_swap_exclude,
     block_inputs,
     lse,
     positive_int,
     query_positions,
     rerun_swapped,
     swap_perms,
-    token_perms,
     token_swaps,
 )
 from posym.model.adapters import RopeAdapter, eval_mode, get_adapter, hook_handles
@@ -135,6 +136,7 @@ class HeadScores:
     swap_mass: np.ndarray | None = None
     cosine: str = DEFAULT_COSINE
     centred: bool = False
+    exclude_keys: tuple[int, ...] = ()
 
     @property
     def n_prompts(self) -> int:
@@ -196,6 +198,7 @@ class SwapAttention:
     layers: tuple[int, ...]
     query_pos: int
     blocks: tuple[tuple[int, int], ...] | None = None
+    exclude: tuple[int, ...] = ()
 
     def scores(self, taus: float | Sequence[float] = (DEFAULT_TAU,), cosine: str = DEFAULT_COSINE,
                centred: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -209,7 +212,9 @@ class SwapAttention:
     def unit_lengths(self) -> np.ndarray:
         """Token length of each unit [m]: 1 per key for token swaps, ``stop - start`` per block."""
         if self.blocks is None:
-            return np.ones(self.d.shape[-1])
+            ell = np.ones(self.d.shape[-1])
+            ell[list(self.exclude)] = 0.0  # excluded keys are not swappable units
+            return ell
         return np.array([b - a for a, b in self.blocks], dtype=float)
 
     def uniform_centre(self) -> np.ndarray:
@@ -220,7 +225,10 @@ class SwapAttention:
 
     @property
     def swap_mass(self) -> np.ndarray:
-        """The query's attention on all swappable units (keys ``0..t-1`` or the blocks), [B, L, H]."""
+        """The query's attention on all swappable units (keys ``0..t-1`` but ``exclude``, or the blocks),
+        [B, L, H]."""
+        if self.blocks is None and self.exclude:
+            return np.delete(self.d, list(self.exclude), axis=-1).sum(-1)
         return self.d.sum(-1)
 
 
@@ -347,6 +355,56 @@ def _resolve_blocks(blocks: BlockSpec, t: int) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def _resolve_exclude(exclude_keys: Sequence[int], t: int) -> tuple[int, ...]:
+    """Sorted distinct excluded key positions, each in ``[0, t)`` (module doc, Excluded keys)."""
+    try:
+        keys = [int(k) for k in exclude_keys]
+        if any(isinstance(k, bool) or int(k) != k for k in exclude_keys):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise PosymError(f"exclude_keys must be key positions (integers), got {exclude_keys!r}") from None
+    bad = [k for k in keys if not 0 <= k < t]
+    if bad:
+        raise PosymError(f"excluded key {bad[0]} lies outside the keys [0, {t}) before the query at position {t}")
+    return tuple(sorted(set(keys)))
+
+
+def _token_pairs(t: int, exclude: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The swapped key pairs [S, 2] (``triu_indices`` order, pairs touching an excluded key dropped) and
+    the boolean selection of them among all ``C(t, 2)`` swaps (None when nothing is excluded)."""
+    pairs = torch.triu_indices(t, t, 1).T.numpy()
+    if not exclude:
+        return pairs, None
+    keep = ~np.isin(pairs, exclude).any(1)
+    if not keep.any():
+        raise PosymError(f"excluding keys {list(exclude)} leaves fewer than two keys to swap before the query "
+                         f"at position {t}")
+    return pairs[keep], keep
+
+
+def _excluded_blocks(blocks: BlockSpec, t: int, exclude: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """:func:`_resolve_blocks` with excluded keys: ``blocks=m`` splits the keys after an excluded prefix
+    ``0..K-1`` (other exclusions are refused); an explicit block holding an excluded key is refused."""
+    if not exclude:
+        return _resolve_blocks(blocks, t)
+    if isinstance(blocks, (int, np.integer)):
+        k = len(exclude)
+        if exclude != tuple(range(k)):
+            raise PosymError(f"blocks={int(blocks)} with excluded keys {list(exclude)}: only an excluded prefix "
+                             "0..K-1 can be split around; give explicit blocks")
+        if not 2 <= int(blocks) <= t - k:
+            raise PosymError(f"blocks={int(blocks)}: need 2 <= blocks <= {t - k} (the keys before the query "
+                             f"at position {t} after the {k} excluded)")
+        out = _resolve_blocks(int(blocks), t - k)
+        return tuple((a + k, b + k) for a, b in out)
+    out = _resolve_blocks(blocks, t)
+    for a, b in out:
+        hit = [k for k in exclude if a <= k < b]
+        if hit:
+            raise PosymError(f"block ({a}, {b}) holds the excluded key {hit[0]}; leave excluded keys out of the blocks")
+    return out
+
+
 def _block_pairs(blocks: tuple[tuple[int, int], ...]) -> np.ndarray:
     """Index pairs (a, b), a < b, of blocks with equal length; PosymError if none."""
     lens = [b - a for a, b in blocks]
@@ -398,22 +456,26 @@ def position_content_logits(ad: RopeAdapter, q: Tensor, k: Tensor, t: int, layer
     return m
 
 
-def _token_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> dict[int, tuple]:
-    """Per layer: (D [B,H,t], D'_i, D'_j [B,H,S], entropy [B,H]) for all token swaps, all float64."""
+def _token_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
+                      keep: np.ndarray | None = None) -> Iterator[tuple]:
+    """Per layer, one at a time: (D [B,H,t], D'_i, D'_j [B,H,S], entropy [B,H]) for the token swaps
+    (all of them, or those selected by ``keep`` [C(t, 2)] bool), all float64."""
     qs, ks = _capture_truncated(ad, ids, t, layers)
-    out = {}
+    sel = None if keep is None else torch.as_tensor(keep, device=ids.device)
     for l in layers:
         m = position_content_logits(ad, qs[l], ks[l], t, l)  # [B, H, t+1, t+1]
         lg, dp_i, dp_j = token_swaps(m, t)
+        del m
+        if sel is not None:
+            dp_i, dp_j = dp_i[..., sel], dp_j[..., sel]
         p = torch.log_softmax(lg, dim=-1).exp()
         fl = _flusher(qs[l].dtype)
-        out[l] = (fl(p[..., :t]), fl(dp_i), fl(dp_j), attention_entropy(p))
-    return out
+        yield fl(p[..., :t]), fl(dp_i), fl(dp_j), attention_entropy(p)
 
 
 def _block_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
-                      blocks: tuple[tuple[int, int], ...], pairs: np.ndarray) -> dict[int, tuple]:
-    """Per layer: (d [B,H,m], d'_a, d'_b [B,H,P], entropy [B,H]) for all equal-length block swaps."""
+                      blocks: tuple[tuple[int, int], ...], pairs: np.ndarray) -> Iterator[tuple]:
+    """Per layer, one at a time: (d [B,H,m], d'_a, d'_b [B,H,P], entropy [B,H]) for all equal-length block swaps."""
     qs, ks = _capture_truncated(ad, ids, t, layers)
     dev = ids.device
     nb = len(blocks)
@@ -433,7 +495,6 @@ def _block_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
     ar_p = torch.arange(len(pairs), device=dev)
     excl[ar_p, torch.as_tensor(pa, device=dev)] = True
     excl[ar_p, torch.as_tensor(pb, device=dev)] = True
-    out = {}
     for l in layers:
         m = position_content_logits(ad, qs[l], ks[l], t, l)
         lg = torch.diagonal(m, dim1=-2, dim2=-1)  # [B, H, t+1]
@@ -450,8 +511,7 @@ def _block_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
             new_b[..., sel] = torch.logsumexp(m[..., rows_b, rows_a], dim=-1)
         den = lse(rest, new_a, new_b)
         fl = _flusher(qs[l].dtype)
-        out[l] = (fl(d), fl((new_a - den).exp()), fl((new_b - den).exp()), attention_entropy(logp.exp()))
-    return out
+        yield fl(d), fl((new_a - den).exp()), fl((new_b - den).exp()), attention_entropy(logp.exp())
 
 
 # ================================================================================================
@@ -509,64 +569,93 @@ def _rerun_layer(ad: RopeAdapter, ids: Tensor, hidden: Tensor, perms: Tensor, la
     return rows.permute(0, 2, 1, 3)
 
 
-def _token_swaps_reference(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], chunk_size: int) -> dict[int, tuple]:
-    """Literal re-run of every token swap; same outputs as :func:`_token_swaps_fast`."""
-    I, J = (x.tolist() for x in torch.triu_indices(t, t, 1))
+def _token_swaps_reference(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], pairs: np.ndarray,
+                           chunk_size: int) -> Iterator[tuple]:
+    """Literal re-run of the token swaps ``pairs`` [S, 2]; same outputs as :func:`_token_swaps_fast`."""
+    I, J = pairs[:, 0].tolist(), pairs[:, 1].tolist()
     ar = np.arange(len(I))
-    perms = token_perms(ids.shape[1], t, ids.device)
+    perms = swap_perms(ids.shape[1], [([i], [j]) for i, j in zip(I, J)], ids.device)
     hidden, att = _reference_base(ad, ids, t, layers)
-    out = {}
     for l in layers:
-        rows = _rerun_layer(ad, ids, hidden[l], perms, l, t, chunk_size)  # [B, H, S, t+1]
+        rows = _rerun_layer(ad, ids, hidden.pop(l), perms, l, t, chunk_size)  # [B, H, S, t+1]
         p = att[l]
-        out[l] = (p[..., :t], rows[..., ar, I], rows[..., ar, J], attention_entropy(p))
-    return out
+        yield p[..., :t], rows[..., ar, I], rows[..., ar, J], attention_entropy(p)
 
 
 def _block_swaps_reference(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
-                           blocks: tuple[tuple[int, int], ...], pairs: np.ndarray, chunk_size: int) -> dict[int, tuple]:
+                           blocks: tuple[tuple[int, int], ...], pairs: np.ndarray, chunk_size: int) -> Iterator[tuple]:
     """Literal re-run of every (equal-length) block swap; same outputs as :func:`_block_swaps_fast`."""
     T = ids.shape[1]
     rng = [range(a, b) for a, b in blocks]
     perms = swap_perms(T, [(list(rng[a]), list(rng[b])) for a, b in pairs], ids.device)
     hidden, att = _reference_base(ad, ids, t, layers)
-    out = {}
     for l in layers:
-        rows = _rerun_layer(ad, ids, hidden[l], perms, l, t, chunk_size)  # [B, H, P, t+1]
+        rows = _rerun_layer(ad, ids, hidden.pop(l), perms, l, t, chunk_size)  # [B, H, P, t+1]
         dp_a = torch.stack([rows[..., s, blocks[a][0]:blocks[a][1]].sum(-1) for s, (a, _) in enumerate(pairs)], -1)
         dp_b = torch.stack([rows[..., s, blocks[b][0]:blocks[b][1]].sum(-1) for s, (_, b) in enumerate(pairs)], -1)
         p = att[l]
         d = torch.stack([p[..., a:b].sum(-1) for a, b in blocks], -1)
-        out[l] = (d, dp_a, dp_b, attention_entropy(p))
-    return out
+        yield d, dp_a, dp_b, attention_entropy(p)
 
 
 # ================================================================================================
 # drivers
 # ================================================================================================
-def _swap_attention(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], method: str, blocks, batch_size: int,
-                    chunk_size: int) -> SwapAttention:
-    """Batched over prompts: the raw (D, D') arrays for one query position ``t``."""
+def _units(t: int, blocks, exclude_keys: Sequence[int]) -> tuple:
+    """``(exclude, blocks or None, pairs [S, 2], keep)`` for the query at ``t`` (module doc)."""
+    excl = _resolve_exclude(exclude_keys, t)
     if blocks is not None:
-        bl = _resolve_blocks(blocks, t)
-        pairs = _block_pairs(bl)
-    else:
-        bl = None
-        pairs = torch.triu_indices(t, t, 1).T.numpy()
+        bl = _excluded_blocks(blocks, t, excl)
+        return excl, bl, _block_pairs(bl), None
+    pairs, keep = _token_pairs(t, excl)
+    return excl, None, pairs, keep
+
+
+def _swap_layers(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], method: str, units: tuple,
+                 chunk_size: int) -> Iterator[tuple]:
+    """One batch of prompts: the raw (D, D'_i, D'_j, entropy) tensors of each layer in turn."""
+    _, bl, pairs, keep = units
+    if bl is None:
+        return (_token_swaps_fast(ad, ids, t, layers, keep) if method == "fast"
+                else _token_swaps_reference(ad, ids, t, layers, pairs, chunk_size))
+    return (_block_swaps_fast(ad, ids, t, layers, bl, pairs) if method == "fast"
+            else _block_swaps_reference(ad, ids, t, layers, bl, pairs, chunk_size))
+
+
+def _swap_attention(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], method: str, blocks, batch_size: int,
+                    chunk_size: int, exclude_keys: Sequence[int] = ()) -> SwapAttention:
+    """Batched over prompts: the raw (D, D') arrays for one query position ``t`` (all kept: O(B·L·H·S))."""
+    units = _units(t, blocks, exclude_keys)
     parts = []
     with eval_mode(ad.model), torch.no_grad():
         for s in range(0, ids.shape[0], batch_size):
-            chunk = ids[s:s + batch_size]
-            if bl is None:
-                res = (_token_swaps_fast(ad, chunk, t, layers) if method == "fast"
-                       else _token_swaps_reference(ad, chunk, t, layers, chunk_size))
-            else:
-                res = (_block_swaps_fast(ad, chunk, t, layers, bl, pairs) if method == "fast"
-                       else _block_swaps_reference(ad, chunk, t, layers, bl, pairs, chunk_size))
-            parts.append([np.stack([res[l][c].cpu().numpy() for l in layers], axis=1) for c in range(4)])
+            res = [tuple(x.cpu().numpy() for x in r)
+                   for r in _swap_layers(ad, ids[s:s + batch_size], t, layers, method, units, chunk_size)]
+            parts.append([np.stack([r[c] for r in res], axis=1) for c in range(4)])
     d, dp_i, dp_j, ent = (np.concatenate([p[c] for p in parts]) for c in range(4))
-    return SwapAttention(d=d, pairs=pairs, dp_i=dp_i, dp_j=dp_j, entropy=ent, layers=tuple(layers), query_pos=t,
-                         blocks=bl)
+    return SwapAttention(d=d, pairs=units[2], dp_i=dp_i, dp_j=dp_j, entropy=ent, layers=tuple(layers), query_pos=t,
+                         blocks=units[1], exclude=units[0])
+
+
+def _reduced_scores(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], method: str, blocks, batch_size: int,
+                    chunk_size: int, exclude_keys: Sequence[int], taus: tuple[float, ...], cosine: str,
+                    centred: bool, out: tuple[np.ndarray, ...]) -> tuple:
+    """Scores of prompts ``ids`` (one query position ``t``) written into ``out`` = (s_pos, s_sym, entropy,
+    swap_mass) [B, L, ...], reduced per batch and per layer as they come: peak memory
+    O(batch_size · H · t²), whatever the number of prompts and layers. Returns the units used."""
+    units = _units(t, blocks, exclude_keys)
+    with eval_mode(ad.model), torch.no_grad():
+        for s in range(0, ids.shape[0], batch_size):
+            rows = slice(s, s + batch_size)
+            for li, r in enumerate(_swap_layers(ad, ids[rows], t, layers, method, units, chunk_size)):
+                d, dp_i, dp_j, ent = (x.cpu().numpy()[:, None] for x in r)
+                sw = SwapAttention(d=d, pairs=units[2], dp_i=dp_i, dp_j=dp_j, entropy=ent, layers=(layers[li],),
+                                   query_pos=t, blocks=units[1], exclude=units[0])
+                sp, ss = sw.scores(taus, cosine, centred)
+                out[0][rows, li], out[1][rows, li] = sp[:, 0], ss[:, 0]
+                out[2][rows, li], out[3][rows, li] = ent[:, 0], sw.swap_mass[:, 0]
+                del sw, d, dp_i, dp_j, r
+    return units
 
 
 def vocab_size(model) -> int | None:
@@ -589,14 +678,13 @@ def check_vocab(model, ids: Tensor) -> None:
                          f"(0..{n - 1}); score prompts of the model's own vocabulary")
 
 
-def _prepare(model, input_ids, layers, method):
-    ad = get_adapter(model)
+def _prepare(ad: RopeAdapter, input_ids, layers, method):
     ids = as_ids(input_ids, ad, min_len=3)
     check_vocab(ad, ids)
     layers = ad.check_layers(layers)
     if method == "reference":
         _check_eager(ad)
-    return ad, ids, layers
+    return ids, layers
 
 
 def _check_sizes(batch_size: int, chunk_size: int) -> None:
@@ -605,35 +693,41 @@ def _check_sizes(batch_size: int, chunk_size: int) -> None:
 
 
 def _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_size, chunk_size,
-            cosine: str = DEFAULT_COSINE, centred: bool = False) -> HeadScores:
+            cosine: str = DEFAULT_COSINE, centred: bool = False, exclude_keys: Sequence[int] = ()) -> HeadScores:
     taus = _taus(taus)
     centred = _check_centred(centred, cosine)
     _check_sizes(batch_size, chunk_size)
-    ad, ids, layers = _prepare(model, input_ids, layers, method)
-    B, T = ids.shape
-    qp = query_positions(query_pos, B, T)
-    L, H, K = len(layers), ad.n_heads, len(taus)
-    s_pos = np.empty((B, L, H, K))
-    s_sym = np.empty((B, L, H, K))
-    ent = np.empty((B, L, H))
-    mass = np.empty((B, L, H))
-    used_blocks = {}
-    for t in np.unique(qp):
-        idx = np.nonzero(qp == t)[0]
-        sw = _swap_attention(ad, ids[torch.as_tensor(idx, device=ids.device)], int(t), layers, method, blocks,
-                             int(batch_size), int(chunk_size))
-        sp, ss = sw.scores(taus, cosine, centred)
-        s_pos[idx], s_sym[idx], ent[idx], mass[idx] = sp, ss, sw.entropy, sw.swap_mass
-        if sw.blocks is not None:
-            used_blocks[int(t)] = sw.blocks
+    ad = get_adapter(model)
+    with ad.covering(ids_length(input_ids)):
+        ids, layers = _prepare(ad, input_ids, layers, method)
+        B, T = ids.shape
+        qp = query_positions(query_pos, B, T)
+        for t in np.unique(qp):  # every check before any work
+            _units(int(t), blocks, exclude_keys)
+        L, H, K = len(layers), ad.n_heads, len(taus)
+        s_pos = np.empty((B, L, H, K))
+        s_sym = np.empty((B, L, H, K))
+        ent = np.empty((B, L, H))
+        mass = np.empty((B, L, H))
+        used_blocks = {}
+        excl = ()
+        for t in np.unique(qp):
+            idx = np.nonzero(qp == t)[0]
+            part = tuple(np.empty((len(idx),) + a.shape[1:]) for a in (s_pos, s_sym, ent, mass))
+            units = _reduced_scores(ad, ids[torch.as_tensor(idx, device=ids.device)], int(t), layers, method, blocks,
+                                    int(batch_size), int(chunk_size), exclude_keys, taus, cosine, centred, part)
+            s_pos[idx], s_sym[idx], ent[idx], mass[idx] = part
+            excl = units[0]
+            if units[1] is not None:
+                used_blocks[int(t)] = units[1]
     return HeadScores(s_pos=s_pos, s_sym=s_sym, entropy=ent, taus=taus, layers=tuple(layers), query_pos=qp,
                       kind="token" if blocks is None else "block", method=method, blocks=used_blocks,
-                      swap_mass=mass, cosine=cosine, centred=centred)
+                      swap_mass=mass, cosine=cosine, centred=centred, exclude_keys=excl)
 
 
 def scores_fast(model, input_ids, taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
                 layers: Sequence[int] | None = None, batch_size: int = 64, cosine: str = DEFAULT_COSINE,
-                centred: bool = False) -> HeadScores:
+                centred: bool = False, exclude_keys: Sequence[int] = ()) -> HeadScores:
     """Positional/symbolic scores of every head by the fast exact path (SPEC §3, "Fast exact path").
 
     model: HF GPT-J / Llama-style / GPT-NeoX causal LM (or a :class:`RopeAdapter`); any attention
@@ -642,17 +736,23 @@ def scores_fast(model, input_ids, taus: float | Sequence[float] = (DEFAULT_TAU,)
     one int per prompt (multi-query variant: attention truncated to ``[0..t]``, swaps inside
     ``[0, t)``). layers: subset of layers (default all). cosine: ``"torch"`` (the authors') or
     ``"exact"`` (module doc). centred: cosines on attention minus the mass-matched uniform row
-    (module doc, Centred scores; default off = Paper B). One forward pass per ``batch_size`` prompts.
+    (module doc, Centred scores; default off = Paper B). exclude_keys: key positions never swapped
+    (module doc, Excluded keys; default none = SPEC §3). One forward pass per ``batch_size`` prompts.
     Returns :class:`HeadScores` (s_pos, s_sym [B, L, H, n_tau], entropy [B, L, H]). Equals
     :func:`scores_reference` to float tolerance. The model's training mode is restored afterwards.
-    Memory per layer is O(batch_size · H · t²) float64 (lower ``batch_size`` for long prompts).
+    Prompts longer than a GPT-J's rotary table are scored with the table extended for the call
+    (module doc, Long prompts). Peak memory is O(batch_size · H · t²) float64 beyond the
+    O(B · L · H) results (each batch and layer is reduced as it comes; lower ``batch_size`` for long
+    prompts).
     """
-    return _scores(model, input_ids, taus, query_pos, layers, "fast", None, batch_size, 1, cosine, centred)
+    return _scores(model, input_ids, taus, query_pos, layers, "fast", None, batch_size, 1, cosine, centred,
+                   exclude_keys)
 
 
 def scores_reference(model, input_ids, taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
                      layers: Sequence[int] | None = None, batch_size: int = 64, chunk_size: int = 2048,
-                     cosine: str = DEFAULT_COSINE, centred: bool = False) -> HeadScores:
+                     cosine: str = DEFAULT_COSINE, centred: bool = False,
+                     exclude_keys: Sequence[int] = ()) -> HeadScores:
     """Positional/symbolic scores by the literal re-run (SPEC §3 steps 1–5; the slow reference).
 
     Same arguments and result as :func:`scores_fast`. For every layer ``ℓ`` all ``C(t, 2)`` swapped
@@ -660,60 +760,71 @@ def scores_reference(model, input_ids, taus: float | Sequence[float] = (DEFAULT_
     forward; layers ``> ℓ`` are skipped). Needs eager attention (PosymError otherwise).
     """
     return _scores(model, input_ids, taus, query_pos, layers, "reference", None, batch_size, chunk_size, cosine,
-                   centred)
+                   centred, exclude_keys)
 
 
 def scores_blocks_fast(model, input_ids, blocks: BlockSpec = DEFAULT_BLOCKS, taus: float | Sequence[float] = (DEFAULT_TAU,),
                        query_pos=None, *, layers: Sequence[int] | None = None, batch_size: int = 64,
-                       cosine: str = DEFAULT_COSINE, centred: bool = False) -> HeadScores:
+                       cosine: str = DEFAULT_COSINE, centred: bool = False,
+                       exclude_keys: Sequence[int] = ()) -> HeadScores:
     """Block scores (Paper B's LLM version, SPEC §3 last paragraph) by the fast exact path.
 
     ``blocks``: number of contiguous blocks over keys ``0..t-1`` (default 16; sizes as equal as
     possible) or explicit edges ``[e0, ..., ek]`` / ``(start, stop)`` pairs. ``d_b`` = the query's
     attention mass on block ``b``; swapping two equal-length blocks exchanges their hidden states
     wholesale; unequal-length pairs are not swapped (module doc). Same formulas on ``(d_a, d_b)``.
+    ``exclude_keys``: with ``blocks=m`` an excluded prefix ``0..K-1`` is left out and the ``m`` blocks
+    split keys ``K..t-1``; an explicit block holding an excluded key is an error (module doc).
     Other arguments and the result as :func:`scores_fast` (``kind="block"``, ``blocks`` recorded).
     """
-    return _scores(model, input_ids, taus, query_pos, layers, "fast", blocks, batch_size, 1, cosine, centred)
+    return _scores(model, input_ids, taus, query_pos, layers, "fast", blocks, batch_size, 1, cosine, centred,
+                   exclude_keys)
 
 
 def scores_blocks_reference(model, input_ids, blocks: BlockSpec = DEFAULT_BLOCKS,
                             taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
                             layers: Sequence[int] | None = None, batch_size: int = 64,
                             chunk_size: int = 2048, cosine: str = DEFAULT_COSINE,
-                            centred: bool = False) -> HeadScores:
+                            centred: bool = False, exclude_keys: Sequence[int] = ()) -> HeadScores:
     """Block scores by the literal re-run (reference for :func:`scores_blocks_fast`); eager attention only."""
     return _scores(model, input_ids, taus, query_pos, layers, "reference", blocks, batch_size, chunk_size, cosine,
-                   centred)
+                   centred, exclude_keys)
 
 
 def swap_attention(model, input_ids, query_pos: int | None = None, *, blocks: BlockSpec | None = None,
                    layers: Sequence[int] | None = None, method: str = "fast", batch_size: int = 64,
-                   chunk_size: int = 2048) -> SwapAttention:
+                   chunk_size: int = 2048, exclude_keys: Sequence[int] = ()) -> SwapAttention:
     """The raw attention before/after every swap for one common query position (SPEC §3 steps 1–2).
 
     Returns :class:`SwapAttention` (``d`` [B, L, H, m], ``dp_i``/``dp_j`` [B, L, H, S], ``pairs``
     [S, 2], ``entropy``); ``blocks=None`` gives token swaps. ``method``: ``"fast"`` | ``"reference"``.
+    ``exclude_keys``: as :func:`scores_fast` (``d`` still holds every key; ``pairs`` skip them).
+    Every prompt's and layer's per-swap arrays are kept (O(B · L · H · S)); :func:`scores_fast`
+    reduces them as it goes.
     """
     if method not in ("fast", "reference"):
         raise PosymError(f"method must be 'fast' or 'reference', got {method!r}")
     _check_sizes(batch_size, chunk_size)
-    ad, ids, layers = _prepare(model, input_ids, layers, method)
-    qp = query_positions(query_pos, ids.shape[0], ids.shape[1])
-    if len(np.unique(qp)) != 1:
-        raise PosymError("swap_attention needs one query position for all prompts (use scores_fast for several)")
-    return _swap_attention(ad, ids, int(qp[0]), layers, method, blocks, int(batch_size), int(chunk_size))
+    ad = get_adapter(model)
+    with ad.covering(ids_length(input_ids)):
+        ids, layers = _prepare(ad, input_ids, layers, method)
+        qp = query_positions(query_pos, ids.shape[0], ids.shape[1])
+        if len(np.unique(qp)) != 1:
+            raise PosymError("swap_attention needs one query position for all prompts (use scores_fast for several)")
+        return _swap_attention(ad, ids, int(qp[0]), layers, method, blocks, int(batch_size), int(chunk_size),
+                               exclude_keys)
 
 
 def head_scores(model, input_ids, taus: float | Sequence[float] = (DEFAULT_TAU,), query_pos=None, *,
                 blocks: BlockSpec | None = None, method: str = "fast", layers: Sequence[int] | None = None,
                 batch_size: int = 64, chunk_size: int = 2048, cosine: str = DEFAULT_COSINE,
-                centred: bool = False) -> HeadScores:
+                centred: bool = False, exclude_keys: Sequence[int] = ()) -> HeadScores:
     """Dispatch to the four score functions: token (``blocks=None``) or block scores, ``method``
     ``"fast"`` (default) or ``"reference"`` (SPEC §3)."""
     if method not in ("fast", "reference"):
         raise PosymError(f"method must be 'fast' or 'reference', got {method!r}")
-    return _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_size, chunk_size, cosine, centred)
+    return _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_size, chunk_size, cosine, centred,
+                   exclude_keys)
 
 
 __all__ = [
@@ -734,5 +845,6 @@ __all__ = [
     "swap_attention",
     "head_scores",
     "check_vocab",
+    "parse_swap_exclude",
     "vocab_size",
 ]

@@ -12,8 +12,8 @@ order, ``S = t(t-1)/2`` swaps), the query's attention on ``i`` and ``j`` after e
   of block ``ℓ`` (position ids kept); the caller reads what it needs (attention weights, q/k) from the
   forward, which it stops right after block ``ℓ`` (:meth:`RopeAdapter.run`, :meth:`RopeAdapter.capture`).
 
-Also the argument checks both callers share (:func:`as_ids`, :func:`query_positions`,
-:func:`query_position`, :func:`positive_int`).
+Also the argument checks both callers share (:func:`as_ids`, :func:`ids_length`, :func:`query_positions`,
+:func:`query_position`, :func:`positive_int`) and :func:`parse_swap_exclude` (the ``--swap-exclude`` forms).
 """
 
 from __future__ import annotations
@@ -151,6 +151,51 @@ def as_ids(input_ids: Any, ad: RopeAdapter, min_len: int = 1) -> Tensor:
     return ids
 
 
+def ids_length(input_ids: Any) -> int:
+    """The length ``T`` (last axis) of prompts given as :func:`as_ids` takes them, before any check
+    (0 when it cannot tell; :func:`as_ids` then names the problem)."""
+    if hasattr(input_ids, "input_ids") and not isinstance(input_ids, (Tensor, np.ndarray)):
+        input_ids = input_ids.input_ids
+    try:
+        shape = input_ids.shape if isinstance(input_ids, (Tensor, np.ndarray)) else np.shape(input_ids)
+    except (TypeError, ValueError):
+        return 0
+    return int(shape[-1]) if len(shape) else 0
+
+
+#: The ``--swap-exclude`` forms (:func:`parse_swap_exclude`).
+SWAP_EXCLUDE_FORMS = "none | bos | first:K"
+
+
+def parse_swap_exclude(spec: str, ids: Any = None) -> tuple[int, ...]:
+    """Key positions kept out of the swaps from a CLI form: ``none`` -> (), ``bos`` -> (0,) (the start
+    token), ``first:K`` -> (0, ..., K-1) (posym's addition to SPEC §3 for real LLMs' attention sinks).
+
+    ``ids`` (optional, prompts [B, T] or one prompt [T]): the keys must leave at least two swappable keys
+    before the last position (PosymError otherwise).
+    """
+    text = str(spec).strip().lower()
+    if text == "none":
+        keys: tuple[int, ...] = ()
+    elif text == "bos":
+        keys = (0,)
+    elif text.startswith("first:"):
+        try:
+            k = int(text.split(":", 1)[1])
+        except ValueError:
+            k = -1
+        if k < 1:
+            raise PosymError(f"--swap-exclude {spec!r}: first:K needs a positive integer K")
+        keys = tuple(range(k))
+    else:
+        raise PosymError(f"unknown --swap-exclude {spec!r}; use {SWAP_EXCLUDE_FORMS}")
+    if ids is not None and keys:
+        T = ids_length(ids)
+        if T - 1 - len(keys) < 2:
+            raise PosymError(f"--swap-exclude {spec!r} leaves fewer than two keys to swap in prompts of {T} tokens")
+    return keys
+
+
 def query_positions(query_pos: Any, B: int, T: int, min_t: int = 2) -> np.ndarray:
     """Query position of each of ``B`` prompts of length ``T`` -> int64 [B].
 
@@ -187,9 +232,12 @@ def positive_int(value: Any, name: str) -> int:
 
 
 __all__ = [
+    "SWAP_EXCLUDE_FORMS",
     "as_ids",
     "block_inputs",
+    "ids_length",
     "lse",
+    "parse_swap_exclude",
     "positive_int",
     "query_position",
     "query_positions",

@@ -23,15 +23,18 @@ COLUMNS = ["step", "layer", "head", "tau", "s_pos", "s_sym", "entropy", "swap_ma
 
 def score_table(model: torch.nn.Module, input_ids: np.ndarray | torch.Tensor, taus: Sequence[float] = (DEFAULT_TAU,),
                 step: int | None = None, per_prompt: bool = False, batch_size: int = 64,
-                blocks=None) -> pd.DataFrame:
+                blocks=None, exclude_keys: Sequence[int] = ()) -> pd.DataFrame:
     """Fast-path scores of every head as a tidy table; ``step`` (if given) becomes the first column.
 
-    input_ids [P, n]; ``blocks``: None for token swaps, else Paper B's blocks (a count or edges).
+    input_ids [P, n]; ``blocks``: None for token swaps, else Paper B's blocks (a count or edges);
+    ``exclude_keys``: key positions kept out of the swaps (docs/spec.md §3; default none = SPEC §3).
     Runs without gradients and without touching the global RNG (eval mode, restored).
     """
     with torch.no_grad():
-        res = (scores_fast(model, input_ids, taus=taus, batch_size=batch_size) if blocks is None else
-               scores_blocks_fast(model, input_ids, blocks=blocks, taus=taus, batch_size=batch_size))
+        res = (scores_fast(model, input_ids, taus=taus, batch_size=batch_size, exclude_keys=exclude_keys)
+               if blocks is None else
+               scores_blocks_fast(model, input_ids, blocks=blocks, taus=taus, batch_size=batch_size,
+                                  exclude_keys=exclude_keys))
     df = res.to_frame(mean_over_prompts=not per_prompt)
     if step is not None:
         df.insert(0, "step", step)

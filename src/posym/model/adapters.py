@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from posym.errors import PosymError
 from posym.model import rope
 from posym.model.families import FAMILIES, Family
-from posym.model.gptj import rotary_table
+from posym.model.gptj import positions_extended, rotary_table
 
 Positions = Tensor | Sequence[int] | int
 
@@ -217,6 +217,14 @@ class RopeAdapter:
             raise PosymError(f"sequence length {ids.shape[1]} exceeds the model's {mp} positions")
         return ids.to(self.device, torch.long)
 
+    @contextmanager
+    def covering(self, n_positions: int) -> Iterator["RopeAdapter"]:
+        """Context manager: the model accepts ``n_positions`` tokens for the duration (RoPE needs no
+        learned positions). GPT-J rebuilds its rotary table and restores it exactly on exit
+        (:func:`posym.model.gptj.positions_extended`); families computing the rotary on the fly need
+        nothing; a family whose rotary depends on a length cap keeps :meth:`check_ids`' error."""
+        yield self
+
     def run(self, ids: Tensor, *, stop_after: int | None = None, output_attentions: bool = False) -> Any:
         """One eval-mode forward ``model(input_ids=ids, use_cache=False)`` with the hooks currently registered.
 
@@ -380,6 +388,14 @@ class GPTJAdapter(RopeAdapter):
     @property
     def max_positions(self) -> int:
         return int(self._table().shape[0])
+
+    @contextmanager
+    def covering(self, n_positions: int) -> Iterator["RopeAdapter"]:
+        if n_positions <= self.max_positions:
+            yield self
+            return
+        with positions_extended(self.model, int(n_positions)):
+            yield self
 
     @property
     def blocks(self):

@@ -228,5 +228,22 @@ def extend_positions(model: torch.nn.Module, n_positions: int) -> torch.nn.Modul
     return model
 
 
+@contextmanager
+def positions_extended(model: torch.nn.Module, n_positions: int) -> Iterator[torch.nn.Module]:
+    """Context manager: :func:`extend_positions` for the duration, then every rotary table, its
+    module's ``max_positions`` and ``config.n_positions`` restored exactly (the same tensors)."""
+    saved = [(m, m.embed_positions, getattr(m, "max_positions", None)) for m in model.modules()
+             if isinstance(getattr(m, "embed_positions", None), torch.Tensor)]
+    n_config = model.config.n_positions
+    try:
+        yield extend_positions(model, n_positions)
+    finally:
+        for module, table, max_pos in saved:
+            module.embed_positions = table
+            if max_pos is not None:
+                module.max_positions = max_pos
+        model.config.n_positions = n_config
+
+
 __all__ = ["HF_CONFIG", "HF_WEIGHTS", "PRESETS", "model_config", "build_model", "save_model", "load_model",
-           "checkpoint_model_type", "load_pretrained", "extend_positions"]
+           "checkpoint_model_type", "load_pretrained", "extend_positions", "positions_extended"]

@@ -120,6 +120,8 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, out: 
         index=["layer_type", "depth"], columns="prompt_set", values=["median_s_pos", "median_s_sym"])
     kept = (f"heads with block_mass >= {min_mass:g}" if min_mass > 0 else "all heads (--min-mass 0)")
     text = "\n".join([f"model: {title}",
+                      f"swap-exclude: {table.attrs['meta'].get('swap_exclude', 'none')} (keys kept out of the swaps; "
+                      "docs/spec.md §3)",
                       f"median over {kept}, per layer:", med.round(3).to_string(),
                       "medians by layer type and depth:", grid.round(3).to_string(),
                       "summary (1st/2nd: first/second half of the layers; kept: heads in the medians):",

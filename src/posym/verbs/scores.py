@@ -57,31 +57,34 @@ def check_targets(targets: list[tuple[int | None, Path]], task: str) -> None:
 
 
 def _score_targets(targets: list[tuple[int | None, Path]], task: str, ids, taus: Sequence[float], per_prompt: bool,
-                   progress: bool, device: str) -> pd.DataFrame:
+                   progress: bool, device: str, swap_exclude: str = "none") -> pd.DataFrame:
     """One block of rows per (step, model folder); a ``step`` column unless the only step is None."""
     from tqdm.auto import tqdm
 
+    from posym.heads.swaps import parse_swap_exclude
     from posym.runs.resolve import resolve_model
 
     if str(device).startswith("cuda") and not torch.cuda.is_available():
         raise PosymError("--device cuda requested but CUDA is not available")
+    exclude = parse_swap_exclude(swap_exclude, ids)
     check_targets(targets, task)
     frames = []
     for step, p in tqdm(targets, desc="scoring checkpoints", disable=not progress or len(targets) == 1):
         model, _, _ = resolve_model(p, task=task, device=device, any_family=True)
-        frames.append(score_table(model, ids, taus, step=step, per_prompt=per_prompt))
+        frames.append(score_table(model, ids, taus, step=step, per_prompt=per_prompt, exclude_keys=exclude))
     return pd.concat(frames, ignore_index=True)
 
 
 def score_checkpoints(path: str | os.PathLike, task: str | None = None, prompts: str | os.PathLike | None = None,
                       n_prompts: int = 512, taus: Sequence[float] = (DEFAULT_TAU,), per_prompt: bool = False,
                       steps: Sequence[int] | None = None, seed: int = 0, progress: bool = True,
-                      device: str = "cpu") -> pd.DataFrame:
+                      device: str = "cpu", swap_exclude: str = "none") -> pd.DataFrame:
     """Scores of every checkpoint of a run directory (one block of rows per ``step``), or of one HF
     checkpoint directory of any supported RoPE family (GPT-J, Llama, Gemma, ...; docs/models.md; no
     ``step`` column). Prompts: a JSONL file, else the first
     ``n_prompts`` validation prompts of the task (the set head tracking uses). ``device``: where the
-    models run (e.g. "cuda"); scores are float32/float64 on every device."""
+    models run (e.g. "cuda"); scores are float32/float64 on every device. ``swap_exclude``: keys kept
+    out of the swaps, ``none`` (SPEC §3) | ``bos`` | ``first:K`` (docs/spec.md §3)."""
     path = Path(path)
     if not path.is_dir():
         raise PosymError(f"no such run or model directory: {path}" if not path.exists() else f"{path} is not a folder")
@@ -96,13 +99,13 @@ def score_checkpoints(path: str | os.PathLike, task: str | None = None, prompts:
     if task is None:
         raise PosymError(f"cannot tell the task of {path}: pass --task number|letter")
     return _score_targets(targets, task, _prompt_ids(task, prompts, n_prompts, seed), taus, per_prompt, progress,
-                          device)
+                          device, swap_exclude)
 
 
 def score_series(folders: Sequence[str | os.PathLike], task: str | None = None,
                  prompts: str | os.PathLike | None = None, n_prompts: int = 512,
                  taus: Sequence[float] = (DEFAULT_TAU,), per_prompt: bool = False, steps: Sequence[int] | None = None,
-                 seed: int = 0, progress: bool = True, device: str = "cpu") -> pd.DataFrame:
+                 seed: int = 0, progress: bool = True, device: str = "cpu", swap_exclude: str = "none") -> pd.DataFrame:
     """Scores of every checkpoint of a series (:func:`posym.runs.layout.checkpoint_series`: the
     ``checkpoint-N/`` folders of an HF ``Trainer`` run, or a list of model folders), any supported
     family, as one tidy table with a ``step`` column — the ``scores.csv`` that ``posym dynamics`` turns
@@ -117,7 +120,7 @@ def score_series(folders: Sequence[str | os.PathLike], task: str | None = None,
     if task is None:
         raise PosymError("cannot tell the task of the series: pass --task number|letter")
     return _score_targets(series, task, _prompt_ids(task, prompts, n_prompts, seed), taus, per_prompt, progress,
-                          device)
+                          device, swap_exclude)
 
 
 def _sequence_model(model: str | os.PathLike, text: bool, device: str):
@@ -251,6 +254,7 @@ def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.P
                 f"swap exclusion: {kwargs.get('swap_exclude') or 'none'}")
     text = (last[cols].groupby(["layer", "head", "tau"]).mean().round(3).to_string()
             + f"\nwrote {len(df)} rows{steps} to {out}" + (f"\n{note}" if note else ""))
+    text += f"\nswap-exclude: {kwargs.get('swap_exclude', 'none')} (keys kept out of the swaps; docs/spec.md §3)"
     text += f"\n{READ_POINTER}"
     return VerbResult(df, outputs.written, text)
 

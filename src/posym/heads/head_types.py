@@ -1,0 +1,230 @@
+"""Head types side by side: positional/symbolic scores joined with the classic detectors
+(docs/spec.md, "Classic head detectors and per-prompt readings").
+
+* :func:`join_head_types` — one row per (layer, head): the scores table (s_POS, s_SYM, entropy, swap
+  or block mass, ...), the detector scores of :func:`posym.heads.detectors.detector_scores`, the
+  per-prompt fractions of :func:`posym.heads.prompt_readings.per_prompt_kinds` (optional) and two
+  labels:
+
+  - ``classic_type`` (:func:`classic_types`): ``sink`` when ``first_token >= 0.5`` (most of the
+    attention on the start token); else the detector with the highest score among previous_token,
+    induction, duplicate_token (ties in that order) when it is ``>= 0.5`` (most of the attention on
+    that detector's targets, on the ``rows="target"`` scale); else ``none``;
+  - ``posym_type`` (:func:`posym_types`): ``uninformative`` when the mass on the swapped keys/blocks
+    is below ``min_mass`` (the score is read on almost nothing); ``diffuse`` when both scores are
+    ``>= 1 − γ`` (the (1, 1) corner of uniform attention) or the normalised entropy is
+    ``>= max_entropy``; else SPEC §3's purity rule: ``positional`` / ``symbolic``, or ``mixed``.
+
+* :func:`type_correlations` — per detector, Spearman's ρ across heads between the detector score and
+  ``s_SYM − s_POS`` (+1: the detector's heads read symbolic), with a percentile bootstrap 95 %
+  interval over heads and a two-sided permutation p-value (the detector column shuffled against the
+  scores ``n_null`` times; ``p = (1 + #{|ρ_null| >= |ρ|}) / (1 + n_null)``).
+* :func:`contingency` — counts of classic type × posym type.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from posym.checks import check_gamma, check_int, check_positive_int
+from posym.errors import PosymError
+from posym.heads.detectors import DETECTORS
+from posym.heads.dynamics import classify
+from posym.heads.llm_heads import check_min_mass
+from posym.heads.reading import MIN_MASS
+
+#: Classic types, in table order (``none``: no detector reaches the threshold).
+CLASSIC_TYPES: tuple[str, ...] = ("previous_token", "induction", "duplicate_token", "sink", "none")
+#: posym types, in table order.
+POSYM_TYPES: tuple[str, ...] = ("positional", "symbolic", "mixed", "diffuse", "uninformative")
+#: A head is a sink when at least this share of its attention goes to the first token.
+SINK_SHARE = 0.5
+#: A head is of a detector's type when at least this share of its attention goes to the targets.
+CLASSIC_THRESHOLD = 0.5
+#: Normalised attention entropy from which a head reads ``diffuse``.
+DIFFUSE_ENTROPY = 0.9
+#: The pattern detectors that name a classic type, in tie-break order.
+_PATTERN_TYPES = ("previous_token", "induction", "duplicate_token")
+_KEYS = ["layer", "head"]
+
+
+def _share(v: Any, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 <= float(v) <= 1:
+        raise PosymError(f"{name} must be a number in [0, 1], got {v!r}")
+    return float(v)
+
+
+def _need(table: pd.DataFrame, cols: Any, what: str) -> None:
+    missing = [c for c in cols if c not in table.columns]
+    if missing:
+        raise PosymError(f"{what} lacks column(s) {missing}")
+
+
+def _one_row_per_head(table: pd.DataFrame, what: str) -> None:
+    if table.duplicated(_KEYS).any():
+        raise PosymError(f"{what} has several rows per (layer, head); select one τ / prompt set first")
+
+
+def mass_column(table: pd.DataFrame) -> str:
+    """The mass column of a scores table: ``swap_mass`` (token scores) or ``block_mass`` (``llm heads``)."""
+    for c in ("swap_mass", "block_mass"):
+        if c in table.columns:
+            return c
+    raise PosymError("the scores table has no swap_mass or block_mass column")
+
+
+def classic_types(detectors: pd.DataFrame, *, sink_share: float = SINK_SHARE,
+                  threshold: float = CLASSIC_THRESHOLD) -> np.ndarray:
+    """The ``classic_type`` of each row of a detector table (module doc) -> object array."""
+    _need(detectors, DETECTORS, "the detector table")
+    sink_share, threshold = _share(sink_share, "sink_share"), _share(threshold, "threshold")
+    scores = detectors[list(_PATTERN_TYPES)].to_numpy(float)
+    filled = np.where(np.isnan(scores), -np.inf, scores)
+    best = filled.argmax(1)  # first maximum: the tie-break order
+    top = filled[np.arange(len(filled)), best]
+    out = np.where(top >= threshold, np.asarray(_PATTERN_TYPES, dtype=object)[best], "none").astype(object)
+    out[detectors["first_token"].to_numpy(float) >= sink_share] = "sink"
+    return out
+
+
+def posym_types(table: pd.DataFrame, *, gamma: float = 0.1, min_mass: float = MIN_MASS,
+                max_entropy: float | None = DIFFUSE_ENTROPY) -> np.ndarray:
+    """The ``posym_type`` of each row of a scores table (module doc) -> object array.
+
+    Needs ``s_pos, s_sym``; ``entropy`` when ``max_entropy`` is set; the mass column when
+    ``min_mass > 0``. A row with a NaN score (no swap) is ``uninformative``.
+    """
+    gamma, min_mass = check_gamma(gamma), check_min_mass(min_mass)
+    _need(table, ["s_pos", "s_sym"], "the scores table")
+    sp, ss = table["s_pos"].to_numpy(float), table["s_sym"].to_numpy(float)
+    out = classify(sp, ss, gamma)
+    diffuse = (sp >= 1 - gamma) & (ss >= 1 - gamma)
+    if max_entropy is not None:
+        max_entropy = _share(max_entropy, "max_entropy")
+        _need(table, ["entropy"], "the scores table")
+        diffuse |= table["entropy"].to_numpy(float) >= max_entropy
+    out[diffuse] = "diffuse"
+    silent = np.isnan(sp) | np.isnan(ss)
+    if min_mass > 0:
+        silent |= ~(table[mass_column(table)].to_numpy(float) >= min_mass)
+    out[silent] = "uninformative"
+    return out
+
+
+def join_head_types(scores_table: pd.DataFrame, detectors: pd.DataFrame, readings: pd.DataFrame | None = None, *,
+                    gamma: float = 0.1, min_mass: float = MIN_MASS, max_entropy: float | None = DIFFUSE_ENTROPY,
+                    sink_share: float = SINK_SHARE, threshold: float = CLASSIC_THRESHOLD) -> pd.DataFrame:
+    """One row per (layer, head): scores, detector scores, per-prompt fractions and the two labels.
+
+    scores_table: one τ (and prompt set) of :meth:`HeadScores.to_frame` or of ``posym llm heads``'
+    table (``layer, head, s_pos, s_sym, entropy`` and ``swap_mass`` or ``block_mass``).
+    detectors: :func:`posym.heads.detectors.detector_scores`. readings (optional):
+    :func:`posym.heads.prompt_readings.per_prompt_kinds`; its ``frac_*`` columns (and intervals) are
+    added. Heads missing from the detector table are an error. Columns: the scores table's, the
+    detector columns, the ``frac_*`` columns, ``classic_type``, ``posym_type`` (module doc for the
+    rules); sorted by layer and head.
+    """
+    _need(scores_table, _KEYS + ["s_pos", "s_sym"], "the scores table")
+    _need(detectors, _KEYS + list(DETECTORS), "the detector table")
+    _one_row_per_head(scores_table, "the scores table")
+    _one_row_per_head(detectors, "the detector table")
+    det_cols = [c for c in detectors.columns if c not in _KEYS and c not in scores_table.columns]
+    out = scores_table.merge(detectors[_KEYS + det_cols], on=_KEYS, how="left", validate="one_to_one")
+    if out[list(DETECTORS)].isna().all(axis=1).any():
+        miss = out.loc[out[list(DETECTORS)].isna().all(axis=1), _KEYS].head(3).to_dict("records")
+        raise PosymError(f"the detector table lacks heads of the scores table (e.g. {miss}); "
+                         f"run the detectors on the same model and layers")
+    if readings is not None:
+        _need(readings, _KEYS, "the readings table")
+        _one_row_per_head(readings, "the readings table")
+        frac = [c for c in readings.columns if c.startswith("frac_")]
+        if not frac:
+            raise PosymError("the readings table has no frac_* column (use per_prompt_kinds)")
+        out = out.merge(readings[_KEYS + frac], on=_KEYS, how="left", validate="one_to_one")
+    out["classic_type"] = classic_types(out, sink_share=sink_share, threshold=threshold)
+    out["posym_type"] = posym_types(out, gamma=gamma, min_mass=min_mass, max_entropy=max_entropy)
+    return out.sort_values(_KEYS, kind="stable").reset_index(drop=True)
+
+
+def _spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman ρ of each row pair of x, y [R, n] (average ranks for ties; NaN when a row is constant)."""
+    rx = pd.DataFrame(x).rank(axis=1).to_numpy()
+    ry = pd.DataFrame(y).rank(axis=1).to_numpy()
+    rx = rx - rx.mean(1, keepdims=True)
+    ry = ry - ry.mean(1, keepdims=True)
+    den = np.sqrt((rx ** 2).sum(1) * (ry ** 2).sum(1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (rx * ry).sum(1) / np.where(den > 0, den, 1.0), np.nan)
+
+
+def spearman(x: Any, y: Any) -> float:
+    """Spearman's rank correlation of two equal-length vectors (average ranks for ties)."""
+    return float(_spearman_rows(np.asarray(x, float)[None], np.asarray(y, float)[None])[0])
+
+
+def type_correlations(join: pd.DataFrame, *, n_boot: int = 1000, n_null: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Spearman ρ of each detector with ``s_SYM − s_POS`` across heads, bootstrap 95 % interval over
+    heads and a permutation p-value (module doc).
+
+    join: :func:`join_head_types` (filter it first, e.g. to informative heads). Rows with a NaN
+    detector or score are left out. Columns ``detector, n_heads, rho, rho_lo, rho_hi, p_value,
+    n_boot, n_null``, one row per detector present (``sink`` included when the join has it).
+    """
+    _need(join, ["s_pos", "s_sym"], "the join")
+    n_boot, n_null = check_positive_int(n_boot, "n_boot"), check_positive_int(n_null, "n_null")
+    rng = np.random.default_rng(check_int(seed, "seed"))
+    rows = []
+    for d in [c for c in (*DETECTORS, "sink") if c in join.columns]:
+        x = join[d].to_numpy(float)
+        y = (join["s_sym"] - join["s_pos"]).to_numpy(float)
+        ok = ~(np.isnan(x) | np.isnan(y))
+        x, y = x[ok], y[ok]
+        n = len(x)
+        rho = spearman(x, y) if n >= 2 else float("nan")
+        lo = hi = p = float("nan")
+        if n >= 3 and not np.isnan(rho):
+            idx = rng.integers(0, n, size=(n_boot, n))
+            boot = _spearman_rows(x[idx], y[idx])
+            lo, hi = np.nanquantile(boot, [0.025, 0.975]) if np.isfinite(boot).any() else (np.nan, np.nan)
+            perm = np.argsort(rng.random((n_null, n)), axis=1)
+            null = _spearman_rows(np.broadcast_to(x, (n_null, n)), y[perm])
+            p = (1 + int((np.abs(null) >= abs(rho) - 1e-12).sum())) / (1 + n_null)
+        rows.append({"detector": d, "n_heads": n, "rho": rho, "rho_lo": float(lo), "rho_hi": float(hi),
+                     "p_value": p, "n_boot": n_boot, "n_null": n_null})
+    return pd.DataFrame(rows, columns=["detector", "n_heads", "rho", "rho_lo", "rho_hi", "p_value", "n_boot", "n_null"])
+
+
+def contingency(join: pd.DataFrame) -> pd.DataFrame:
+    """Counts of heads by classic type (rows, :data:`CLASSIC_TYPES` order) × posym type (columns,
+    :data:`POSYM_TYPES` order), every type present (zeros included), with ``total`` row and column."""
+    _need(join, ["classic_type", "posym_type"], "the join")
+    unknown = (set(join["classic_type"]) - set(CLASSIC_TYPES)) | (set(join["posym_type"]) - set(POSYM_TYPES))
+    if unknown:
+        raise PosymError(f"unknown head type(s) {sorted(map(str, unknown))} in the join")
+    tab = pd.crosstab(pd.Categorical(join["classic_type"], categories=CLASSIC_TYPES),
+                      pd.Categorical(join["posym_type"], categories=POSYM_TYPES), dropna=False)
+    tab = tab.reindex(index=list(CLASSIC_TYPES), columns=list(POSYM_TYPES), fill_value=0).astype(np.int64)
+    tab["total"] = tab.sum(axis=1)
+    tab.loc["total"] = tab.sum(axis=0)
+    tab.index.name, tab.columns.name = "classic_type", "posym_type"
+    return tab
+
+
+__all__ = [
+    "CLASSIC_THRESHOLD",
+    "CLASSIC_TYPES",
+    "DIFFUSE_ENTROPY",
+    "POSYM_TYPES",
+    "SINK_SHARE",
+    "classic_types",
+    "contingency",
+    "join_head_types",
+    "mass_column",
+    "posym_types",
+    "spearman",
+    "type_correlations",
+]

@@ -1,0 +1,96 @@
+"""The positional–symbolic plane coloured by classic head type (docs/spec.md, "Classic head detectors
+and per-prompt readings"; our drawing).
+
+:func:`plot_head_type_plane` draws the table of :func:`posym.heads.head_types.join_head_types`: s_POS
+on x, s_SYM on y, one marker per head coloured and shaped by its ``classic_type`` (legend with counts); heads whose
+``posym_type`` is ``uninformative`` (too little attention on the swapped keys) are drawn hollow. The
+title says what was measured: :func:`head_type_caption` builds it from the model, prompts, τ and
+key exclusion. Save with :func:`posym.report.figures.save_figure`.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
+import pandas as pd
+
+from posym.errors import PosymError
+from posym.heads.head_types import CLASSIC_TYPES
+
+#: Colour of each classic type (colour-blind-safe Okabe–Ito; ``none`` grey, drawn first).
+TYPE_COLOURS = {"previous_token": "#0072B2", "induction": "#D55E00", "duplicate_token": "#009E73",
+                "sink": "#CC79A7", "none": "#BBBBBB"}
+#: Marker of each classic type (distinct shapes, so heads stacked in one corner stay apart).
+TYPE_MARKERS = {"previous_token": "s", "induction": "^", "duplicate_token": "D", "sink": "o", "none": "o"}
+#: Drawing order: the common, unspecific types first, the detector types on top.
+DRAW_ORDER = ("none", "sink", "duplicate_token", "induction", "previous_token")
+TYPE_LABELS = {"previous_token": "previous-token", "induction": "induction", "duplicate_token": "duplicate-token",
+               "sink": "sink (first token)", "none": "none"}
+
+
+def head_type_caption(model: str | None = None, prompts: str | None = None, tau: float | None = None,
+                      exclude: str | None = None) -> str:
+    """A caption-like title: ``"<model> · prompts: <prompts> · τ = <tau> · swaps exclude: <exclude>"``
+    (the parts given)."""
+    parts = [str(model)] if model else []
+    if prompts:
+        parts.append(f"prompts: {prompts}")
+    if tau is not None:
+        parts.append(f"τ = {tau:g}")
+    if exclude is not None:
+        parts.append(f"swaps exclude: {exclude or 'none'}")
+    return " · ".join(parts)
+
+
+def plot_head_type_plane(join: pd.DataFrame, ax: plt.Axes | None = None, title: str | None = None, *,
+                         model: str | None = None, prompts: str | None = None, tau: float | None = None,
+                         exclude: str | None = None) -> plt.Figure:
+    """s_POS vs s_SYM of every head, coloured by classic type (module doc).
+
+    ``join``: columns ``s_pos, s_sym, classic_type`` (``posym_type`` optional). ``title``: the title;
+    without it, :func:`head_type_caption` of ``model``, ``prompts``, ``tau``, ``exclude``.
+    """
+    missing = {"s_pos", "s_sym", "classic_type"} - set(join.columns)
+    if missing:
+        raise PosymError(f"the head-type join lacks column(s) {sorted(missing)}")
+    if join.empty:
+        raise PosymError("empty head-type join")
+    unknown = set(join["classic_type"]) - set(CLASSIC_TYPES)
+    if unknown:
+        raise PosymError(f"unknown classic type(s) {sorted(map(str, unknown))}")
+    fig, ax = (plt.subplots(figsize=(6.6, 5.4), layout="constrained") if ax is None else (ax.figure, ax))
+    lo = -1.03 if join[["s_pos", "s_sym"]].min().min() < 0 else -0.03
+    silent = (join["posym_type"] == "uninformative") if "posym_type" in join else pd.Series(False, index=join.index)
+    handles = []
+    for z, kind in enumerate(DRAW_ORDER):
+        sel = join["classic_type"] == kind
+        n = int(sel.sum())
+        if not n:
+            continue
+        c, mk = TYPE_COLOURS[kind], TYPE_MARKERS[kind]
+        for hollow in (False, True):
+            g = join[sel & (silent == hollow)]
+            if len(g):
+                ax.scatter(g["s_pos"], g["s_sym"], s=34, marker=mk, facecolors="none" if hollow else c, edgecolors=c,
+                           linewidths=1.0 if hollow else 0.3, alpha=0.85, zorder=2 + z)
+        handles.append(Line2D([], [], ls="", marker=mk, ms=7, mfc=c, mec=c, label=f"{TYPE_LABELS[kind]} ({n})"))
+    if silent.any():
+        handles.append(Line2D([], [], ls="", marker="o", ms=7, mfc="none", mec="k",
+                              label=f"hollow: too little swap mass ({int(silent.sum())})"))
+    ax.plot([0, 1], [1, 0], color="grey", lw=0.6, ls=":", zorder=1)
+    ax.set(xlim=(lo, 1.03), ylim=(lo, 1.03), aspect="equal")
+    ax.set_xlabel("s_POS (attention stays at the position)", fontsize=10)
+    ax.set_ylabel("s_SYM (attention follows the content)", fontsize=10)
+    ax.tick_params(labelsize=9)
+    ax.legend(handles=handles, title="classic type (heads)", fontsize=9, title_fontsize=9, loc="center left",
+              bbox_to_anchor=(1.02, 0.5), frameon=False)
+    text = title if title is not None else head_type_caption(model, prompts, tau, exclude)
+    if text:
+        ax.set_title(text, fontsize=10, wrap=True)
+    return fig
+
+
+__all__ = ["DRAW_ORDER", "TYPE_COLOURS", "TYPE_MARKERS", "head_type_caption", "plot_head_type_plane"]
