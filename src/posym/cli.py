@@ -446,8 +446,6 @@ def build_parser() -> argparse.ArgumentParser:
                           "a JSON list or ids separated by spaces; lengths may differ")
     sc.add_argument("--blocks", type=_bounded_int(2, "blocks"), default=None,
                     help="with --text/--ids: swap N contiguous blocks (Paper B's LLM version) instead of tokens")
-    sc.add_argument("--swap-exclude", default="none", metavar="none|bos|first:K",
-                    help="keys kept out of the swaps (bos: the start token; default none = SPEC §3)")
     sc.add_argument("--batch-size", type=positive_int, default=64,
                     help="with --text/--ids: sequences per forward (memory grows with batch x length^2)")
     sc.add_argument("--n", type=positive_int, default=512, help="validation prompts when --prompts is not given")
@@ -608,7 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
     ht.add_argument("--prompts", type=str_list(("all", *sources)), default=list(sources),
                     help="prompt sources: repeated (random sequences repeated twice), binding, number, letter "
                          "(posym llm heads' sets), a comma list or all (default: all)")
-    ht.add_argument("--swap-exclude", default="bos", metavar="bos|none|first:K",
+    ht.add_argument("--swap-exclude", default="bos", metavar="none|bos|first:K",
                     help="keys kept out of the swaps (default bos: the start token, real LLMs' attention sink; "
                          "none = SPEC §3 exactly)")
     ht.add_argument("--n", type=positive_int, default=32, help="prompts per source")

@@ -250,8 +250,7 @@ def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.P
         n = int(df["prompt"].nunique()) if "prompt" in df else int(df["n_prompts"].iloc[0])
         blocks = kwargs.get("blocks")
         note = (f"{n} sequences of {kwargs.get('text') or kwargs.get('ids')}, "
-                f"{f'{blocks} blocks' if blocks else 'token swaps'}, "
-                f"swap exclusion: {kwargs.get('swap_exclude') or 'none'}")
+                f"{f'{blocks} blocks' if blocks else 'token swaps'}")
     text = (last[cols].groupby(["layer", "head", "tau"]).mean().round(3).to_string()
             + f"\nwrote {len(df)} rows{steps} to {out}" + (f"\n{note}" if note else ""))
     text += f"\nswap-exclude: {kwargs.get('swap_exclude', 'none')} (keys kept out of the swaps; docs/spec.md §3)"
