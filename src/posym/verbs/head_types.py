@@ -243,7 +243,8 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
     outputs.csv(corr_t, out / layout.HEAD_TYPES_CORRELATIONS)
     outputs.csv(cont_t, out / layout.HEAD_TYPES_CONTINGENCY)
     outputs.json(meta, out / layout.HEAD_TYPES_JSON)
-    outputs.figure(plot_head_type_planes(table, title=f"{label} (swap exclusion: {swap_exclude})"), stem)
+    outputs.figure(plot_head_type_planes(table, title=f"{label} (swap exclusion: {swap_exclude})",
+                                        ncols=2 if len(sources) > 2 else None), stem)
 
     # ---- the printed summary (narrow)
     excl = f"{swap_exclude} (keys {', '.join(map(str, exclude))})" if exclude else "none (SPEC §3: every key)"
