@@ -32,7 +32,7 @@ DET = _det([
     (0, 0, 0.95, 0.01, 0.02, 0.05),  # previous-token
     (0, 1, 0.10, 0.20, 0.80, 0.10),  # induction
     (1, 0, 0.10, 0.70, 0.30, 0.05),  # duplicate-token
-    (1, 1, 0.90, 0.00, 0.00, 0.60),  # sink wins over previous-token
+    (1, 1, 0.30, 0.00, 0.00, 0.60),  # sink
     (2, 0, 0.30, 0.20, 0.10, 0.40),  # none
     (2, 1, 0.50, 0.10, 0.50, 0.00),  # tie at the threshold: previous-token first
 ])
@@ -50,7 +50,9 @@ def test_classic_types_rule():
     assert classic_types(DET).tolist() == ["previous_token", "induction", "duplicate_token", "sink", "none",
                                            "previous_token"]
     assert classic_types(DET, threshold=0.9).tolist()[:3] == ["previous_token", "none", "none"]
-    assert classic_types(DET, sink_share=0.7).tolist()[3] == "previous_token"
+    assert classic_types(DET, sink_share=0.7).tolist()[3] == "none"
+    # an induction head resting on the start token where the prompt has no target is an induction head
+    assert classic_types(_det([(0, 0, 0.0, 0.0, 0.8, 0.6)])).tolist() == ["induction"]
 
 
 def test_posym_types_rule():
@@ -86,6 +88,9 @@ def test_join_refuses_bad_tables():
         join_head_types(SCORES, DET.drop(columns="induction"))
     with pytest.raises(PosymError, match="swap_mass or block_mass"):
         join_head_types(SCORES.drop(columns="swap_mass"), DET)
+    with pytest.raises(PosymError, match="no swap mass"):
+        join_head_types(SCORES.assign(swap_mass=np.nan), DET)
+    assert join_head_types(SCORES.assign(swap_mass=np.nan), DET, min_mass=0)["posym_type"].tolist()[3] == "symbolic"
     with pytest.raises(PosymError, match="frac_"):
         join_head_types(SCORES, DET, DET[["layer", "head"]])
 

@@ -94,6 +94,7 @@ def test_prompt_kinds_precedence():
     k = prompt_kinds(np.array([1.0, 1.0, 0.5]), np.array([0.0, 0.0, 0.5]), np.array([0.5, 0.001, 0.001]),
                      min_mass=0.01)
     assert k.tolist() == ["positional", "uninformative", "uninformative"]
+    assert prompt_kinds(np.array([np.nan, 0.0]), np.array([0.0, 1.0])).tolist() == ["uninformative", "symbolic"]
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -140,7 +140,8 @@ def detector_scores(model, input_ids, *, layers: Sequence[int] | None = None, ba
     rows: ``"target"`` (default, a perfect head scores 1) or ``"all"`` (TransformerLens's score).
     Returns one row per (layer, head) with columns ``layer, head, previous_token, duplicate_token,
     induction, first_token`` (+ ``sink``), averaged over prompts; ``per_prompt=True``: one row per
-    (prompt, layer, head) with a leading ``prompt`` column (``sink`` then 0 or 1).
+    (prompt, layer, head) with a leading ``prompt`` column (``sink`` then 0 or 1). Memory per layer
+    is O(batch_size · H · T²) float64 (lower ``batch_size`` for long prompts).
     """
     eps = check_sink_eps(sink_eps)
     arrays, layers = detector_arrays(model, input_ids, layers=layers, batch_size=batch_size, rows=rows)

@@ -8,7 +8,7 @@ prompts and something else on the rest — per-prompt scores rarely lie strictly
 * ``positional``: ``s_POS >= 1 - γ`` and ``s_SYM <= γ``;
 * ``symbolic``: ``s_SYM >= 1 - γ`` and ``s_POS <= γ``;
 * ``uninformative``: the query's attention on the swapped keys or blocks (``swap_mass``) is below
-  ``min_mass`` — the score is read on almost nothing (checked first);
+  ``min_mass`` — the score is read on almost nothing — or the score is undefined (NaN) (checked first);
 * ``mixed``: everything else (``frac_*`` sum to 1),
 
 with the means of ``s_pos``, ``s_sym``, ``entropy`` and ``swap_mass`` over all prompts, and a
@@ -42,6 +42,7 @@ def prompt_kinds(s_pos: np.ndarray, s_sym: np.ndarray, swap_mass: np.ndarray | N
                  min_mass: float = 0.0) -> np.ndarray:
     """The kind of every entry (module doc): object array of :data:`KINDS`, the shape of ``s_pos``."""
     out = classify(s_pos, s_sym, check_gamma(gamma))
+    out[np.isnan(np.asarray(s_pos, float)) | np.isnan(np.asarray(s_sym, float))] = "uninformative"  # no swap
     if check_min_mass(min_mass) > 0:
         if swap_mass is None:
             raise PosymError("min_mass needs the swap mass of each prompt; these scores carry none")

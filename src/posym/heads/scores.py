@@ -15,10 +15,11 @@ For a prompt of length ``n`` with the query at ``t = n-1`` (or an earlier ``quer
 Two paths compute the same numbers:
 
 * **reference** (:func:`scores_reference`, :func:`scores_blocks_reference`): the literal re-run. A
-  forward pre-hook captures each block's input hidden states; every swapped version is then run
-  through the model with a pre-hook on block ``ℓ`` substituting the swapped hidden states, a hook on
-  the attention module reading its (eager) attention weights, and the forward stopped right after
-  block ``ℓ`` so only layers ``<= ℓ`` run (:mod:`posym.heads.swaps`). Needs ``attn_implementation="eager"``.
+  forward pre-hook captures each block's call (input hidden states, masks, position embeddings);
+  every swapped version of block ``ℓ``'s input is then run through block ``ℓ`` alone (SPEC §3 step 2:
+  re-run layer ``ℓ`` only) with the same masks and positions, a hook on the attention module reading
+  its (eager) attention weights (:func:`posym.heads.swaps.rerun_block`). Needs
+  ``attn_implementation="eager"``.
 * **fast exact** (:func:`scores_fast`, :func:`scores_blocks_fast`): layer norm acts per token and the
   query is never swapped, so a swap only exchanges the pre-rotary keys of ``i`` and ``j`` while
   positions stay fixed. From one forward pass (pre-rotary q, k via :mod:`posym.model.adapters`),
@@ -69,6 +70,20 @@ Choices where SPEC is silent (documented, tested):
   the other, wholesale); pairs of unequal length are skipped and ``α`` runs over the eligible pairs.
   At least one eligible pair is required.
 
+* **Excluded keys** (``exclude_keys``; posym's addition for attention sinks, docs/spec.md §3): key
+  positions never swapped. Their attention stays in the softmax (as keys outside blocks already
+  do); token swaps run over the pairs of the other keys (``pairs`` skips them), ``swap_mass`` and the
+  centred scores' ``N`` count only swappable keys. A head attending only to excluded keys has
+  ``swap_mass ≈ 0`` and, under the torch cosine, scores (0, 0): uninformative. With ``blocks=m`` the
+  excluded keys must be a prefix ``0..K-1`` and the blocks split ``K..t-1``; an explicit block holding
+  an excluded key is an error. Default ``()`` = SPEC §3 exactly.
+* **Long prompts**: a GPT-J's sinusoidal rotary table is rebuilt to the prompt length for the call
+  when the prompts exceed it (:meth:`posym.model.adapters.RopeAdapter.covering`) and restored
+  exactly afterwards; families computing their rotary on the fly need nothing.
+* **Memory**: :func:`scores_fast` and friends reduce each batch of prompts and each layer to scores as
+  they come (peak O(batch_size · H · t²) beyond the O(B · L · H) results); only
+  :func:`swap_attention` returns every raw per-swap array.
+
 Shapes: ``B`` prompts, ``L`` requested layers, ``H`` query heads, ``n_tau`` temperatures.
 """
 
@@ -89,11 +104,11 @@ from posym.heads.swaps import (
     as_ids,
     ids_length,
     parse_swap_exclude,
-    block_inputs,
+    block_calls,
     lse,
     positive_int,
     query_positions,
-    rerun_swapped,
+    rerun_block,
     swap_perms,
     token_swaps,
 )
@@ -121,7 +136,7 @@ class HeadScores:
     ``0..t-1`` (or on the blocks); ``taus`` (n_tau,); ``layers`` (the L model layers, in order);
     ``query_pos`` int [B]; ``kind`` ``"token"`` | ``"block"``; ``method`` ``"fast"`` | ``"reference"``;
     ``cosine`` (module doc); ``blocks``: for block scores, the ``(start, stop)`` blocks used for each
-    query position.
+    query position; ``exclude_keys``: the key positions kept out of the swaps (module doc).
     """
 
     s_pos: np.ndarray
@@ -187,7 +202,8 @@ class SwapAttention:
 
     ``d`` [B, L, H, m]: the query's attention on each unit (key ``0..t-1``, or block) before swapping;
     ``pairs`` int [S, 2]: the swapped unit pairs ``(i, j)``, ``i < j``; ``dp_i``, ``dp_j`` [B, L, H, S]:
-    the attention on units ``i`` and ``j`` after swapping them; ``entropy`` [B, L, H].
+    the attention on units ``i`` and ``j`` after swapping them; ``entropy`` [B, L, H]; ``exclude``: the
+    key positions kept out of the swaps (module doc, Excluded keys; ``d`` still holds them).
     """
 
     d: np.ndarray
@@ -536,37 +552,46 @@ def _check_eager(ad: RopeAdapter) -> None:
 def _attention_rows(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> dict[int, Tensor]:
     """One forward of ids [B, T] stopped after the last of ``layers``: the query's attention [B, H, t+1]
     (float64) in each layer, read from the attention modules' eager weights."""
-    T = ids.shape[1]
-    rows = {}
-
-    def post(l):
-        def hook(module, args, output):
-            w = _attn_weights(output, T)
-            if w is None:
-                raise PosymError("the attention module returned no weights; use attn_implementation='eager'")
-            rows[l] = w[:, :, t, : t + 1].double()
-        return hook
-
+    rows: dict[int, Tensor] = {}
     with hook_handles() as handles:
         for l in layers:
-            handles.append(ad.attention_module(l).register_forward_hook(post(l)))
+            handles.append(ad.attention_module(l).register_forward_hook(_row_hook(rows, l, t, ids.shape[1])))
         ad.run(ids, stop_after=max(layers), output_attentions=True)
     return rows
 
 
+def _row_hook(rows: dict, layer: int, t: int, T: int):
+    """A forward hook on an attention module storing the query's row [B, H, t+1] (float64) in ``rows[layer]``."""
+    def hook(module, args, output):
+        w = _attn_weights(output, T)
+        if w is None:
+            raise PosymError("the attention module returned no weights; use attn_implementation='eager'")
+        rows[layer] = w[:, :, t, : t + 1].double()
+    return hook
+
+
 def _reference_base(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> tuple[dict, dict]:
-    """One unswapped forward: input hidden states [B, T, D] and the query's attention [B, H, t+1] per layer."""
-    with block_inputs(ad, layers) as hidden:
+    """One unswapped forward: each block's call (input hidden states [B, T, D], masks, position
+    embeddings) and the query's attention [B, H, t+1] per layer."""
+    with block_calls(ad, layers) as calls:
         att = _attention_rows(ad, ids, t, layers)
-    return hidden, att
+    return calls, att
 
 
-def _rerun_layer(ad: RopeAdapter, ids: Tensor, hidden: Tensor, perms: Tensor, layer: int, t: int,
+def _rerun_layer(ad: RopeAdapter, ids: Tensor, call: tuple, perms: Tensor, layer: int, t: int,
                  chunk_size: int) -> Tensor:
-    """The query's attention rows after re-running ``layer`` on every swapped copy (perms [S, T]) of every
-    prompt (:func:`posym.heads.swaps.rerun_swapped`): float64 [B, H, S, t+1]."""
-    rows = rerun_swapped(ad, ids, hidden, perms, layer, chunk_size, lambda x: _attention_rows(ad, x, t, [layer])[layer])
-    return rows.permute(0, 2, 1, 3)
+    """The query's attention rows after re-running block ``layer`` alone on every swapped copy (perms
+    [S, T]) of every prompt (:func:`posym.heads.swaps.rerun_block`): float64 [B, H, S, t+1]."""
+    T = ids.shape[1]
+
+    def read(run):
+        rows: dict[int, Tensor] = {}
+        with hook_handles() as handles:
+            handles.append(ad.attention_module(layer).register_forward_hook(_row_hook(rows, layer, t, T)))
+            run()
+        return rows[layer]
+
+    return rerun_block(ad, call, perms, layer, chunk_size, read).permute(0, 2, 1, 3)
 
 
 def _token_swaps_reference(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], pairs: np.ndarray,
@@ -757,7 +782,7 @@ def scores_reference(model, input_ids, taus: float | Sequence[float] = (DEFAULT_
 
     Same arguments and result as :func:`scores_fast`. For every layer ``ℓ`` all ``C(t, 2)`` swapped
     copies of each prompt's layer-``ℓ`` input hidden states are re-run (``chunk_size`` sequences per
-    forward; layers ``> ℓ`` are skipped). Needs eager attention (PosymError otherwise).
+    forward; only block ``ℓ`` re-runs, as SPEC §3 step 2 says). Needs eager attention (PosymError otherwise).
     """
     return _scores(model, input_ids, taus, query_pos, layers, "reference", None, batch_size, chunk_size, cosine,
                    centred, exclude_keys)

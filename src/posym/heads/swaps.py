@@ -87,6 +87,68 @@ def block_inputs(ad: RopeAdapter, layers: Sequence[int]) -> Iterator[dict[int, T
         yield hidden
 
 
+@contextmanager
+def block_calls(ad: RopeAdapter, layers: Sequence[int]) -> Iterator[dict[int, tuple[tuple, dict]]]:
+    """Context manager: pre-hooks on the blocks of ``layers`` store each block's call ``(args, kwargs)``
+    (the input hidden states detached and copied; masks, position embeddings and ids as passed) in the
+    yielded dict, so :func:`rerun_block` can call that block alone; removed on exit."""
+    calls: dict[int, tuple[tuple, dict]] = {}
+
+    def grab(l):
+        def hook(module, args, kwargs):
+            kwargs = dict(kwargs)
+            if args:
+                args = (args[0].detach().clone(),) + tuple(args[1:])
+            else:
+                kwargs["hidden_states"] = kwargs["hidden_states"].detach().clone()
+            calls[l] = (args, kwargs)
+        return hook
+
+    with hook_handles() as handles:
+        for l in layers:
+            handles.append(ad.blocks[l].register_forward_pre_hook(grab(l), with_kwargs=True))
+        yield calls
+
+
+def _batch_rows(x: Any, rows: Tensor, B: int) -> Any:
+    """``x`` with every per-prompt tensor (>= 2-D, first axis ``B``) taken at ``rows``; others as they are."""
+    if isinstance(x, Tensor):
+        return x[rows] if x.ndim >= 2 and x.shape[0] == B else x
+    if isinstance(x, (tuple, list)):
+        return type(x)(_batch_rows(v, rows, B) for v in x)
+    return x
+
+
+def rerun_block(ad: RopeAdapter, call: tuple[tuple, dict], perms: Tensor, layer: int, chunk_size: int,
+                read: Callable[[Callable[[], Any]], Tensor]) -> Tensor:
+    """Re-run block ``layer`` alone on every swapped copy of every prompt (SPEC §3 step 2, literally:
+    swap at the layer input, re-run that layer only).
+
+    ``call``: the block's captured call (:func:`block_calls`) for B prompts, hidden states [B, T, D];
+    perms [S, T] one position permutation per swap (``x'[p] = x[perms[s, p]]``). Copies are built
+    ``chunk_size`` at a time and the block is called with the swapped hidden states and the same
+    masks / position embeddings / ids (taken at each copy's prompt); ``read(run)`` calls ``run()`` (the
+    block's forward) and returns the chunk's rows [c, ...]. The result is [B, S, ...].
+    """
+    args, kwargs = call
+    hidden = args[0] if args else kwargs["hidden_states"]
+    B = hidden.shape[0]
+    S = perms.shape[0]
+    block = ad.blocks[layer]
+    rows = []
+    for n0 in range(0, B * S, chunk_size):
+        flat = torch.arange(n0, min(n0 + chunk_size, B * S), device=hidden.device)
+        b_idx, s_idx = flat // S, flat % S
+        x = hidden[b_idx[:, None], perms[s_idx]]  # [c, T, D] swapped copies
+        kw = {k: _batch_rows(v, b_idx, B) for k, v in kwargs.items()}
+        if args:
+            a = (x,) + tuple(_batch_rows(v, b_idx, B) for v in args[1:])
+        else:
+            a, kw["hidden_states"] = (), x
+        rows.append(read(lambda: block(*a, **kw)))
+    return torch.cat(rows).reshape(B, S, *rows[0].shape[1:])
+
+
 def swap_perms(T: int, swaps: Sequence[tuple[Sequence[int], Sequence[int]]], device) -> Tensor:
     """[S, T] position permutations exchanging positions ``a[k] <-> b[k]`` for each swap ``(a, b)``."""
     perms = torch.arange(T, device=device).repeat(len(swaps), 1)
@@ -234,6 +296,7 @@ def positive_int(value: Any, name: str) -> int:
 __all__ = [
     "SWAP_EXCLUDE_FORMS",
     "as_ids",
+    "block_calls",
     "block_inputs",
     "ids_length",
     "lse",
@@ -241,6 +304,7 @@ __all__ = [
     "positive_int",
     "query_position",
     "query_positions",
+    "rerun_block",
     "rerun_swapped",
     "swap_perms",
     "token_perms",
