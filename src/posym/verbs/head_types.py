@@ -1,5 +1,5 @@
 """``posym head-types``: positional/symbolic scores of every head of a real LLM side by side with the
-classic head detectors (docs/spec.md, "Classic head detectors and per-prompt readings"; docs/llm.md,
+classic head detectors (docs/spec.md §7, "Classic head detectors and per-prompt readings"; docs/llm.md,
 "Head types side by side").
 
 For each prompt source the model's heads are scored (SPEC §3, fast exact path, query = the last token):
@@ -251,7 +251,7 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
     lines = [f"model: {label}",
              f"prompts: {', '.join(sources)}; {n} each; repeated: {rep.shape[1]} tokens",
              f"tau {tau:g}; gamma {gamma:g}; min mass {min_mass:g}; swap exclusion: {excl}",
-             "classic types: detectors on the repeated sequences (docs/spec.md)"]
+             "classic types: detectors on the repeated sequences (docs/spec.md §7)"]
     for s, corr, cont in zip(sources, corrs, conts):
         k = sinks[s]
         lines += [f"{s}: Spearman rho(detector, s_sym - s_pos), 95% bootstrap CI, shuffled-label p",
