@@ -16,10 +16,11 @@ import torch
 from posym.cli import main
 from posym.heads.detectors import detector_scores
 from posym.heads.reading import READ_POINTER
-from posym.heads.scores import scores_fast
+from posym.heads.scores import scores_blocks_fast, scores_fast
+from posym.tasks.llm_prompts import LLMPrompt, group_prompts
 from posym.model import save_model
 from posym.tasks.llm_prompts import ATTRIBUTES, ENTITIES
-from posym.verbs.head_types import head_types, parse_sources, repeated_ids
+from posym.verbs.head_types import head_types, parse_sources, repeated_ids, source_scores
 from family_models import build_family
 from tiny_tokenizer import word_tokenizer
 
@@ -137,3 +138,20 @@ def test_head_types_missing_model_or_tokenizer_one_line(tmp_path, capsys):
 def test_parse_sources():
     assert parse_sources("all") == ("repeated", "binding", "number", "letter")
     assert parse_sources("number,repeated") == ("repeated", "number")
+
+
+def test_block_sources_keep_the_prompts_order(tiny):
+    """Prompts of a set are scored in groups of one (length, blocks) layout and returned in their own
+    order, each as if scored alone, the start token kept out."""
+    _, model, tok = tiny
+    rng = np.random.default_rng(0)
+    layouts = [(10, ((1, 3), (3, 5), (5, 7))), (12, ((2, 4), (4, 6), (6, 8), (8, 10)))]
+    prompts = [LLMPrompt("number", i, "", (1, *rng.integers(4, 40, layouts[i % 2][0] - 1).tolist()),
+                         layouts[i % 2][1], "", -1) for i in range(5)]  # two layouts, interleaved
+    assert len(group_prompts(prompts)) == 2
+    res = source_scores(model, "number", None, prompts, 1e-4, (0,), 2)
+    assert res.s_pos.shape[0] == 5
+    for i, p in enumerate(prompts):
+        one = scores_blocks_fast(model, torch.tensor([p.input_ids]), blocks=list(p.blocks), exclude_keys=(0,))
+        np.testing.assert_allclose(res.s_pos[i], one.s_pos[0], atol=1e-12)
+        np.testing.assert_allclose(res.swap_mass[i], one.swap_mass[0], atol=1e-12)

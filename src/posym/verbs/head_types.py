@@ -25,7 +25,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -33,6 +33,9 @@ import pandas as pd
 from posym.errors import PosymError
 from posym.runs import layout
 from posym.verbs import Outputs, VerbResult, figure_paths
+
+if TYPE_CHECKING:
+    from posym.heads.scores import HeadScores
 
 #: Prompt sources of ``posym head-types`` (module doc), in table order.
 PROMPT_SOURCES: tuple[str, ...] = ("repeated", "binding", "number", "letter")
@@ -78,7 +81,7 @@ def repeated_ids(tokenizer: Any, vocab: int, n: int, length: int, seed: int) -> 
                                      exclude_ids=special)
 
 
-def _concat(parts: Sequence[Any]) -> Any:
+def _concat(parts: Sequence["HeadScores"]) -> "HeadScores":
     """One :class:`posym.heads.scores.HeadScores` of several (prompts stacked in order)."""
     if len(parts) == 1:
         return parts[0]
@@ -92,7 +95,7 @@ def _concat(parts: Sequence[Any]) -> Any:
 
 
 def source_scores(lm: Any, source: str, ids: np.ndarray | None, prompts: Sequence[Any] | None, tau: float,
-                  exclude: tuple[int, ...], batch_size: int) -> Any:
+                  exclude: tuple[int, ...], batch_size: int) -> "HeadScores":
     """Per-prompt scores of one source: token swaps on ``ids`` (``repeated``), else block swaps over the
     exact blocks of ``prompts`` (prompts sharing length and blocks scored together)."""
     import torch
