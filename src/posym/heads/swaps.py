@@ -11,6 +11,9 @@ order, ``S = t(t-1)/2`` swaps), the query's attention on ``i`` and ``j`` after e
   states, then re-run the model on every swapped copy with a pre-hook substituting them at the input
   of block ``ℓ`` (position ids kept); the caller reads what it needs (attention weights, q/k) from the
   forward, which it stops right after block ``ℓ`` (:meth:`RopeAdapter.run`, :meth:`RopeAdapter.capture`).
+  :func:`block_calls` / :func:`rerun_block` instead call block ``ℓ`` alone on each swapped copy with
+  the masks and position embeddings of the unswapped forward (SPEC §3 step 2: re-run layer ``ℓ`` only;
+  the head scores' reference).
 
 Also the argument checks both callers share (:func:`as_ids`, :func:`ids_length`, :func:`query_positions`,
 :func:`query_position`, :func:`positive_int`) and :func:`parse_swap_exclude` (the ``--swap-exclude`` forms).
