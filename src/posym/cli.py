@@ -229,6 +229,17 @@ def _cmd_scores(a):
     target = a.model or a.run_dir
     if sum(map(bool, (a.model, a.run_dir, a.series))) != 1:
         raise PosymError("give exactly one of RUN_DIR, --model MODEL_DIR or --series DIR [DIR ...]")
+    if a.text or a.ids:  # the model's own sequences (docs/llm.md, "Scoring your own sequences")
+        clash = [o for o, v in (("RUN_DIR", a.run_dir), ("--series", a.series), ("--task", a.task),
+                                ("--prompts", a.prompts), ("--steps", a.steps)) if v]
+        if not a.model or clash:
+            raise PosymError(f"--text / --ids score one model: give --model MODEL{f', not {clash[0]}' if clash else ''}")
+        _show(scores(a.model, out=a.out, force=a.force, text=a.text, ids=a.ids, blocks=a.blocks,
+                     taus=a.tau or [1e-4], per_prompt=a.per_prompt, swap_exclude=a.swap_exclude,
+                     batch_size=a.batch_size, device=a.device))
+        return
+    if a.blocks is not None:
+        raise PosymError("--blocks applies to --text / --ids (task prompts are scored with token swaps)")
     _show(scores(target, series=a.series, out=a.out, force=a.force, task=a.task, prompts=a.prompts, n_prompts=a.n,
                  taus=a.tau or [1e-4], per_prompt=a.per_prompt, steps=a.steps, seed=a.seed, device=a.device,
                  swap_exclude=a.swap_exclude))
@@ -291,6 +302,15 @@ def _cmd_llm_heads(a):
                     n_examples=a.n_examples, tau=a.tau, centred=a.centred, min_mass=a.min_mass, out=a.out,
                     device=a.device, dtype=a.dtype, batch_size=a.batch_size, threads=a.threads,
                     progress=not a.quiet, force=a.force, swap_exclude=a.swap_exclude))
+
+
+def _cmd_head_types(a):
+    from posym.verbs.head_types import head_types
+    _show(head_types(a.model, a.gguf, prompts=a.prompts, swap_exclude=a.swap_exclude, n=a.n, length=a.length,
+                     seed=a.seed, tau=a.tau, gamma=a.gamma, min_mass=a.min_mass, n_boot=a.n_boot, n_null=a.n_null,
+                     window_length=a.window_length, n_entities=a.entities, n_examples=a.n_examples,
+                     device=a.device, dtype=a.dtype, batch_size=a.batch_size, threads=a.threads, out=a.out,
+                     force=a.force, progress=not a.quiet))
 
 
 def _cmd_sensitivity(a):
@@ -418,6 +438,16 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--task", default=None, choices=TASK_CHOICES,
                     help="token ids of SPEC §1 (needed for foreign checkpoints)")
     sc.add_argument("--prompts", default=None, help="JSONL prompt file (posym data export); default: validation prompts")
+    own = sc.add_mutually_exclusive_group()
+    own.add_argument("--text", default=None, metavar="FILE",
+                     help="score --model on your own texts: one per line, tokenized with the model's tokenizer")
+    own.add_argument("--ids", default=None, metavar="FILE",
+                     help="score --model on your own token ids (the model's tokenizer): one sequence per line, "
+                          "a JSON list or ids separated by spaces; lengths may differ")
+    sc.add_argument("--blocks", type=_bounded_int(2, "blocks"), default=None,
+                    help="with --text/--ids: swap N contiguous blocks (Paper B's LLM version) instead of tokens")
+    sc.add_argument("--batch-size", type=positive_int, default=64,
+                    help="with --text/--ids: sequences per forward (memory grows with batch x length^2)")
     sc.add_argument("--n", type=positive_int, default=512, help="validation prompts when --prompts is not given")
     sc.add_argument("--seed", type=nonneg_int, default=0, help="data seed of the validation prompts")
     sc.add_argument("--tau", type=positive_float, action="append", help="softmax temperature of the swap weights (repeatable)")
@@ -565,6 +595,41 @@ def build_parser() -> argparse.ArgumentParser:
     lh.add_argument("--quiet", action="store_true", help="no progress bar")
     _force(lh)
     lh.set_defaults(func=_cmd_llm_heads)
+
+    sources = ("repeated", "binding", "number", "letter")  # posym.verbs.head_types.PROMPT_SOURCES
+    ht = sub.add_parser("head-types", help="every head of an LLM typed two ways: s_POS/s_SYM beside the classic "
+                                           "detectors (previous-token, induction, duplicate-token, sink)",
+                        epilog=reading.HOW_TO_READ, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ht.add_argument("--model", default=None,
+                    help="smollm2 (default) | gemma3-270m | an HF model folder with its tokenizer | a .gguf file")
+    ht.add_argument("--gguf", default=None, help="GGUF file inside --model")
+    ht.add_argument("--prompts", type=str_list(("all", *sources)), default=list(sources),
+                    help="prompt sources: repeated (random sequences repeated twice), binding, number, letter "
+                         "(posym llm heads' sets), a comma list or all (default: all)")
+    ht.add_argument("--swap-exclude", default="bos", metavar="none|bos|first:K",
+                    help="keys kept out of the swaps (default bos: the start token, real LLMs' attention sink; "
+                         "none = SPEC §3 exactly)")
+    ht.add_argument("--n", type=positive_int, default=32, help="prompts per source")
+    ht.add_argument("--length", type=positive_int, default=64,
+                    help="tokens of the random sequence each repeated prompt holds twice (1 + 2 x length tokens)")
+    ht.add_argument("--seed", type=nonneg_int, default=0, help="data seed (and of the bootstrap)")
+    ht.add_argument("--tau", type=positive_float, default=1e-4, help="softmax temperature of the swap weights")
+    ht.add_argument("--gamma", type=gamma_type, default=0.1, help="purity tolerance of the readings, in (0, 0.5)")
+    ht.add_argument("--min-mass", type=finite_float, default=reading.MIN_MASS,
+                    help=f"a prompt's reading is uninformative below this swap mass (default {reading.MIN_MASS:g})")
+    ht.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples of the 95%% CIs")
+    ht.add_argument("--n-null", type=positive_int, default=1000, help="shuffles of the null of the correlations")
+    ht.add_argument("--window-length", type=positive_int, default=12, help="target-window length of the 1-hop sets")
+    ht.add_argument("--entities", type=_bounded_int(2, "entities"), default=6, help="facts per binding prompt")
+    ht.add_argument("--n-examples", type=nonneg_int, default=3, help="worked examples in each 1-hop prompt")
+    ht.add_argument("--device", type=device_type, default=None, help="cpu or cuda (default: cuda when available)")
+    ht.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default: fp32 on CPU)")
+    ht.add_argument("--batch-size", type=positive_int, default=8, help="prompts per forward")
+    ht.add_argument("--threads", type=threads_type, default=None, help="torch CPU threads")
+    ht.add_argument("--out", default=None, help="output directory (default: runs/head-types/<model>/)")
+    ht.add_argument("--quiet", action="store_true", help="no progress bar")
+    _force(ht)
+    ht.set_defaults(func=_cmd_head_types)
 
     lg = sub.add_parser("lengthgen", help="accuracy vs added target-window tokens (SPEC §1.4, Fig. 5B)")
     lg.add_argument("run_dir", help="run directory or HF GPT-J checkpoint directory")

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -122,6 +123,91 @@ def score_series(folders: Sequence[str | os.PathLike], task: str | None = None,
                           device, swap_exclude)
 
 
+def _sequence_model(model: str | os.PathLike, text: bool, device: str):
+    """(model, tokenizer or None) for :func:`score_sequences`: a bundled name, a ``.gguf`` file or
+    (``text``) a model folder with its tokenizer through :func:`posym.model.llm.load_llm`; otherwise
+    a model folder of any supported family (no tokenizer needed for token ids)."""
+    from posym.model.llm import BUNDLED, check_llm_model, load_llm
+
+    name = str(model)
+    if text or name in BUNDLED or name.endswith(".gguf"):
+        try:
+            check_llm_model(model)  # a missing folder, a bundled model not installed, no tokenizer: one line
+        except PosymError as exc:
+            if "has no tokenizer" not in str(exc):
+                raise
+            raise PosymError(f"{model} has no tokenizer, and --text is tokenized with the model's own; "
+                             "give token ids with --ids instead") from None
+        return load_llm(model, device=device, dtype="float32")
+    from posym.model.causal_lm import load_causal_lm
+
+    folder = Path(model)
+    if not folder.is_dir():
+        raise PosymError(f"no such model folder: {folder}" if not folder.exists() else f"{folder} is not a folder")
+    return load_causal_lm(folder, device=device), None
+
+
+def score_sequences(model: str | os.PathLike, *, text: str | os.PathLike | None = None,
+                    ids: str | os.PathLike | None = None, blocks: int | None = None,
+                    taus: Sequence[float] = (DEFAULT_TAU,), per_prompt: bool = False, swap_exclude: str = "none",
+                    batch_size: int = 64, device: str = "cpu", progress: bool = True) -> pd.DataFrame:
+    """Scores of every head of a model on a researcher's own sequences (SPEC §3; query = each
+    sequence's last token): ``text`` (one text per line, tokenized with the model's tokenizer, a start
+    token as the tokenizer adds it) or ``ids`` (one sequence of the model's token ids per line;
+    :func:`posym.tasks.sequences.read_id_sequences`). Sequences of one length are scored as one
+    batch, so lengths may differ. ``blocks``: Paper B's block version with that many contiguous
+    blocks over each sequence's keys (default: token swaps). ``swap_exclude``: keys kept out of the
+    swaps (``none``, ``bos``, ``first:K``; :func:`posym.heads.scores.parse_swap_exclude`).
+    ``model``: a model folder (with its tokenizer for ``text``), a ``.gguf`` file or a bundled name.
+    Returns the ``scores.csv`` table (mean over sequences, ``n_prompts``) or, with ``per_prompt``,
+    one row per sequence (``prompt`` = its index among the file's non-blank lines)."""
+    from tqdm.auto import tqdm
+
+    from posym.heads.scores import head_scores, vocab_size
+    from posym.heads.swaps import parse_swap_exclude
+    from posym.tasks.sequences import check_sequences, group_by_length, read_id_sequences, read_text_lines
+
+    parse_swap_exclude(swap_exclude)  # a bad form: one line before anything is read or loaded
+    if (text is None) == (ids is None):
+        raise PosymError("give exactly one of text= (a text file) or ids= (a token-id file)")
+    if blocks is not None and (isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 2):
+        raise PosymError(f"blocks must be an integer >= 2 (blocks to swap), got {blocks!r}")
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise PosymError("--device cuda requested but CUDA is not available")
+    source = str(text if text is not None else ids)
+    seqs = read_id_sequences(ids) if ids is not None else None
+    lines = read_text_lines(text) if text is not None else None
+    if seqs is not None:  # before loading: the folder's config.json bounds the ids
+        cfg = Path(model) / layout.CONFIG_JSON
+        vocab = layout.read_json(cfg).get("vocab_size") if cfg.is_file() else None
+        check_sequences(seqs, vocab if isinstance(vocab, int) else None, source)
+    lm, tok = _sequence_model(model, text is not None, device)
+    if lines is not None:
+        from posym.tasks.sequences import tokenize_texts
+
+        seqs = tokenize_texts(tok, lines)
+    check_sequences(seqs, vocab_size(lm), source)
+    if blocks is not None and min(len(s) for s in seqs) - 1 < 2 * blocks:
+        raise PosymError(f"{source}: a sequence of {min(len(s) for s in seqs)} tokens cannot hold {blocks} blocks "
+                         "of two keys or more; use fewer --blocks")
+    frames = []
+    groups = group_by_length(seqs)
+    for length, idx in tqdm(groups.items(), desc="scoring sequences", disable=not progress or len(groups) == 1):
+        batch = torch.tensor([seqs[i] for i in idx], dtype=torch.long, device=device)
+        with torch.no_grad():
+            res = head_scores(lm, batch, taus, blocks=blocks, batch_size=batch_size,
+                              exclude_keys=parse_swap_exclude(swap_exclude, batch))
+        df = res.to_frame(mean_over_prompts=False)
+        df["prompt"] = np.asarray(idx)[df["prompt"].to_numpy()]
+        frames.append(df)
+    df = pd.concat(frames, ignore_index=True).sort_values(["prompt", "layer", "head", "tau"], ignore_index=True)
+    if per_prompt:
+        return df
+    mean = df.groupby(["layer", "head", "tau"], as_index=False)[["s_pos", "s_sym", "entropy", "swap_mass"]].mean()
+    mean["n_prompts"] = len(seqs)
+    return mean
+
+
 def default_out(path: str | os.PathLike | None = None, series: Sequence[str | os.PathLike] | None = None) -> Path:
     """Where ``posym scores`` writes without ``--out``: ``RUN/scores.csv`` for a posym run directory;
     ``FOLDER/checkpoint_scores.csv`` for a series given as one folder (an HF ``output_dir``, whose
@@ -140,19 +226,31 @@ def default_out(path: str | os.PathLike | None = None, series: Sequence[str | os
 
 def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.PathLike] | None = None,
            out: str | os.PathLike | None = None, force: bool = False, **kwargs) -> VerbResult:
-    """:func:`score_checkpoints` of ``path`` or :func:`score_series` of ``series``, written to ``out``
+    """:func:`score_checkpoints` of ``path``, :func:`score_series` of ``series`` or (``text=`` /
+    ``ids=`` in ``kwargs``) :func:`score_sequences` of the model ``path``, written to ``out``
     (default: :func:`default_out`); the summary is the last step's table."""
     if (path is None) == (series is None):
         raise PosymError("give exactly one of a run/model folder or a series of checkpoint folders")
     series = None if series is None else list(series)
+    own = kwargs.get("text") is not None or kwargs.get("ids") is not None
+    if own and series is not None:
+        raise PosymError("--text / --ids score one model: give --model MODEL, not --series")
     out = Path(out) if out else default_out(path, series)
     outputs = Outputs([out], force).check()
-    df = score_series(series, **kwargs) if series is not None else score_checkpoints(path, **kwargs)
+    if own:
+        df = score_sequences(path, **kwargs)
+    else:
+        df = score_series(series, **kwargs) if series is not None else score_checkpoints(path, **kwargs)
     outputs.csv(df, out)
     last = df[df["step"] == df["step"].max()] if "step" in df else df
     cols = [c for c in ("layer", "head", "tau", "s_pos", "s_sym", "entropy") if c in last]
     steps = f" at {df['step'].nunique()} steps" if "step" in df else ""
-    note = in_progress_note(path, int(df["step"].max()) if "step" in df else None) if path is not None else ""
+    note = in_progress_note(path, int(df["step"].max()) if "step" in df else None) if path is not None and not own else ""
+    if own:
+        n = int(df["prompt"].nunique()) if "prompt" in df else int(df["n_prompts"].iloc[0])
+        blocks = kwargs.get("blocks")
+        note = (f"{n} sequences of {kwargs.get('text') or kwargs.get('ids')}, "
+                f"{f'{blocks} blocks' if blocks else 'token swaps'}")
     text = (last[cols].groupby(["layer", "head", "tau"]).mean().round(3).to_string()
             + f"\nwrote {len(df)} rows{steps} to {out}" + (f"\n{note}" if note else ""))
     text += f"\nswap-exclude: {kwargs.get('swap_exclude', 'none')} (keys kept out of the swaps; docs/spec.md §3)"
@@ -160,4 +258,4 @@ def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.P
     return VerbResult(df, outputs.written, text)
 
 
-__all__ = ["check_targets", "default_out", "score_checkpoints", "score_series", "scores"]
+__all__ = ["check_targets", "default_out", "score_checkpoints", "score_sequences", "score_series", "scores"]

@@ -1,0 +1,271 @@
+"""``posym head-types``: positional/symbolic scores of every head of a real LLM side by side with the
+classic head detectors (docs/spec.md §7, "Classic head detectors and per-prompt readings"; docs/llm.md,
+"Head types side by side").
+
+For each prompt source the model's heads are scored (SPEC §3, fast exact path, query = the last token):
+
+* ``repeated`` — random token sequences repeated twice (``[bos] x x``,
+  :func:`posym.tasks.repeated.repeated_random_sequences`; tokens drawn from the tokenizer's vocabulary
+  without its special tokens), token swaps;
+* ``binding``, ``number``, ``letter`` — the prompt sets of ``posym llm heads``
+  (:mod:`posym.tasks.llm_prompts`), Paper B's block swaps over their exact token blocks.
+
+The classic types come from the detectors (previous-token, duplicate-token, induction, first-token)
+on the repeated sequences — the input their definitions are made for — whatever the prompt source;
+every source's scores are joined with them (:func:`posym.heads.head_types.join_head_types`), with
+per-prompt readings (:func:`posym.heads.prompt_readings.per_prompt_kinds`), Spearman correlations
+with bootstrap CIs and a shuffled-label null, the classic × posym contingency table and the
+(s_POS, s_SYM) plane coloured by classic type. ``swap_exclude`` keeps keys out of the swaps (the start
+token, ``bos``, by default here: real LLMs' attention sinks; docs/llm.md argues it with numbers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from posym.errors import PosymError
+from posym.runs import layout
+from posym.verbs import Outputs, VerbResult, figure_paths
+
+if TYPE_CHECKING:
+    from posym.heads.scores import HeadScores
+
+#: Prompt sources of ``posym head-types`` (module doc), in table order.
+PROMPT_SOURCES: tuple[str, ...] = ("repeated", "binding", "number", "letter")
+#: Default swap exclusion of ``posym head-types`` (real LLMs; docs/llm.md, "Head types side by side").
+DEFAULT_SWAP_EXCLUDE = "bos"
+#: Default length of the random sequence that each ``repeated`` prompt repeats (``1 + 2·64`` tokens).
+DEFAULT_REPEAT_LENGTH = 64
+#: Root of the default output folders: ``runs/head-types/<model>/``.
+HEAD_TYPES_OUT_ROOT = "runs/head-types"
+#: Longest line of the printed summary.
+WIDTH = 100
+
+
+def parse_sources(prompts: str | Sequence[str]) -> tuple[str, ...]:
+    """``"all"`` | a comma list / sequence of :data:`PROMPT_SOURCES` -> the sources in canonical order."""
+    items = prompts.split(",") if isinstance(prompts, str) else list(prompts)
+    items = [str(x).strip() for x in items if str(x).strip()]
+    if items == ["all"]:
+        return PROMPT_SOURCES
+    bad = [x for x in items if x not in PROMPT_SOURCES]
+    if bad or not items:
+        raise PosymError(f"unknown prompt source(s) {bad or items}; choose from all, {', '.join(PROMPT_SOURCES)}")
+    return tuple(s for s in PROMPT_SOURCES if s in items)
+
+
+def head_types_out(model: Any = None, gguf: str | os.PathLike | None = None) -> Path:
+    """Default output folder: ``runs/head-types/<model>/`` (named as ``posym llm heads`` names its own)."""
+    from posym.verbs.llm import heads_out
+
+    return Path(HEAD_TYPES_OUT_ROOT) / heads_out(model, gguf).name
+
+
+def repeated_ids(tokenizer: Any, vocab: int, n: int, length: int, seed: int) -> np.ndarray:
+    """``[n, 1 + 2·length]`` repeated random sequences for a model with ``vocab`` embedding rows: the
+    tokenizer's start token first (when it has one), the other tokens drawn from the ids both the
+    tokenizer and the model know, special tokens left out."""
+    from posym.tasks.repeated import repeated_random_sequences
+
+    size = min(int(vocab), len(tokenizer))
+    bos = tokenizer.bos_token_id
+    special = [int(i) for i in getattr(tokenizer, "all_special_ids", []) if int(i) < size and i != bos]
+    return repeated_random_sequences(size, n, length, seed=seed, bos_id=bos if bos is not None and bos < size else None,
+                                     exclude_ids=special)
+
+
+def _concat(parts: Sequence["HeadScores"]) -> "HeadScores":
+    """One :class:`posym.heads.scores.HeadScores` of several (prompts stacked in order)."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    cat = lambda name: np.concatenate([getattr(p, name) for p in parts])  # noqa: E731
+    blocks = {}
+    for p in parts:
+        blocks.update(p.blocks)
+    return dataclasses.replace(first, s_pos=cat("s_pos"), s_sym=cat("s_sym"), entropy=cat("entropy"),
+                               swap_mass=cat("swap_mass"), query_pos=cat("query_pos"), blocks=blocks)
+
+
+def source_scores(lm: Any, source: str, ids: np.ndarray | None, prompts: Sequence[Any] | None, tau: float,
+                  exclude: tuple[int, ...], batch_size: int) -> "HeadScores":
+    """Per-prompt scores of one source: token swaps on ``ids`` (``repeated``), else block swaps over the
+    exact blocks of ``prompts`` (prompts sharing length and blocks scored together)."""
+    import torch
+
+    from posym.heads.scores import scores_blocks_fast, scores_fast
+    from posym.tasks.llm_prompts import group_prompts
+
+    dev = next(lm.parameters()).device
+    with torch.no_grad():
+        if source == "repeated":
+            return scores_fast(lm, torch.as_tensor(ids, device=dev), tau, batch_size=batch_size, exclude_keys=exclude)
+        parts, order = [], []
+        for (_, blocks), idx in group_prompts(prompts).items():
+            batch = torch.tensor([prompts[i].input_ids for i in idx], device=dev)
+            parts.append(scores_blocks_fast(lm, batch, blocks=list(blocks), taus=tau, batch_size=batch_size,
+                                            exclude_keys=exclude))
+            order.extend(idx)
+    res = _concat(parts)
+    inv = np.argsort(np.asarray(order))  # back to the prompts' own order
+    return dataclasses.replace(res, s_pos=res.s_pos[inv], s_sym=res.s_sym[inv], entropy=res.entropy[inv],
+                               swap_mass=res.swap_mass[inv], query_pos=res.query_pos[inv])
+
+
+def correlations(join: pd.DataFrame, min_mass: float, *, n_boot: int, n_null: int, seed: int) -> pd.DataFrame:
+    """:func:`posym.heads.head_types.type_correlations` over all heads (``heads = "all"``) and over
+    the heads with ``swap_mass >= min_mass`` (``"informative"``: scored on enough attention)."""
+    from posym.heads.head_types import mass_column, type_correlations
+
+    kept = join[join[mass_column(join)] >= min_mass]
+    parts = [type_correlations(j, n_boot=n_boot, n_null=n_null, seed=seed).assign(heads=h)
+             for h, j in (("all", join), ("informative", kept))]
+    out = pd.concat(parts, ignore_index=True)
+    return out[["detector", "heads", *[c for c in out.columns if c not in ("detector", "heads")]]]
+
+
+def _fmt_corr(corr: pd.DataFrame) -> str:
+    t = corr.assign(ci=[f"[{lo:+.2f}, {hi:+.2f}]" for lo, hi in zip(corr["rho_lo"], corr["rho_hi"])])
+    t = t[["detector", "heads", "n_heads", "rho", "ci", "p_value"]].rename(columns={"n_heads": "n", "p_value": "p"})
+    return t.to_string(index=False, formatters={"rho": "{:+.2f}".format, "p": "{:.3g}".format})
+
+
+def sink_counts(join: pd.DataFrame) -> dict[str, int]:
+    """Sink heads (``classic_type == "sink"``) and how many of them read pure symbolic — the reading
+    that the start-token exclusion is for (docs/llm.md)."""
+    sinks = join[join["classic_type"] == "sink"]
+    return {"sink_heads": len(sinks), "sink_pure_symbolic": int((sinks["posym_type"] == "symbolic").sum()),
+            "sink_pure_positional": int((sinks["posym_type"] == "positional").sum())}
+
+
+def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, tokenizer: Any = None,
+               prompts: str | Sequence[str] = PROMPT_SOURCES, swap_exclude: str = DEFAULT_SWAP_EXCLUDE,
+               n: int = 32, length: int = DEFAULT_REPEAT_LENGTH, seed: int = 0, tau: float | None = None,
+               gamma: float = 0.1, min_mass: float | None = None, n_boot: int = 1000, n_null: int = 1000,
+               window_length: int | None = None, n_entities: int | None = None, n_examples: int | None = None,
+               device: str | None = None, dtype: Any = None, batch_size: int = 8, threads: int | None = None,
+               out: str | os.PathLike | None = None, force: bool = False, progress: bool = True) -> VerbResult:
+    """Every head of a real LLM typed two ways, side by side (module doc), written to ``out`` (default
+    :func:`head_types_out`): ``head_types.csv`` (the join: one row per prompt source, layer and head),
+    ``head_types_correlations.csv``, ``head_types_contingency.csv``, ``head_types.json`` (settings,
+    sink counts) and ``figures/head_types_plane.png|pdf``.
+
+    ``model``/``gguf``: as :func:`posym.model.llm.load_llm` (a bundled name, a model folder with its
+    tokenizer, a ``.gguf`` file), or an in-memory HF model with ``tokenizer``. ``prompts``: sources of
+    :data:`PROMPT_SOURCES` (or ``"all"``); ``n`` prompts per source; ``length``: the repeated
+    sequence's length (prompts of ``1 + 2·length`` tokens); ``swap_exclude``: ``bos`` | ``none`` |
+    ``first:K`` (:func:`posym.heads.swaps.parse_swap_exclude`); ``tau``: τ of the swap weights (SPEC
+    §3); ``gamma``: purity tolerance of the per-prompt readings; ``min_mass``: below it a prompt's
+    reading is uninformative; ``n_boot`` / ``n_null``: bootstrap resamples of the CIs and shuffles of
+    the null; ``window_length``, ``n_entities``, ``n_examples``: as ``posym llm heads``.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    from posym.checks import check_gamma
+    from posym.heads.detectors import detector_scores
+    from posym.heads.head_types import contingency, join_head_types
+    from posym.heads.llm_heads import _load, check_min_mass
+    from posym.heads.prompt_readings import per_prompt_kinds
+    from posym.heads.reading import MIN_MASS, READ_POINTER
+    from posym.heads.scores import DEFAULT_TAU, _taus
+    from posym.heads.swaps import parse_swap_exclude, positive_int
+    from posym.report.head_types_panels import plot_head_type_planes
+    from posym.tasks.llm_prompts import DEFAULT_LENGTH, DEFAULT_N_ENTITIES, DEFAULT_N_EXAMPLES, build_prompts
+
+    # ---- every check before any load or write
+    sources = parse_sources(prompts)
+    n, length, batch_size = positive_int(n, "n"), positive_int(length, "length"), positive_int(batch_size, "batch_size")
+    n_boot, n_null = positive_int(n_boot, "n_boot"), positive_int(n_null, "n_null")
+    tau = _taus(DEFAULT_TAU if tau is None else tau)
+    if len(tau) != 1:
+        raise PosymError("head types take one tau")
+    tau = tau[0]
+    gamma = check_gamma(gamma)
+    min_mass = check_min_mass(MIN_MASS if min_mass is None else min_mass)
+    exclude = parse_swap_exclude(swap_exclude, np.zeros((1, 1 + 2 * length), dtype=np.int64))
+    window_length = DEFAULT_LENGTH if window_length is None else positive_int(window_length, "window_length")
+    n_entities = DEFAULT_N_ENTITIES if n_entities is None else positive_int(n_entities, "n_entities")
+    n_examples = DEFAULT_N_EXAMPLES if n_examples is None else int(n_examples)
+    out = Path(out) if out is not None else head_types_out(model, gguf)
+    stem = layout.figure(out, layout.FIG_HEAD_TYPES)
+    names = (layout.HEAD_TYPES, layout.HEAD_TYPES_CORRELATIONS, layout.HEAD_TYPES_CONTINGENCY, layout.HEAD_TYPES_JSON)
+    outputs = Outputs([out / f for f in names] + figure_paths(stem), force).check()
+    if model is None or isinstance(model, (str, os.PathLike)):
+        from posym.model.llm import check_llm_model
+
+        check_llm_model(model, gguf)  # a missing folder or one without a tokenizer: one line, nothing loaded
+    if threads is not None:
+        torch.set_num_threads(positive_int(threads, "threads"))
+    if progress:
+        print(f"head types: output folder {out}{os.sep}", file=sys.stderr, flush=True)
+
+    # ---- inputs
+    lm, tok, label = _load(model, gguf, tokenizer, device, dtype)
+    from posym.heads.scores import vocab_size
+
+    rep = repeated_ids(tok, vocab_size(lm) or len(tok), n, length, seed)
+    built = {s: (None if s == "repeated" else build_prompts(tok, s, n, seed, length=window_length,
+                                                            n_entities=n_entities, n_examples=n_examples))
+             for s in sources}
+
+    # ---- compute: detectors once (on the repeated sequences), then each source's scores and join
+    joins, corrs, conts = [], [], []
+    with tqdm(total=1 + len(sources), desc="head types", unit="step", disable=not progress) as bar:
+        bar.set_postfix_str("detectors")
+        det = detector_scores(lm, torch.as_tensor(rep, device=next(lm.parameters()).device), batch_size=batch_size)
+        bar.update(1)
+        for s in sources:
+            bar.set_postfix_str(s)
+            sc = source_scores(lm, s, rep, built[s], tau, exclude, batch_size)
+            readings = per_prompt_kinds(sc, gamma=gamma, min_mass=min_mass, tau_index=0, n_boot=n_boot, seed=seed)
+            join = join_head_types(sc.to_frame(), det, readings, gamma=gamma, min_mass=min_mass)
+            joins.append(join.assign(prompt_set=s))
+            corrs.append(correlations(join, min_mass, n_boot=n_boot, n_null=n_null, seed=seed).assign(prompt_set=s))
+            conts.append(contingency(join))
+            bar.update(1)
+    lead = lambda df: df[["prompt_set", *[c for c in df.columns if c != "prompt_set"]]]  # noqa: E731
+    table, corr_t = (lead(pd.concat(x, ignore_index=True)) for x in (joins, corrs))
+    cont_t = lead(pd.concat([c.reset_index().assign(prompt_set=s) for s, c in zip(sources, conts)], ignore_index=True))
+    sinks = {s: sink_counts(j) for s, j in zip(sources, joins)}
+    meta = {"model": label, "prompts": list(sources), "n": n, "repeat_length": length, "seed": int(seed),
+            "tau": tau, "gamma": gamma, "min_mass": min_mass, "swap_exclude": str(swap_exclude),
+            "exclude_keys": list(exclude), "n_boot": n_boot, "n_null": n_null, "window_length": window_length,
+            "n_entities": n_entities, "n_examples": n_examples, "detectors_on": "repeated",
+            "repeated_tokens": int(rep.shape[1]), "sinks": sinks}
+
+    # ---- write
+    outputs.csv(table, out / layout.HEAD_TYPES)
+    outputs.csv(corr_t, out / layout.HEAD_TYPES_CORRELATIONS)
+    outputs.csv(cont_t, out / layout.HEAD_TYPES_CONTINGENCY)
+    outputs.json(meta, out / layout.HEAD_TYPES_JSON)
+    outputs.figure(plot_head_type_planes(table, title=f"{label} (swap exclusion: {swap_exclude})",
+                                        ncols=2 if len(sources) > 2 else None), stem)
+
+    # ---- the printed summary (narrow)
+    excl = f"{swap_exclude} (keys {', '.join(map(str, exclude))})" if exclude else "none (SPEC §3: every key)"
+    lines = [f"model: {label}",
+             f"prompts: {', '.join(sources)}; {n} each; repeated: {rep.shape[1]} tokens",
+             f"tau {tau:g}; gamma {gamma:g}; min mass {min_mass:g}; swap exclusion: {excl}",
+             "classic types: detectors on the repeated sequences (docs/spec.md §7)"]
+    for s, corr, cont in zip(sources, corrs, conts):
+        k = sinks[s]
+        lines += [f"{s}: Spearman rho(detector, s_sym - s_pos), 95% bootstrap CI, shuffled-label p",
+                  _fmt_corr(corr), f"{s}: classic type (rows) x posym type (columns), heads",
+                  cont.rename(columns={"uninformative": "uninform."}).to_string(),
+                  f"{s}: {k['sink_heads']} sink heads, {k['sink_pure_symbolic']} read pure symbolic, "
+                  f"{k['sink_pure_positional']} pure positional"]
+    lines += [f"wrote {len(outputs.written)} files to {out}{os.sep}", READ_POINTER]
+    text = "\n".join(lines)
+    return VerbResult(table, outputs.written, text, {"correlations": corr_t, "contingency": cont_t, "meta": meta})
+
+
+__all__ = ["DEFAULT_REPEAT_LENGTH", "DEFAULT_SWAP_EXCLUDE", "HEAD_TYPES_OUT_ROOT", "PROMPT_SOURCES", "correlations",
+           "head_types", "head_types_out", "parse_sources", "repeated_ids", "sink_counts", "source_scores"]
