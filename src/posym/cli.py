@@ -215,12 +215,14 @@ def _cmd_select(a):
     _show(select(a.run_dir, a.out, final_model=a.final_model, device=a.device, force=a.force))
 
 
-def _swap_exclude(parser) -> None:
+def _swap_exclude(parser, own_sequences: bool = False) -> None:
     """``--swap-exclude none|bos|first:K`` (posym.heads.swaps.parse_swap_exclude; docs/spec.md §3)."""
-    parser.add_argument("--swap-exclude", default="none", metavar="none|bos|first:K",
-                        help="key positions kept out of the swaps (their attention stays in the softmax): none = "
-                             "SPEC §3, every key before the query (default); bos = position 0 (an attention sink); "
-                             "first:K = positions 0..K-1; printed with the results")
+    default = ("none = SPEC §3, every key before the query (default for task prompts; with --text / --ids the "
+               "default is bos: a real LLM's first token is an attention sink, docs/llm.md)") if own_sequences else \
+        "none = SPEC §3, every key before the query (default)"
+    parser.add_argument("--swap-exclude", default=None if own_sequences else "none", metavar="none|bos|first:K",
+                        help=f"key positions kept out of the swaps (their attention stays in the softmax): {default}; "
+                             "bos = position 0 (an attention sink); first:K = positions 0..K-1; printed with the results")
 
 
 def _cmd_scores(a):
@@ -235,14 +237,14 @@ def _cmd_scores(a):
         if not a.model or clash:
             raise PosymError(f"--text / --ids score one model: give --model MODEL{f', not {clash[0]}' if clash else ''}")
         _show(scores(a.model, out=a.out, force=a.force, text=a.text, ids=a.ids, blocks=a.blocks,
-                     taus=a.tau or [1e-4], per_prompt=a.per_prompt, swap_exclude=a.swap_exclude,
+                     taus=a.tau or [1e-4], per_prompt=a.per_prompt, swap_exclude=a.swap_exclude or "bos",
                      batch_size=a.batch_size, device=a.device))
         return
     if a.blocks is not None:
         raise PosymError("--blocks applies to --text / --ids (task prompts are scored with token swaps)")
     _show(scores(target, series=a.series, out=a.out, force=a.force, task=a.task, prompts=a.prompts, n_prompts=a.n,
                  taus=a.tau or [1e-4], per_prompt=a.per_prompt, steps=a.steps, seed=a.seed, device=a.device,
-                 swap_exclude=a.swap_exclude))
+                 swap_exclude=a.swap_exclude or "none"))
 
 
 def _cmd_dynamics(a):
@@ -453,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--tau", type=positive_float, action="append", help="softmax temperature of the swap weights (repeatable)")
     sc.add_argument("--steps", type=int_list, default=None, help="only these checkpoint steps, e.g. 0,1000,6750")
     sc.add_argument("--per-prompt", action="store_true", help="one row per prompt instead of means")
-    _swap_exclude(sc)
+    _swap_exclude(sc, own_sequences=True)
     sc.add_argument("--device", type=device_type, default="cpu", help="cpu or cuda")
     sc.add_argument("--out", default=None, help="CSV file (default: RUN_DIR/scores.csv; ./runs/scores/<model name>/"
                     "scores.csv for --model FOLDER, never inside it; FOLDER/checkpoint_scores.csv for --series FOLDER; "

@@ -71,7 +71,7 @@ def test_text_is_tokenized_with_the_model_tokenizer_and_equals_ids(llama, tmp_pa
     assert all(s[0] == tok.bos_token_id for s in seqs) and len({len(s) for s in seqs}) == 4  # mixed lengths
     (tmp_path / "texts.txt").write_text("\n".join(TEXTS[:2]) + "\n\n" + "\n".join(TEXTS[2:]) + "\n")  # a blank line
     assert main(["scores", "--model", str(d), "--text", str(tmp_path / "texts.txt"), "--per-prompt",
-                 "--out", str(tmp_path / "text.csv")]) == 0, capsys.readouterr().err
+                 "--swap-exclude", "none", "--out", str(tmp_path / "text.csv")]) == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
     assert f"5 sequences of {tmp_path / 'texts.txt'}, token swaps" in printed and "swap-exclude: none" in printed
     got = pd.read_csv(tmp_path / "text.csv")
@@ -91,7 +91,12 @@ def test_text_is_tokenized_with_the_model_tokenizer_and_equals_ids(llama, tmp_pa
     a, b = pd.read_csv(tmp_path / "texts.txt.csv"), pd.read_csv(tmp_path / "ids.txt.csv")
     pd.testing.assert_frame_equal(a, b)
     assert (a["n_prompts"] == 5).all()
-    mean = exp.groupby(["layer", "head", "tau"], as_index=False)[["s_pos", "s_sym"]].mean()
+    # a real LLM's own sequences keep the start token out of the swaps by default (docs/llm.md)
+    assert "swap-exclude: bos" in capsys.readouterr().out
+    unexcluded = pd.read_csv(tmp_path / "text.csv").groupby(["layer", "head", "tau"])["swap_mass"].mean().to_numpy()
+    assert (a["swap_mass"].to_numpy() <= unexcluded + 1e-9).all() and (a["swap_mass"].to_numpy() < unexcluded).any()
+    excl = _expected(model, seqs, exclude_keys=(0,))
+    mean = excl.groupby(["layer", "head", "tau"], as_index=False)[["s_pos", "s_sym"]].mean()
     np.testing.assert_allclose(a[["s_pos", "s_sym"]].to_numpy(), mean[["s_pos", "s_sym"]].to_numpy(), atol=1e-5)
 
 
@@ -103,7 +108,7 @@ def test_ids_need_no_tokenizer_blocks_and_start_token_exclusion(tmp_path, capsys
     seqs = [[1, *rng.integers(3, 40, 12).tolist()] for _ in range(3)] + [[1, *rng.integers(3, 40, 16).tolist()]]
     (tmp_path / "ids.txt").write_text("\n".join(" ".join(map(str, s)) for s in seqs))
     assert main(["scores", "--model", str(d), "--ids", str(tmp_path / "ids.txt"), "--blocks", "4", "--per-prompt",
-                 "--out", str(tmp_path / "b.csv")]) == 0, capsys.readouterr().err
+                 "--swap-exclude", "none", "--out", str(tmp_path / "b.csv")]) == 0, capsys.readouterr().err
     got = pd.read_csv(tmp_path / "b.csv").sort_values(["prompt", "layer", "head"], ignore_index=True)
     exp = _expected(model, seqs, blocks=4).sort_values(["prompt", "layer", "head"], ignore_index=True)
     np.testing.assert_allclose(got[["s_pos", "s_sym"]].to_numpy(), exp[["s_pos", "s_sym"]].to_numpy(), atol=1e-9)

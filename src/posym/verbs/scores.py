@@ -149,7 +149,7 @@ def _sequence_model(model: str | os.PathLike, text: bool, device: str):
 
 def score_sequences(model: str | os.PathLike, *, text: str | os.PathLike | None = None,
                     ids: str | os.PathLike | None = None, blocks: int | None = None,
-                    taus: Sequence[float] = (DEFAULT_TAU,), per_prompt: bool = False, swap_exclude: str = "none",
+                    taus: Sequence[float] = (DEFAULT_TAU,), per_prompt: bool = False, swap_exclude: str = "bos",
                     batch_size: int = 64, device: str = "cpu", progress: bool = True) -> pd.DataFrame:
     """Scores of every head of a model on a researcher's own sequences (SPEC §3; query = each
     sequence's last token): ``text`` (one text per line, tokenized with the model's tokenizer, a start
@@ -157,7 +157,9 @@ def score_sequences(model: str | os.PathLike, *, text: str | os.PathLike | None 
     :func:`posym.tasks.sequences.read_id_sequences`). Sequences of one length are scored as one
     batch, so lengths may differ. ``blocks``: Paper B's block version with that many contiguous
     blocks over each sequence's keys (default: token swaps). ``swap_exclude``: keys kept out of the
-    swaps (``none``, ``bos``, ``first:K``; :func:`posym.heads.scores.parse_swap_exclude`).
+    swaps (``none``, ``bos``, ``first:K``; :func:`posym.heads.scores.parse_swap_exclude`); default ``bos``,
+    because a real LLM's first token is an attention sink that otherwise reads as a pure symbolic
+    head (docs/llm.md, "Head types side by side").
     ``model``: a model folder (with its tokenizer for ``text``), a ``.gguf`` file or a bundled name.
     Returns the ``scores.csv`` table (mean over sequences, ``n_prompts``) or, with ``per_prompt``,
     one row per sequence (``prompt`` = its index among the file's non-blank lines)."""
@@ -253,7 +255,8 @@ def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.P
                 f"{f'{blocks} blocks' if blocks else 'token swaps'}")
     text = (last[cols].groupby(["layer", "head", "tau"]).mean().round(3).to_string()
             + f"\nwrote {len(df)} rows{steps} to {out}" + (f"\n{note}" if note else ""))
-    text += f"\nswap-exclude: {kwargs.get('swap_exclude', 'none')} (keys kept out of the swaps; docs/spec.md §3)"
+    excluded = kwargs.get("swap_exclude", "bos" if own else "none")
+    text += f"\nswap-exclude: {excluded} (keys kept out of the swaps; docs/spec.md §3)"
     text += f"\n{READ_POINTER}"
     return VerbResult(df, outputs.written, text)
 
