@@ -14,13 +14,15 @@ Three implementations score the same prompts on the same paper-shaped GPT-J (SPE
 (c) ``posym.heads.scores_reference`` (the literal re-run; it re-runs layers 0..ℓ for every swapped
     copy, not layer ℓ alone), only where it fits the time budget.
 
-Before timing, (a) is checked against (b) at every T: in float32 (the model's dtype) and on float64
-copies (with a float64 eager attention, since HF's eager attention computes in float32).
-Times are CPU seconds (``time.process_time``; run with 1 thread on a shared machine); (a) and (c)
-loop over prompts one at a time, so where they run on k < N prompts their time is scaled by N/k
-(marked ``*``). Peak memory = the process's peak RSS during a call above its RSS before it.
+(a) is checked against (b) at every T: on float64 copies before timing (with a float64 eager
+attention, since HF's eager attention computes in float32; up to ``--check64-max-t``), and in
+float32 on the timed prompts. Times are CPU seconds (``time.process_time``; run with 1 thread on a
+shared machine). (a) and (c) do the same work for every prompt (their cost is linear in N), so where
+they run on k < N prompts (to fit ``--budget``) their time is scaled by N/k (marked ``*``). Peak
+memory = the process's peak RSS during a call above its RSS before it (a lower bound: memory the
+process already held counts 0).
 
-    nice -n 5 python benchmarks/peer_scores.py [--lengths 17,33,65,97] [--counts 16,64] [--budget 40]
+    nice -n 5 python benchmarks/peer_scores.py [--lengths 17,33,65,97] [--counts 16,64,256] [--budget 40]
 """
 
 from __future__ import annotations
@@ -139,7 +141,7 @@ def check64(model64, ids) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", default="17,33,65,97", help="prompt lengths T (query at T−1)")
-    ap.add_argument("--counts", default="16,64", help="prompt counts N")
+    ap.add_argument("--counts", default="16,64,256", help="prompt counts N")
     ap.add_argument("--rounds", type=int, default=2, help="alternated rounds of the fast path per cell")
     ap.add_argument("--budget", type=float, default=40.0,
                     help="CPU seconds per T for one run of (a), and for one of (c); they run on k <= N prompts")
