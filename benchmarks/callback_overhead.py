@@ -17,6 +17,7 @@ import time
 
 import torch
 
+from machine import machine_line
 from posym.integrations import PositionalSymbolicCallback
 from posym.model import build_model, model_config
 from posym.tasks import get_vocab, make_split
@@ -75,6 +76,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
+    print(machine_line(), flush=True)
     plain = run(a.steps, a.n_eval, None)
     cb = _TimedCallback("number", n=a.prompts, at_start=False)
     tracked = run(a.steps, a.n_eval, cb)

@@ -102,6 +102,7 @@ T_START=$(now)
 {
   echo "date: $(date -Is)   host: $(hostname)   cpus: $(nproc)"
   nvidia-smi || echo "nvidia-smi failed"
+  "$PY" benchmarks/machine.py || echo "machine line failed"
   "$PY" - <<'EOF'
 import importlib, platform, sys
 print("python", platform.python_version(), sys.executable)

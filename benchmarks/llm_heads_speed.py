@@ -84,6 +84,7 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="also write the results here")
     a = ap.parse_args()
 
+    from machine import machine_line
     from posym.heads.scores import scores_blocks_fast, scores_blocks_reference
 
     t0 = time.perf_counter()
@@ -93,6 +94,7 @@ def main() -> None:
     print(f"model {a.model}: {cfg.num_hidden_layers} layers × {cfg.num_attention_heads} heads "
           f"({getattr(cfg, 'num_key_value_heads', None)} kv); loaded in {load_s:.0f} s; "
           f"threads={torch.get_num_threads()} torch={torch.__version__}")
+    print(machine_line(), flush=True)
     res: dict = {"model": a.model, "threads": torch.get_num_threads(), "load_s": load_s}
 
     ids = _ids(lm, a.ref_n, a.ref_length, seed=1)

@@ -16,6 +16,7 @@ import time
 import numpy as np
 import torch
 
+from machine import machine_line
 from posym.heads import scores_fast, scores_reference
 from posym.model import build_model, model_config
 from posym.tasks import get_vocab, make_split
@@ -31,6 +32,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
+    print(machine_line(), flush=True)
     if a.random or not a.path:
         task = a.task or "number"
         model = build_model(model_config("paper", get_vocab(task).size), seed=0).eval()

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from machine import machine_line
 from posym.heads.tracking import HeadTracker
 from posym.model import build_model, model_config
 from posym.tasks import get_vocab, make_split
@@ -33,6 +34,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
+    print(machine_line(), flush=True)
     cfg = make_config("number", "paper")
     model = build_model(model_config("paper", get_vocab("number").size), seed=0).train()
     opt, sched = make_optimizer(model, cfg)
