@@ -19,10 +19,15 @@ symbolic head, e.g. an induction or duplicate-token head). A head is pure at tol
 when one score is >= 1-g and the other <= g.
 - Uniform or very diffuse attention scores (1, 1): a cloud of heads near (1, 1) means "too diffuse to
   tell", not "both". The entropy column (1 = uniform) tells which heads these are.
-- A head with almost no attention on the swapped keys (small swap_mass / block_mass, e.g. an attention
-  sink on the first token) is scored on almost nothing: filter on the mass first (real LLMs: >= {MIN_MASS:g}).
+- Attention sinks: a head that rests on the first token reads "pure symbolic" when that token may be
+  swapped (its attention follows the moved start-token state; 73 of 74 sink heads of SmolLM2). Keep it
+  out of the swaps (--swap-exclude bos, the default for --text/--ids and head-types).
+- A head with almost no attention on the swapped keys (small swap_mass / block_mass, e.g. a sink head
+  with the start token excluded) is scored on almost nothing: filter on the mass first (real LLMs:
+  >= {MIN_MASS:g}).
 - A mean over prompts is a fraction of prompts, not a degree: a mean s_POS of 0.5 is usually a head that
-  is positional on half of the prompts. Per-prompt scores (--per-prompt) show it.
+  is positional on half of the prompts. Per-prompt scores (--per-prompt) and the per-prompt fractions
+  of posym head-types (frac_positional, frac_symbolic) show it.
 - A freshly initialised model has near-uniform attention and scores about (1, 1) (a tiny Llama: 1.00,
   1.00). QK-norm (e.g. Qwen3) makes the attention logits O(1) from the start, so such a model can start
   elsewhere (a tiny Qwen3: about 0.26, 0.94). Compare checkpoints, not absolute values."""
