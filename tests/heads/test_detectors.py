@@ -16,6 +16,7 @@ from posym.heads.head_types import classic_types
 from posym.model.adapters import get_adapter
 from posym.tasks.repeated import repeated_random_sequences
 
+from detector_literal import literal_detectors
 from head_builders import V, _orthonormal_embeddings, relative_head, sharpen_qk
 
 BOS = 0
@@ -188,33 +189,6 @@ def test_induction_head_on_a_two_layer_toy():
 # ================================================================================================
 # against a literal implementation on random models
 # ================================================================================================
-def _literal(model, ids: np.ndarray) -> dict[str, np.ndarray]:
-    """The definitions written as loops over prompts, queries and keys, on the model's own eager
-    attention (``output_attentions``): {(rows, detector): [B, L, H]}."""
-    with torch.no_grad():
-        att = [a.double().numpy() for a in model(input_ids=torch.as_tensor(ids), output_attentions=True).attentions]
-    B, T = ids.shape
-    L, H = len(att), att[0].shape[1]
-    out = {(r, d): np.zeros((B, L, H)) for r in ("target", "all") for d in DETECTORS}
-    for b in range(B):
-        x = ids[b].tolist()
-        targets = {d: [] for d in DETECTORS}
-        for i in range(T):
-            targets["previous_token"].append([i - 1] if i >= 1 else [])
-            targets["duplicate_token"].append([j for j in range(i) if x[j] == x[i]])
-            targets["induction"].append([j for j in range(1, i + 1) if j - 1 < i and x[j - 1] == x[i]])
-            targets["first_token"].append([0])
-        for l in range(L):
-            for h in range(H):
-                a = att[l][b, h]
-                for d in DETECTORS:
-                    hits = [sum(a[i, j] for j in targets[d][i]) for i in range(T)]
-                    rows = [hits[i] for i in range(T) if targets[d][i]]
-                    out[("target", d)][b, l, h] = np.mean(rows) if rows else np.nan
-                    out[("all", d)][b, l, h] = sum(hits) / a.sum()
-    return out
-
-
 def _llama():
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -242,7 +216,7 @@ def test_equals_literal_implementation(build):
     model = sharpen_qk(build(), std=0.4)
     ids = repeated_random_sequences(50, 3, 6, seed=2, bos_id=1)
     ids[2, 3] = ids[2, 4]  # a duplicate inside a half too
-    lit = _literal(model, ids)
+    lit = literal_detectors(model, ids)
     for rows in ("target", "all"):
         got = detector_scores(model, ids, rows=rows, batch_size=2, per_prompt=True)
         for d in DETECTORS:

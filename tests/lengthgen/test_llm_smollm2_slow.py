@@ -82,3 +82,26 @@ def test_smollm2_heads_summary_is_readable(smollm2, tmp_path, monkeypatch):
     assert "sliding" not in res.summary and "NaN" not in res.summary
     assert any(line.startswith("warning: median block_mass < 5% (number ") for line in lines), res.summary
     assert all(len(line) <= 100 for line in lines if str(tmp_path) not in line and not line.startswith("model: "))
+
+
+def test_detectors_equal_the_literal_loops_on_smollm2(smollm2):
+    """The classic head detectors (docs/spec.md §7) on a real model equal the definitions written as
+    loops over the model's own eager attention (``output_attentions``)."""
+    import numpy as np
+
+    from posym.heads.detectors import DETECTORS, detector_scores
+    from posym.tasks.repeated import repeated_random_sequences
+
+    from detector_literal import literal_detectors
+
+    lm, tok = smollm2
+    lm.config._attn_implementation = "eager"
+    ids = repeated_random_sequences(len(tok), 2, 8, seed=0, bos_id=tok.bos_token_id or 1,
+                                    exclude_ids=tuple(tok.all_special_ids))
+    lit = literal_detectors(lm, ids)
+    got = detector_scores(lm, ids, rows="target", per_prompt=True)
+    for d in DETECTORS:
+        want = lit[("target", d)]
+        assert np.allclose(got[d].to_numpy().reshape(want.shape), want, atol=1e-4, equal_nan=True), d
+    # a real model has heads of each kind: the detectors are not all uniform
+    assert np.nanmax(lit[("target", "previous_token")]) > 0.5 and np.nanmax(lit[("target", "induction")]) > 0.5
