@@ -82,14 +82,14 @@ def plot_head_type_plane(join: pd.DataFrame, ax: plt.Axes | None = None, title: 
                               label=f"hollow: too little swap mass ({int(silent.sum())})"))
     ax.plot([0, 1], [1, 0], color="grey", lw=0.6, ls=":", zorder=1)
     ax.set(xlim=(lo, 1.03), ylim=(lo, 1.03), aspect="equal")
-    ax.set_xlabel("s_POS (attention stays at the position)", fontsize=10)
-    ax.set_ylabel("s_SYM (attention follows the content)", fontsize=10)
-    ax.tick_params(labelsize=9)
-    ax.legend(handles=handles, title="classic type (heads)", fontsize=9, title_fontsize=9, loc="center left",
+    ax.set_xlabel("s_POS (stays at the position)", fontsize=13)
+    ax.set_ylabel("s_SYM (follows the content)", fontsize=13)
+    ax.tick_params(labelsize=12)
+    ax.legend(handles=handles, title="classic type (heads)", fontsize=12, title_fontsize=12, loc="center left",
               bbox_to_anchor=(1.02, 0.5), frameon=False)
     text = title if title is not None else head_type_caption(model, prompts, tau, exclude)
     if text:
-        ax.set_title(text, fontsize=10, wrap=True)
+        ax.set_title(text, fontsize=13, wrap=True)
     return fig
 
 

@@ -32,7 +32,7 @@ def plot_head_type_planes(table: pd.DataFrame, title: str | None = None, ncols: 
     for ax in axes.ravel()[len(sets):]:
         ax.set_axis_off()
     if title:
-        fig.suptitle(title, fontsize=11)
+        fig.suptitle(title, fontsize=15)
     return fig
 
 
