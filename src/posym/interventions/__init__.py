@@ -1,0 +1,8 @@
+"""Inference-time interventions on a model's attention (docs/interventions.md): context managers that
+change only the layers asked for and restore the model exactly on exit. Compute only (floor 5)."""
+
+from posym.interventions.temperature import TEMPERATURE_FAMILIES, Temperature, temperature, temperature_scale
+from posym.interventions.spec import describe, parse_intervention
+
+__all__ = ["TEMPERATURE_FAMILIES", "Temperature", "temperature", "temperature_scale", "describe",
+           "parse_intervention"]

@@ -1,0 +1,60 @@
+"""The canonical string of an intervention (``temperature:beta=1,n_train=17``) and its parser, so
+tables of several interventions concatenate on one ``intervention`` column."""
+
+from __future__ import annotations
+
+import math
+
+from posym.errors import PosymError
+from posym.interventions.temperature import FORMS, Temperature, check_temperature
+
+NAMES: tuple[str, ...] = ("temperature",)
+DEFAULT_N_TRAIN = 17  # the training length of posym runs (SPEC §1)
+
+
+def _num(x: float) -> str:
+    """``1.0`` -> ``1``, ``0.5`` -> ``0.5`` (shortest round-trip repr)."""
+    return str(int(x)) if float(x).is_integer() and math.isfinite(x) else repr(float(x))
+
+
+def describe(intervention: Temperature) -> str:
+    """The canonical string: name, then ``key=value`` in a fixed order; defaults (form=log, all layers) omitted."""
+    if isinstance(intervention, Temperature):
+        parts = [f"beta={_num(intervention.beta)}", f"n_train={intervention.n_train}"]
+        if intervention.form != "log":
+            parts.append(f"form={intervention.form}")
+        if intervention.layers is not None:
+            parts.append("layers=" + "+".join(str(l) for l in intervention.layers))
+        return "temperature:" + ",".join(parts)
+    raise PosymError(f"cannot describe {type(intervention).__name__}; known interventions: {', '.join(NAMES)}")
+
+
+def parse_intervention(text: str) -> Temperature:
+    """``NAME:key=value[,…]`` -> the intervention's parameters; a one-line PosymError on a bad name,
+    key or value. ``temperature`` keys: beta (required), n_train (default 17), form, layers (``0+2``)."""
+    name, _, rest = str(text).partition(":")
+    name = name.strip()
+    if name not in NAMES:
+        raise PosymError(f"unknown intervention {name!r} in {text!r}; known: {', '.join(NAMES)}")
+    kv: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip() or key.strip() in kv:
+            raise PosymError(f"{text!r}: {item!r} is not a new key=value; write e.g. temperature:beta=1,n_train=17")
+        kv[key.strip()] = value.strip()
+    allowed = ("beta", "n_train", "form", "layers")
+    bad = sorted(set(kv) - set(allowed))
+    if bad:
+        raise PosymError(f"{text!r}: unknown key(s) {', '.join(bad)}; temperature takes {', '.join(allowed)}")
+    if "beta" not in kv:
+        raise PosymError(f"{text!r}: temperature needs beta, e.g. temperature:beta=1")
+    try:
+        n_train = int(kv.get("n_train", DEFAULT_N_TRAIN))
+        layers = tuple(int(x) for x in kv["layers"].split("+")) if "layers" in kv else None
+    except ValueError:
+        raise PosymError(f"{text!r}: n_train and layers must be integers (layers joined by '+', e.g. layers=0+2)") from None
+    beta, n_train, form = check_temperature(kv["beta"], n_train, kv.get("form", FORMS[0]))
+    return Temperature(beta, n_train, form, layers)
+
+
+__all__ = ["NAMES", "DEFAULT_N_TRAIN", "describe", "parse_intervention"]
