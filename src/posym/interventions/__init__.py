@@ -2,7 +2,8 @@
 change only the layers asked for and restore the model exactly on exit. Compute only (floor 5)."""
 
 from posym.interventions.temperature import TEMPERATURE_FAMILIES, Temperature, temperature, temperature_scale
+from posym.interventions.rope import ROPE_FAMILIES, RopeBase, ntk, ntk_theta, rope_base
 from posym.interventions.spec import describe, parse_intervention
 
 __all__ = ["TEMPERATURE_FAMILIES", "Temperature", "temperature", "temperature_scale", "describe",
-           "parse_intervention"]
+           "parse_intervention", "ROPE_FAMILIES", "RopeBase", "ntk", "ntk_theta", "rope_base"]

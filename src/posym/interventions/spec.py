@@ -6,9 +6,12 @@ from __future__ import annotations
 import math
 
 from posym.errors import PosymError
+from posym.interventions.rope import RopeBase, check_kappa, check_theta
 from posym.interventions.temperature import FORMS, Temperature, check_temperature
 
-NAMES: tuple[str, ...] = ("temperature",)
+NAMES: tuple[str, ...] = ("temperature", "rope-base", "ntk")
+KEYS: dict[str, tuple[str, ...]] = {"temperature": ("beta", "n_train", "form", "layers"),
+                                    "rope-base": ("theta",), "ntk": ("kappa",)}
 DEFAULT_N_TRAIN = 17  # the training length of posym runs (SPEC §1)
 
 
@@ -17,7 +20,7 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and math.isfinite(x) else repr(float(x))
 
 
-def describe(intervention: Temperature) -> str:
+def describe(intervention: Temperature | RopeBase) -> str:
     """The canonical string: name, then ``key=value`` in a fixed order; defaults (form=log, all layers) omitted."""
     if isinstance(intervention, Temperature):
         parts = [f"beta={_num(intervention.beta)}", f"n_train={intervention.n_train}"]
@@ -26,12 +29,17 @@ def describe(intervention: Temperature) -> str:
         if intervention.layers is not None:
             parts.append("layers=" + "+".join(str(l) for l in intervention.layers))
         return "temperature:" + ",".join(parts)
+    if isinstance(intervention, RopeBase):
+        if intervention.kappa is not None:
+            return f"ntk:kappa={_num(intervention.kappa)}"
+        return f"rope-base:theta={_num(intervention.theta)}"
     raise PosymError(f"cannot describe {type(intervention).__name__}; known interventions: {', '.join(NAMES)}")
 
 
-def parse_intervention(text: str) -> Temperature:
+def parse_intervention(text: str) -> Temperature | RopeBase:
     """``NAME:key=value[,…]`` -> the intervention's parameters; a one-line PosymError on a bad name,
-    key or value. ``temperature`` keys: beta (required), n_train (default 17), form, layers (``0+2``)."""
+    key or value. ``temperature`` keys: beta (required), n_train (default 17), form, layers (``0+2``);
+    ``rope-base``: theta (> 0); ``ntk``: kappa (>= 1)."""
     name, _, rest = str(text).partition(":")
     name = name.strip()
     if name not in NAMES:
@@ -42,10 +50,17 @@ def parse_intervention(text: str) -> Temperature:
         if not eq or not key.strip() or key.strip() in kv:
             raise PosymError(f"{text!r}: {item!r} is not a new key=value; write e.g. temperature:beta=1,n_train=17")
         kv[key.strip()] = value.strip()
-    allowed = ("beta", "n_train", "form", "layers")
+    allowed = KEYS[name]
     bad = sorted(set(kv) - set(allowed))
     if bad:
-        raise PosymError(f"{text!r}: unknown key(s) {', '.join(bad)}; temperature takes {', '.join(allowed)}")
+        raise PosymError(f"{text!r}: unknown key(s) {', '.join(bad)}; {name} takes {', '.join(allowed)}")
+    if name != "temperature":
+        key = allowed[0]
+        if key not in kv:
+            raise PosymError(f"{text!r}: {name} needs {key}, e.g. {name}:{key}={'4' if key == 'kappa' else '20000'}")
+        if name == "ntk":
+            return RopeBase(kappa=check_kappa(kv[key]))
+        return RopeBase(theta=check_theta(kv[key]))
     if "beta" not in kv:
         raise PosymError(f"{text!r}: temperature needs beta, e.g. temperature:beta=1")
     try:
