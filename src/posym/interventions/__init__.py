@@ -2,8 +2,9 @@
 change only the layers asked for and restore the model exactly on exit. Compute only (floor 5)."""
 
 from posym.interventions.temperature import TEMPERATURE_FAMILIES, Temperature, temperature, temperature_scale
+from posym.interventions.freq_mask import FreqMask, freq_mask
 from posym.interventions.rope import ROPE_FAMILIES, RopeBase, ntk, ntk_theta, rope_base
 from posym.interventions.spec import describe, parse_intervention
 
 __all__ = ["TEMPERATURE_FAMILIES", "Temperature", "temperature", "temperature_scale", "describe",
-           "parse_intervention", "ROPE_FAMILIES", "RopeBase", "ntk", "ntk_theta", "rope_base"]
+           "parse_intervention", "ROPE_FAMILIES", "RopeBase", "ntk", "ntk_theta", "rope_base", "FreqMask", "freq_mask"]
