@@ -20,6 +20,7 @@ FLOORS: dict[str, int] = {
     "runs": 3,
     "train": 4,
     "heads": 5, "theory": 5, "lengthgen": 5,
+    "interventions": 5,  # inference-time changes to attention / RoPE (docs/interventions.md)
     "report": 6, "integrations": 6,  # the callback and hook for other people's training loops
     "verbs": 7,
     "cli": 8,

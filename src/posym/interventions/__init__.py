@@ -1,0 +1,10 @@
+"""Inference-time interventions on a model's attention (docs/interventions.md): context managers that
+change only the layers asked for and restore the model exactly on exit. Compute only (floor 5)."""
+
+from posym.interventions.temperature import TEMPERATURE_FAMILIES, Temperature, temperature, temperature_scale
+from posym.interventions.freq_mask import FreqMask, freq_mask
+from posym.interventions.rope import ROPE_FAMILIES, RopeBase, ntk, ntk_theta, rope_base
+from posym.interventions.spec import describe, parse_intervention
+
+__all__ = ["TEMPERATURE_FAMILIES", "Temperature", "temperature", "temperature_scale", "describe",
+           "parse_intervention", "ROPE_FAMILIES", "RopeBase", "ntk", "ntk_theta", "rope_base", "FreqMask", "freq_mask"]

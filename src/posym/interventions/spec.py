@@ -1,0 +1,93 @@
+"""The canonical string of an intervention (``temperature:beta=1,n_train=17``) and its parser, so
+tables of several interventions concatenate on one ``intervention`` column."""
+
+from __future__ import annotations
+
+import math
+
+from posym.errors import PosymError
+from posym.interventions.freq_mask import FreqMask
+from posym.interventions.rope import RopeBase, check_kappa, check_theta
+from posym.interventions.temperature import FORMS, Temperature, check_temperature
+
+NAMES: tuple[str, ...] = ("temperature", "rope-base", "ntk", "freq-mask")
+KEYS: dict[str, tuple[str, ...]] = {"temperature": ("beta", "n_train", "form", "layers"),
+                                    "rope-base": ("theta",), "ntk": ("kappa",), "freq-mask": ("keep", "layers")}
+DEFAULT_N_TRAIN = 17  # the training length of posym runs (SPEC §1)
+
+
+def _num(x: float) -> str:
+    """``1.0`` -> ``1``, ``0.5`` -> ``0.5`` (shortest round-trip repr)."""
+    return str(int(x)) if float(x).is_integer() and math.isfinite(x) else repr(float(x))
+
+
+def describe(intervention: Temperature | RopeBase | FreqMask) -> str:
+    """The canonical string: name, then ``key=value`` in a fixed order; defaults (form=log, all layers) omitted."""
+    if isinstance(intervention, Temperature):
+        parts = [f"beta={_num(intervention.beta)}", f"n_train={intervention.n_train}"]
+        if intervention.form != "log":
+            parts.append(f"form={intervention.form}")
+        if intervention.layers is not None:
+            parts.append("layers=" + "+".join(str(l) for l in intervention.layers))
+        return "temperature:" + ",".join(parts)
+    if isinstance(intervention, RopeBase):
+        if intervention.kappa is not None:
+            return f"ntk:kappa={_num(intervention.kappa)}"
+        return f"rope-base:theta={_num(intervention.theta)}"
+    if isinstance(intervention, FreqMask):
+        text = "freq-mask:keep=" + "+".join(str(k) for k in intervention.keep)
+        if intervention.layers is not None:
+            text += ",layers=" + "+".join(str(l) for l in intervention.layers)
+        return text
+    raise PosymError(f"cannot describe {type(intervention).__name__}; known interventions: {', '.join(NAMES)}")
+
+
+def parse_intervention(text: str) -> Temperature | RopeBase | FreqMask:
+    """``NAME:key=value[,…]`` -> the intervention's parameters; a one-line PosymError on a bad name,
+    key or value. ``temperature`` keys: beta (required), n_train (default 17), form, layers (``0+2``);
+    ``rope-base``: theta (> 0); ``ntk``: kappa (>= 1); ``freq-mask``: keep (IDs joined by '+', empty =
+    none kept; checked against the model when applied), layers."""
+    name, _, rest = str(text).partition(":")
+    name = name.strip()
+    if name not in NAMES:
+        raise PosymError(f"unknown intervention {name!r} in {text!r}; known: {', '.join(NAMES)}")
+    kv: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip() or key.strip() in kv:
+            raise PosymError(f"{text!r}: {item!r} is not a new key=value; write e.g. temperature:beta=1,n_train=17")
+        kv[key.strip()] = value.strip()
+    allowed = KEYS[name]
+    bad = sorted(set(kv) - set(allowed))
+    if bad:
+        raise PosymError(f"{text!r}: unknown key(s) {', '.join(bad)}; {name} takes {', '.join(allowed)}")
+    if name == "freq-mask":
+        if "keep" not in kv:
+            raise PosymError(f"{text!r}: freq-mask needs keep, e.g. freq-mask:keep=1+2+3 (frequency IDs, 1 = fastest)")
+        try:
+            keep = tuple(sorted({int(x) for x in kv["keep"].split("+") if x}))
+            layers = tuple(int(x) for x in kv["layers"].split("+")) if "layers" in kv else None
+        except ValueError:
+            raise PosymError(f"{text!r}: keep and layers must be integers joined by '+', e.g. keep=1+2") from None
+        if any(k < 1 for k in keep):
+            raise PosymError(f"{text!r}: frequency IDs start at 1 (the fastest)")
+        return FreqMask(keep, layers)
+    if name != "temperature":
+        key = allowed[0]
+        if key not in kv:
+            raise PosymError(f"{text!r}: {name} needs {key}, e.g. {name}:{key}={'4' if key == 'kappa' else '20000'}")
+        if name == "ntk":
+            return RopeBase(kappa=check_kappa(kv[key]))
+        return RopeBase(theta=check_theta(kv[key]))
+    if "beta" not in kv:
+        raise PosymError(f"{text!r}: temperature needs beta, e.g. temperature:beta=1")
+    try:
+        n_train = int(kv.get("n_train", DEFAULT_N_TRAIN))
+        layers = tuple(int(x) for x in kv["layers"].split("+")) if "layers" in kv else None
+    except ValueError:
+        raise PosymError(f"{text!r}: n_train and layers must be integers (layers joined by '+', e.g. layers=0+2)") from None
+    beta, n_train, form = check_temperature(kv["beta"], n_train, kv.get("form", FORMS[0]))
+    return Temperature(beta, n_train, form, layers)
+
+
+__all__ = ["NAMES", "DEFAULT_N_TRAIN", "describe", "parse_intervention"]

@@ -1,0 +1,135 @@
+"""posym.interventions.rope_base / ntk: identity (θ′ = θ, κ = 1) bit-identical, another base changes
+the logits and matches a model built with that base, every tensor and rotary buffer restored after
+exit and after an exception, the fast and reference scores equal under it, one-line errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from posym.errors import PosymError
+from posym.heads.scores import scores_fast, scores_reference
+from posym.interventions import RopeBase, describe, ntk, ntk_theta, parse_intervention, rope_base
+from posym.interventions.rope import model_theta, rotary_dim
+from posym.model import build_model, model_config
+
+from family_models import build_family
+
+
+def _gptj():
+    m = build_model(model_config("quick", 31, n_layer=2, n_embd=32, n_head=2, n_inner=64, rotary_dim=16,
+                                 initializer_range=0.3), seed=0)
+    return m.eval()
+
+
+MODELS = {"gptj": _gptj, "llama": lambda: build_family("llama", vocab_size=31).eval()}
+
+
+def _ids(T=12, B=3):
+    return torch.randint(1, 31, (B, T), generator=torch.Generator().manual_seed(1))
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def _snapshot(model):
+    """Every state tensor and every buffer (non-persistent rotary tables included), by name."""
+    out = {f"state:{k}": v.clone() for k, v in model.state_dict().items()}
+    out.update({f"buffer:{k}": v.clone() for k, v in model.named_buffers()})
+    return out
+
+
+def _same(a, b):
+    return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_identity_base_and_kappa_one_are_bit_identical(name):
+    model, ids = MODELS[name](), _ids()
+    before = _logits(model, ids)
+    with rope_base(model, model_theta(model)):
+        assert torch.equal(_logits(model, ids), before)
+    with ntk(model, 1.0) as applied:
+        assert applied.theta == model_theta(model)
+        assert torch.equal(_logits(model, ids), before)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_another_base_changes_the_logits_and_is_restored(name):
+    model, ids = MODELS[name](), _ids()
+    before, snap = _logits(model, ids), _snapshot(model)
+    with rope_base(model, 37.0):
+        changed = _logits(model, ids)
+        assert not _same(snap, _snapshot(model))  # a rotary buffer really was replaced
+    assert not torch.allclose(changed, before, atol=1e-4)
+    assert torch.equal(_logits(model, ids), before) and _same(snap, _snapshot(model))
+    with pytest.raises(RuntimeError, match="inside"):
+        with ntk(model, 8.0):
+            assert not torch.allclose(_logits(model, ids), before, atol=1e-6)
+            raise RuntimeError("inside")
+    assert torch.equal(_logits(model, ids), before) and _same(snap, _snapshot(model))
+
+
+def test_llama_base_matches_a_model_built_with_that_base():
+    """The rebuilt inv_freq is the one transformers computes for a config with θ′ (same weights)."""
+    model = MODELS["llama"]()
+    cfg = model.config
+    key = "rope_parameters" if isinstance(getattr(cfg, "rope_parameters", None), dict) else None
+    other = build_family("llama", vocab_size=31).eval()
+    if key:
+        other.config.rope_parameters = {**cfg.rope_parameters, "rope_theta": 37.0}
+    else:
+        other.config.rope_theta = 37.0
+    emb = other.model.rotary_emb
+    expected = type(emb)(other.config).inv_freq
+    with rope_base(model, 37.0):
+        assert torch.equal(model.model.rotary_emb.inv_freq, expected)
+
+
+def test_ntk_rule():
+    assert ntk_theta(10000.0, 4.0, 16) == pytest.approx(10000.0 * 4.0 ** (16 / 14))
+    assert ntk_theta(10000.0, 1.0, 16) == 10000.0
+    assert rotary_dim(_gptj()) == 16
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_fast_and_reference_scores_agree_under_a_base_change(name):
+    model, ids = MODELS[name](), _ids(T=10, B=2)
+    plain = scores_fast(model, ids, query_pos=8)
+    with rope_base(model, 37.0):
+        fast = scores_fast(model, ids, query_pos=8)
+        ref = scores_reference(model, ids, query_pos=8)
+    for field in ("s_pos", "s_sym"):
+        assert torch.allclose(torch.as_tensor(getattr(fast, field)), torch.as_tensor(getattr(ref, field)), atol=1e-5)
+    assert not torch.allclose(torch.as_tensor(plain.s_pos), torch.as_tensor(fast.s_pos), atol=1e-6)
+
+
+@pytest.mark.parametrize("call, msg", [(lambda m: rope_base(m, 0.0), "> 0"),
+                                       (lambda m: rope_base(m, -5), "> 0"),
+                                       (lambda m: rope_base(m, math.inf), "finite"),
+                                       (lambda m: rope_base(m, 100.0, layers=[0]), "per-layer"),
+                                       (lambda m: ntk(m, 0.5), ">= 1"),
+                                       (lambda m: ntk(m, "x"), "not a number"),
+                                       (lambda m: rope_base(build_family("qwen3"), 100.0), "not supported")])
+def test_bad_parameters_are_one_line_errors(call, msg):
+    model = _gptj()
+    snap = _snapshot(model)
+    with pytest.raises(PosymError, match=msg) as e:
+        with call(model):
+            pass
+    assert "\n" not in str(e.value) and _same(snap, _snapshot(model))
+
+
+def test_canonical_strings():
+    assert describe(RopeBase(theta=20000.0)) == "rope-base:theta=20000"
+    assert describe(RopeBase(theta=20000.0, kappa=4.0)) == "ntk:kappa=4"
+    assert parse_intervention("rope-base:theta=20000") == RopeBase(theta=20000.0)
+    assert parse_intervention("ntk:kappa=2.5") == RopeBase(kappa=2.5)
+    for text, msg in [("ntk:kappa=0.5", ">= 1"), ("rope-base:theta=0", "> 0"), ("ntk:", "needs kappa"),
+                      ("rope-base:theta=1,beta=2", "unknown key")]:
+        with pytest.raises(PosymError, match=msg):
+            parse_intervention(text)

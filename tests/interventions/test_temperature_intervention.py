@@ -1,0 +1,140 @@
+"""posym.interventions.temperature: an exact no-op at β = 0, a per-query scaling of the logits
+otherwise, the model restored on exit (also after an exception), the fast and reference head scores
+equal under it, one-line errors for bad parameters; the canonical string and its parser."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from posym.errors import PosymError
+from posym.heads.scores import scores_fast, scores_reference
+from posym.interventions import Temperature, describe, parse_intervention, temperature, temperature_scale
+from posym.model import build_model, model_config
+
+from family_models import build_family
+
+N_TRAIN = 5
+
+
+def _gptj():
+    torch.manual_seed(0)
+    m = build_model(model_config("quick", 31, n_layer=2, n_embd=32, n_head=2, n_inner=64, rotary_dim=16,
+                                 initializer_range=0.3), seed=0)
+    return m.eval()
+
+
+MODELS = {"gptj": _gptj, "llama": lambda: build_family("llama", vocab_size=31).eval()}
+
+
+def _ids(T=12, B=3, seed=1):
+    return torch.randint(1, 31, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def _attn(model, ids):
+    with torch.no_grad():
+        return model(ids, output_attentions=True).attentions
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_beta_zero_is_a_bit_identical_no_op(name):
+    model, ids = MODELS[name](), _ids()
+    before = _logits(model, ids)
+    with temperature(model, 0.0, n_train=N_TRAIN):
+        inside = _logits(model, ids)
+    assert torch.equal(before, inside)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_beta_scales_each_query_row_of_logits(name):
+    """Under β the attention of the query at position p equals softmax(s(p+1)·logits) of the untouched
+    model: the log of the weights (a logit up to a row constant) is multiplied by s row by row."""
+    model, ids = MODELS[name](), _ids()
+    base = _logits(model, ids)
+    a0 = _attn(model, ids)[0][0, 0].double()  # layer 0, batch 0, head 0: [T, T]
+    with temperature(model, 1.0, n_train=N_TRAIN, layers=[0]):
+        a1 = _attn(model, ids)[0][0, 0].double()
+        changed = _logits(model, ids)
+    assert not torch.allclose(base, changed, atol=1e-4)
+    s = temperature_scale(torch.arange(1, ids.shape[1] + 1), 1.0, N_TRAIN)
+    for p in range(1, ids.shape[1]):
+        l0, l1 = torch.log(a0[p, : p + 1]), torch.log(a1[p, : p + 1])
+        expect = s[p] * (l0 - l0[0])
+        assert torch.allclose(l1 - l1[0], expect, atol=1e-4), p
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_restored_after_exit_and_after_an_exception(name):
+    model, ids = MODELS[name](), _ids()
+    before = _logits(model, ids)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with temperature(model, 2.0, n_train=N_TRAIN):
+        assert not torch.equal(_logits(model, ids), before)
+    assert torch.equal(_logits(model, ids), before)
+    with pytest.raises(RuntimeError, match="inside"):
+        with temperature(model, 2.0, n_train=N_TRAIN, form="ssmax"):
+            raise RuntimeError("inside")
+    assert torch.equal(_logits(model, ids), before)
+    after = model.state_dict()
+    assert state.keys() == after.keys() and all(torch.equal(state[k], after[k]) for k in state)
+    assert not any(m._forward_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_fast_and_reference_scores_agree_under_temperature(name):
+    """The score engine's q capture sits on the same q_proj as the intervention's hook, so both paths
+    see the scaled logits; and the scores do change."""
+    model, ids = MODELS[name](), _ids(T=10, B=2)
+    plain = scores_fast(model, ids, query_pos=8)
+    with temperature(model, 1.5, n_train=N_TRAIN):
+        fast = scores_fast(model, ids, query_pos=8)
+        ref = scores_reference(model, ids, query_pos=8)
+    for field in ("s_pos", "s_sym"):
+        f, r = getattr(fast, field), getattr(ref, field)
+        assert torch.allclose(torch.as_tensor(f), torch.as_tensor(r), atol=1e-5), field
+    assert not torch.allclose(torch.as_tensor(plain.s_pos), torch.as_tensor(fast.s_pos), atol=1e-6)
+
+
+def test_unsupported_family_and_bad_parameters_are_one_line_errors():
+    model = _gptj()
+    qwen3 = build_family("qwen3")  # q/k norms: the logit is not linear in q_proj
+    cases = [(qwen3, 1.0, N_TRAIN, "log", None, "not supported"),
+             (model, math.nan, N_TRAIN, "log", None, "finite"),
+             (model, "x", N_TRAIN, "log", None, "not a number"),
+             (model, 1.0, 0, "log", None, "n_train"),
+             (model, 1.0, N_TRAIN, "cubic", None, "form"),
+             (model, 1.0, N_TRAIN, "log", [7], "out of range")]
+    for m, beta, n_train, form, layers, msg in cases:
+        with pytest.raises(PosymError, match=msg) as e:
+            with temperature(m, beta, n_train=n_train, form=form, layers=layers):
+                pass
+        assert "\n" not in str(e.value)
+    assert not any(mod._forward_hooks for mod in model.modules())
+
+
+def test_canonical_string_round_trips():
+    t = Temperature(1.0, 17)
+    assert describe(t) == "temperature:beta=1,n_train=17"
+    assert parse_intervention("temperature:beta=1") == t
+    full = Temperature(0.5, 33, "ssmax", (0, 2))
+    assert describe(full) == "temperature:beta=0.5,n_train=33,form=ssmax,layers=0+2"
+    assert parse_intervention(describe(full)) == full
+
+
+@pytest.mark.parametrize("text, msg", [("warmth:beta=1", "unknown intervention"),
+                                       ("temperature:beta=inf", "finite"),
+                                       ("temperature:n_train=17", "needs beta"),
+                                       ("temperature:beta=1,gamma=2", "unknown key"),
+                                       ("temperature:beta", "key=value"),
+                                       ("temperature:beta=1,n_train=x", "integers")])
+def test_parser_rejects_bad_text_in_one_line(text, msg):
+    with pytest.raises(PosymError, match=msg) as e:
+        parse_intervention(text)
+    assert "\n" not in str(e.value)
