@@ -25,3 +25,13 @@ def word_tokenizer(words: Sequence[str] = (), *, split_punctuation: bool = False
     if chat_template:
         tok.chat_template = chat_template
     return tok
+
+
+def start_token_tokenizer(words: Sequence[str] = (), **kwargs):
+    """:func:`word_tokenizer` that adds the start token ``<s>`` to every text, as Llama's tokenizers do."""
+    from tokenizers import processors
+
+    tok = word_tokenizer(words, **kwargs)
+    tok._tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tok.bos_token_id)])
+    return tok

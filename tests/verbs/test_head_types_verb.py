@@ -22,7 +22,7 @@ from posym.model import save_model
 from posym.tasks.llm_prompts import ATTRIBUTES, ENTITIES
 from posym.verbs.head_types import head_types, parse_sources, repeated_ids, source_scores
 from family_models import build_family
-from tiny_tokenizer import word_tokenizer
+from tiny_tokenizer import start_token_tokenizer
 
 FILES = ("head_types.csv", "head_types_correlations.csv", "head_types_contingency.csv", "head_types.json",
          "figures/head_types_plane.png", "figures/head_types_plane.pdf")
@@ -34,13 +34,8 @@ def _one_thread():
 
 
 def _tokenizer():
-    from tokenizers import processors
-
-    tok = word_tokenizer(["Each", "object", "has", "one", "colour", ".", "The", "is", "Input", "Output", ":",
-                          *ENTITIES[:10], *ATTRIBUTES[:8]], split_punctuation=True)
-    tok._tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A", special_tokens=[("<s>", tok.bos_token_id)])
-    return tok
+    return start_token_tokenizer(["Each", "object", "has", "one", "colour", ".", "The", "is", "Input", "Output", ":",
+                                 *ENTITIES[:10], *ATTRIBUTES[:8]], split_punctuation=True)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from posym.heads.scores import scores_blocks_fast, scores_fast
 from posym.model import save_model
 from posym.tasks.sequences import check_sequences, group_by_length, read_id_sequences, read_text_lines
 from family_models import build_family
-from tiny_tokenizer import word_tokenizer
+from tiny_tokenizer import start_token_tokenizer
 
 TEXTS = ["a b c d e", "f g h", "1 2 3 4 5 6 7", "x y z", "b a b a b a"]
 
@@ -29,13 +29,7 @@ def _one_thread():
 
 
 def _tokenizer():
-    """The tiny word tokenizer with a start token added to every text, as Llama's tokenizers add it."""
-    from tokenizers import processors
-
-    tok = word_tokenizer()
-    tok._tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A", special_tokens=[("<s>", tok.bos_token_id)])
-    return tok
+    return start_token_tokenizer()
 
 
 @pytest.fixture(scope="module")

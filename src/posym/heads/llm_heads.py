@@ -102,16 +102,22 @@ DEPTHS: dict[str, tuple[int, int]] = {"all": (1, 0), "half 1": (2, 0), "half 2":
 # ================================================================================================
 # argument handling
 # ================================================================================================
-def parse_prompt_sets(prompts: str | Sequence[str]) -> tuple[str, ...]:
-    """``"all"`` | one set | a comma-separated list / sequence of sets -> the sets, in canonical order."""
-    items = prompts.split(",") if isinstance(prompts, str) else list(prompts)
+def parse_choices(value: str | Sequence[str], choices: Sequence[str], what: str = "prompt set") -> tuple[str, ...]:
+    """``"all"`` | one choice | a comma-separated list / sequence of ``choices`` -> those chosen, in the
+    order of ``choices``; PosymError naming ``what`` for an unknown or empty one."""
+    items = value.split(",") if isinstance(value, str) else list(value)
     items = [str(x).strip() for x in items if str(x).strip()]
     if items == ["all"]:
-        return PROMPT_SETS
-    bad = [x for x in items if x not in PROMPT_SETS]
+        return tuple(choices)
+    bad = [x for x in items if x not in choices]
     if bad or not items:
-        raise PosymError(f"unknown prompt set(s) {bad or items}; choose from all, {', '.join(PROMPT_SETS)}")
-    return tuple(s for s in PROMPT_SETS if s in items)
+        raise PosymError(f"unknown {what}(s) {bad or items}; choose from all, {', '.join(choices)}")
+    return tuple(s for s in choices if s in items)
+
+
+def parse_prompt_sets(prompts: str | Sequence[str]) -> tuple[str, ...]:
+    """``"all"`` | one set | a comma-separated list / sequence of sets -> the sets, in canonical order."""
+    return parse_choices(prompts, PROMPT_SETS, "prompt set")
 
 
 def _positive(name: str, v: Any) -> int:
@@ -474,6 +480,7 @@ __all__ = [
     "DEFAULT_N",
     "DEPTHS",
     "LOW_BLOCK_MASS",
+    "parse_choices",
     "GROUP_COLUMNS",
     "LAYER_TYPES",
     "SUMMARY_COLUMNS",

@@ -51,14 +51,9 @@ WIDTH = 100
 
 def parse_sources(prompts: str | Sequence[str]) -> tuple[str, ...]:
     """``"all"`` | a comma list / sequence of :data:`PROMPT_SOURCES` -> the sources in canonical order."""
-    items = prompts.split(",") if isinstance(prompts, str) else list(prompts)
-    items = [str(x).strip() for x in items if str(x).strip()]
-    if items == ["all"]:
-        return PROMPT_SOURCES
-    bad = [x for x in items if x not in PROMPT_SOURCES]
-    if bad or not items:
-        raise PosymError(f"unknown prompt source(s) {bad or items}; choose from all, {', '.join(PROMPT_SOURCES)}")
-    return tuple(s for s in PROMPT_SOURCES if s in items)
+    from posym.heads.llm_heads import parse_choices
+
+    return parse_choices(prompts, PROMPT_SOURCES, "prompt source")
 
 
 def head_types_out(model: Any = None, gguf: str | os.PathLike | None = None) -> Path:
