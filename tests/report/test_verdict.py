@@ -6,7 +6,6 @@ import html
 import math
 
 import pandas as pd
-import pytest
 
 from posym.heads.reading import HOW_TO_READ
 from posym.report import verdict as V
