@@ -316,6 +316,13 @@ def _cmd_head_types(a):
                      force=a.force, progress=not a.quiet))
 
 
+def _cmd_interventions(a):
+    from posym.verbs.interventions import interventions
+
+    _show(interventions(a.runs, a.out, intervene=a.intervene, best_of=a.best_of, grid=a.grid, n=a.n, seeds=a.seeds,
+                        heads_lengths=a.heads_lengths, heads_n=a.heads_n, device=a.device, progress=not a.quiet))
+
+
 def _cmd_sensitivity(a):
     from posym.verbs.sensitivity import sensitivity
 
@@ -657,6 +664,25 @@ def build_parser() -> argparse.ArgumentParser:
                     help="layers a temperature or freq-mask intervention acts on (default: all), e.g. 0,3")
     _force(lg)
     lg.set_defaults(func=_cmd_lengthgen)
+
+    iv = sub.add_parser("interventions", help="the interventions study: trained models of both tasks under each "
+                                              "inference-time intervention (Fig. 5B, heads, theory's prediction)")
+    iv.add_argument("runs", nargs="+", help="posym training run directories (both tasks, any seeds)")
+    iv.add_argument("--out", required=True, help="study directory (re-running the command continues it)")
+    iv.add_argument("--intervene", action="append", default=None, metavar="NAME:KEY=VALUE[,...]",
+                    help="interventions to measure (repeatable; default: the study grid, docs/interventions.md)")
+    iv.add_argument("--best-of", default=None, metavar="DIR",
+                    help="measure each family's best setting per task of an earlier study directory instead")
+    iv.add_argument("--grid", type=lambda t: t if t == "search" else grid_type(t), default="search",
+                    help="'search' (0..1000, cheap), 'paper' (to +5,000) or added lengths, e.g. 0,100,1000")
+    iv.add_argument("--n", type=positive_int, default=200, help="samples per added length and data seed")
+    iv.add_argument("--seeds", type=positive_int, default=1, help="data seeds per point")
+    iv.add_argument("--heads-lengths", type=int_list, default=None,
+                    help="added lengths of the head readout (default 0,100,1000)")
+    iv.add_argument("--heads-n", type=positive_int, default=16, help="prompts of the head readout")
+    iv.add_argument("--device", type=device_type, default="cpu")
+    iv.add_argument("--quiet", action="store_true", help="no progress bars")
+    iv.set_defaults(func=_cmd_interventions)
 
     sv = sub.add_parser("sensitivity", help="compare reproduction variants (training choices) and test whether "
                                              "head discrepancy predicts length extrapolation")

@@ -39,18 +39,26 @@ def test_rows_per_intervention_and_none_equals_the_plain_call(model_dir, tmp_pat
 
 
 def test_the_intervention_acts_past_the_training_length(model_dir):
-    """At +40 the rotary table is extended inside the intervention: the accuracy rows equal a direct
-    evaluation under the intervention with the table extended first."""
-    model, task, _ = resolve_model(model_dir, task="number")
-    with intervened(model, "rope-base:theta=50"):
-        inside = evaluate_length(model, task, 40, 16, 1_000_000)
-    model2, _, _ = resolve_model(model_dir, task="number")
-    plain = evaluate_length(model2, task, 40, 16, 1_000_000)
+    """At +40 lengthgen extends the rotary table inside the intervention (evaluate_length): the logits
+    equal those with the table extended first and the intervention entered after, and differ from
+    the untouched model's."""
+    import torch
+
     from posym.model.gptj import extend_positions
-    extend_positions(model2, 8 + 8 + 1 + 40)
-    with intervened(model2, "rope-base:theta=50"):
-        first = evaluate_length(model2, task, 40, 16, 1_000_000)
-    assert inside == first
+    from posym.tasks import generate
+
+    ids = torch.as_tensor(generate("number", 4, 1_000_000, extra_tokens=40).input_ids)
+    model, task, _ = resolve_model(model_dir, task="number")
+    with intervened(model, "rope-base:theta=50"), torch.no_grad():
+        evaluate_length(model, task, 40, 4, 1_000_000)  # extends the table inside
+        inside = model(ids).logits
+    model2, _, _ = resolve_model(model_dir, task="number")
+    extend_positions(model2, ids.shape[1])
+    with torch.no_grad():
+        plain = model2(ids).logits
+        with intervened(model2, "rope-base:theta=50"):
+            first = model2(ids).logits
+    assert torch.equal(inside, first) and not torch.allclose(inside, plain, atol=1e-4)
 
 
 def test_resume_keys_on_the_intervention(model_dir, tmp_path, monkeypatch):

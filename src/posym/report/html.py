@@ -573,6 +573,29 @@ def sensitivity_page(out_dir: str | os.PathLike, variants: dict[str, str], heade
     return _page("posym — sensitivity study", body)
 
 
+def interventions_page(out_dir: str | os.PathLike, header: Sequence[str], rows: Sequence[Sequence[Any]],
+                       figures: dict[str, Path], settings: dict) -> str:
+    """The interventions study (docs/interventions.md) as a self-contained HTML page: how to read it,
+    the table intervention × task with the theory's prediction, Fig. 5B per intervention family and the
+    head readout of each task, and the settings (models, grid, n)."""
+    out = Path(out_dir)
+    when = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+    body = ["<h1>posym — interventions at inference</h1>",
+            '<p class="sub">Which inference-time change to attention or RoPE lifts which task\'s length '
+            f"generalization, read on the heads (docs/interventions.md). Written {_e(when)}.</p>",
+            _note("How to read: “reach ≥ 0.9” is the largest added length up to which the mean accuracy stays "
+                  "≥ 0.9 at every grid point (mean ± sd over models; “never”: below 0.9 already at +0; "
+                  "“grid end”: still ≥ 0.9 at the last measured length). “acc +L” is the accuracy at L added "
+                  "tokens (“—”: not on this grid). “pure pos/sym +L”: pure positional / symbolic heads "
+                  "(γ = 0.1, SPEC §3) on inputs with L added tokens, mean over models. The prediction column "
+                  "was written before anything was measured."),
+            "<h2>Intervention × task</h2>", _table(header, rows, num_cols=(2,)),
+            "<h2>Figures</h2>", *[_img(path, caption, out) for caption, path in figures.items()],
+            "<h2>Settings</h2>",
+            _table(["setting", "value"], [[k, json.dumps(v)] for k, v in settings.items()])]
+    return _page("posym — interventions study", body)
+
+
 def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = None) -> Path:
     """Write ``DIR/report.html`` (or ``path``) from the saved outputs of a reproduction directory;
     also (re)writes the aggregate tables ``DIR/aggregate/``. Returns the report's path."""

@@ -116,6 +116,14 @@ PREDICTION = "prediction.csv"
 FIG_PREDICTION = "prediction"
 VARIANT_CURVES = "fig5b_variants.csv"  # Fig. 5B of every variant of a sensitivity study
 FIG_VARIANT_CURVES = "fig5b_variants"
+INTERVENTIONS = "interventions.csv"  # posym interventions: the study table (intervention x task)
+INTERVENTIONS_MD = "interventions.md"
+INTERVENTIONS_HTML = "interventions.html"
+INTERVENTIONS_JSON = "interventions.json"  # the study's settings (runs, grid, n, interventions)
+INTERVENTIONS_LENGTHGEN = "interventions_lengthgen.csv"  # every model's lengthgen rows, with a model column
+INTERVENTION_HEADS = "intervention_heads.csv"  # per model folder: scores of every head under each intervention
+FIG_INTERVENTIONS = "fig5b_interventions_{task}"
+FIG_INTERVENTION_HEADS = "intervention_heads_{task}"
 
 
 def safe_name(text: str) -> str:

@@ -1,0 +1,210 @@
+"""``posym interventions``: the interventions study (docs/interventions.md) — every trained model of
+both tasks under each inference-time intervention: Fig. 5B (accuracy vs added tokens), the heads on
+lengthened inputs, one table intervention × task with the theory's prediction beside it, an HTML page.
+
+Each model gets a folder ``OUT/<task>-s<seed>/`` with its ``lengthgen.csv`` (resumed point by point)
+and ``intervention_heads.csv`` (resumed per intervention and length), so the same command continues
+an interrupted study, adds interventions or models, and two processes may measure different models
+into one ``OUT`` at once; the study table, figures and page are rebuilt from every model folder in
+``OUT`` at the end of each call.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from posym.errors import PosymError
+from posym.runs import layout
+from posym.runs.lock import DirLock
+from posym.verbs import Outputs, VerbResult, figure_paths
+
+
+def _label(run: Path) -> tuple[str, str]:
+    meta = layout.read_meta(run)
+    task, cfg = meta.get("task"), meta.get("config") or {}
+    if task not in ("number", "letter"):
+        raise PosymError(f"{run} is not a posym training run (no task in {layout.POSYM_JSON}); "
+                         "give run directories written by posym train")
+    return task, f"{task}-s{cfg.get('seed', 0)}"
+
+
+def _grid(grid: str | Sequence[int]) -> list[int]:
+    from posym.lengthgen.trained import parse_grid
+    from posym.report.interventions import SEARCH_GRID
+
+    return list(SEARCH_GRID) if grid == "search" else parse_grid(grid)
+
+
+def _head_rows(model, task: str, interv: str, extra: int, n: int, seed: int) -> pd.DataFrame:
+    """Scores of every head (mean over ``n`` lengthened test-layout prompts) under ``interv``."""
+    from posym.heads.tracking import score_table
+    from posym.interventions import intervened
+    from posym.tasks import generate
+
+    ids = generate(task, n, 2_000_000 + seed, extra_tokens=extra).input_ids
+    with intervened(model, interv):
+        t = score_table(model, ids, batch_size=2 if extra >= 500 else 16)
+    t.insert(0, "extra_tokens", extra)
+    t.insert(0, "intervention", interv)
+    t["n_prompts"] = n
+    return t
+
+
+def _measure_heads(model, task: str, folder: Path, interventions: Sequence[str], lengths: Sequence[int],
+                   n: int, progress: bool, label: str) -> pd.DataFrame:
+    """The model's head readout, resumed: (intervention, length) blocks already in the table with the
+    same ``n`` are kept, the others measured and the table saved after each block."""
+    from tqdm.auto import tqdm
+
+    path = folder / layout.INTERVENTION_HEADS
+    out = Outputs([path], True)
+    old = pd.read_csv(path) if path.is_file() else None
+    if old is not None and len(old) and set(old["n_prompts"].unique()) != {n}:
+        raise PosymError(f"{path} holds head scores of {sorted(old['n_prompts'].unique())} prompts, not {n}; "
+                         "give the same --heads-n, or another --out")
+    have = set() if old is None else set(zip(old["intervention"], old["extra_tokens"].astype(int)))
+    frames = [] if old is None else [old]
+    todo = [(i, e) for i in interventions for e in lengths if (i, e) not in have]
+    bar = tqdm(todo, desc=f"heads {label}", disable=not progress, unit="block")
+    for interv, extra in bar:
+        bar.set_postfix_str(f"{interv} +{extra}")
+        frames.append(_head_rows(model, task, interv, extra, n, 0))
+        out.csv(pd.concat(frames, ignore_index=True), path)
+    bar.close()
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _collect(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every model folder's lengthgen rows and head rows, with ``model`` (the folder name) and ``task``."""
+    lg, hd = [], []
+    for folder in sorted(p for p in out.iterdir() if p.is_dir() and (p / layout.LENGTHGEN).is_file()):
+        t = pd.read_csv(folder / layout.LENGTHGEN)
+        t.insert(0, "model", folder.name)
+        lg.append(t)
+        if (folder / layout.INTERVENTION_HEADS).is_file():
+            h = pd.read_csv(folder / layout.INTERVENTION_HEADS)
+            h.insert(0, "task", t["task"].iloc[0])
+            h.insert(0, "model", folder.name)
+            hd.append(h)
+    return (pd.concat(lg, ignore_index=True) if lg else pd.DataFrame(),
+            pd.concat(hd, ignore_index=True) if hd else pd.DataFrame())
+
+
+def _best_of(search: Path) -> dict[str, list[str]]:
+    from posym.report.interventions import best_settings
+
+    path = search / layout.INTERVENTIONS
+    if not path.is_file():
+        raise PosymError(f"--best-of {search}: no {layout.INTERVENTIONS} there; run the search first "
+                         "(posym interventions RUN... --grid search --out DIR)")
+    best = best_settings(pd.read_csv(path))
+    picked: dict[str, list[str]] = {}
+    for (task, _), interv in best.items():
+        picked.setdefault(task, ["none"]).append(interv)
+    return picked
+
+
+def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
+                  intervene: Sequence[str] | None = None, best_of: str | os.PathLike | None = None,
+                  grid: str | Sequence[int] = "search", n: int = 200, seeds: int = 1,
+                  heads_lengths: Sequence[int] | None = None, heads_n: int = 16, device: str = "cpu",
+                  progress: bool = True) -> VerbResult:
+    """Run (or continue) the interventions study of ``runs`` into ``out`` (module docstring).
+
+    ``intervene``: the interventions (canonical strings; default: the study grid of
+    :func:`posym.report.interventions.study_grid` for each model, its frequency masks sized to the
+    model's rotary dim and the Index layers found on the untouched model); ``best_of``: instead, each
+    family's best setting per task in an earlier study directory (the rule of
+    :func:`~posym.report.interventions.best_settings`). ``grid``: ``"search"`` (the cheap grid,
+    :data:`~posym.report.interventions.SEARCH_GRID`), ``"paper"`` or added lengths; ``n`` samples per
+    point and data seed; ``heads_lengths`` / ``heads_n``: the head readout (default +0, +100, +1,000 on
+    16 prompts; ``[]`` for none)."""
+    from posym.interventions import describe, intervened, parse_intervention
+    from posym.report.html import interventions_page
+    from posym.report.interventions import (HEAD_LENGTHS, index_layers, plot_head_readout,
+                                            plot_intervention_curves, study_grid, study_summary, summary_markdown,
+                                            summary_rows)
+    from posym.report.paper import LENGTHGEN
+    from posym.runs.resolve import resolve_model
+    from posym.verbs.lengthgen import lengthgen
+
+    if not runs:
+        raise PosymError("give at least one run directory")
+    if intervene and best_of:
+        raise PosymError("give --intervene or --best-of, not both")
+    out = Path(out)
+    grid_values = _grid(grid)
+    lengths = list(HEAD_LENGTHS if heads_lengths is None else heads_lengths)
+    given = [describe(parse_intervention(t)) for t in intervene] if intervene else None
+    picked = _best_of(Path(best_of)) if best_of else None
+    labels: dict[str, Path] = {}
+    tasks = {}
+    for r in runs:
+        r = Path(r)
+        if not r.is_dir():
+            raise PosymError(f"no such run directory: {r}")
+        task, label = _label(r)
+        if label in labels:
+            raise PosymError(f"{labels[label]} and {r} are both {label}; give each model once")
+        labels[label], tasks[label] = r, task
+    done_lines = []
+    for label, run in labels.items():
+        folder = out / label
+        with DirLock(folder, "interventions model folder"):
+            model, task, _ = resolve_model(run)
+            if given is not None:
+                plan = given if "none" in given else ["none", *given]
+            elif picked is not None:
+                plan = picked.get(task, ["none"])
+            else:
+                base = _measure_heads(model, task, folder, ["none"], [0], heads_n, progress, label) if lengths else None
+                found = index_layers(base[(base["intervention"] == "none") & (base["extra_tokens"] == 0)]) \
+                    if base is not None and task == "number" else []
+                from posym.model.adapters import get_adapter
+                plan = study_grid(get_adapter(model).rotary_dim // 2, found)
+            for interv in plan:  # every intervention applies to this model, before the long work
+                with intervened(model, interv):
+                    pass
+            res = lengthgen(run, grid=grid_values, n=n, seeds=seeds, out=folder / layout.LENGTHGEN, device=device,
+                            resume=True, progress=progress, intervene=plan)
+            if lengths:
+                _measure_heads(model, task, folder, plan, lengths, heads_n, progress, label)
+            done_lines.append(f"{label}: {len(plan)} interventions, {len(res.table)} lengthgen rows")
+    lg, hd = _collect(out)
+    summary = study_summary(lg, hd if len(hd) else None)
+    task_list = [t for t in ("number", "letter") if t in set(lg["task"])]
+    files = [out / layout.INTERVENTIONS, out / layout.INTERVENTIONS_MD, out / layout.INTERVENTIONS_HTML,
+             out / layout.INTERVENTIONS_JSON, out / layout.INTERVENTIONS_LENGTHGEN]
+    for t in task_list:
+        files += figure_paths(out / layout.FIG_INTERVENTIONS.format(task=t))
+        if len(hd):
+            files += figure_paths(out / layout.FIG_INTERVENTION_HEADS.format(task=t))
+    outputs = Outputs(files, True).check()  # derived from the model folders: rebuilt on every call
+    outputs.csv(summary, out / layout.INTERVENTIONS)
+    outputs.csv(lg, out / layout.INTERVENTIONS_LENGTHGEN)
+    md = summary_markdown(summary)
+    outputs.text(md + "\n", out / layout.INTERVENTIONS_MD)
+    figs = {}
+    for t in task_list:
+        stem = out / layout.FIG_INTERVENTIONS.format(task=t)
+        outputs.figure(plot_intervention_curves(lg, t, LENGTHGEN.get(t)), stem)
+        figs[f"Fig. 5B of the {t} task under each intervention"] = Path(f"{stem}.png")
+        if len(hd):
+            stem = out / layout.FIG_INTERVENTION_HEADS.format(task=t)
+            outputs.figure(plot_head_readout(hd, t), stem)
+            figs[f"the {t} task's heads under each intervention"] = Path(f"{stem}.png")
+    settings = {"runs": {k: str(v) for k, v in labels.items()}, "grid": grid_values, "n": n, "seeds": seeds,
+                "heads_lengths": lengths, "heads_n": heads_n, "best_of": str(best_of) if best_of else None,
+                "intervene": given}
+    outputs.json(settings, out / layout.INTERVENTIONS_JSON)
+    header, rows = summary_rows(summary)
+    outputs.text(interventions_page(out, header, rows, figs, settings), out / layout.INTERVENTIONS_HTML)
+    text = "\n".join([*done_lines, md, f"wrote {out / layout.INTERVENTIONS_HTML}"])
+    return VerbResult(summary, outputs.written, text, {"lengthgen": lg, "heads": hd})
+
+
+__all__ = ["interventions"]

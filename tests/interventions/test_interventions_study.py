@@ -1,0 +1,112 @@
+"""``posym interventions``: the study on tiny runs of both tasks — per-model tables and heads, the
+study table with the prediction column, figures and page; re-running continues without re-measuring;
+``--best-of`` picks each family's best setting; the summary rules on known tables; errors."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from posym.cli import main
+from posym.errors import PosymError
+from posym.report.interventions import (PREDICTION, best_settings, drop_lowest, family, model_reach, study_grid,
+                                        study_summary, summary_markdown)
+from posym.verbs.interventions import interventions
+
+TINY = ["--steps", "4", "--eval-every", "2", "--checkpoint-every", "2", "--set", "n_layer=2", "--set", "n_embd=16",
+        "--set", "n_inner=32", "--set", "rotary_dim=8", "--track-prompts", "4"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    for task in ("number", "letter"):
+        assert main(["train", "--task", task, "--out", str(root / task), "--quiet", *TINY]) == 0
+    return root
+
+
+@pytest.mark.integration
+def test_the_study_writes_tables_figures_page_and_continues(runs, tmp_path, monkeypatch):
+    out = tmp_path / "study"
+    args = dict(intervene=["ntk:kappa=4", "temperature:beta=1"], grid=[0, 20], n=8, heads_lengths=[0, 20], heads_n=2,
+                progress=False)
+    res = interventions([runs / "number", runs / "letter"], out, **args)
+    s = res.table
+    assert set(zip(s["task"], s["intervention"])) == {(t, i) for t in ("number", "letter") for i in
+                                                       ("none", "ntk:kappa=4", "temperature:beta=1,n_train=17")}
+    assert (s.loc[s["intervention"] == "ntk:kappa=4", "prediction"] != "").all()
+    for f in ("interventions.csv", "interventions.md", "interventions.html", "interventions.json",
+              "interventions_lengthgen.csv", "fig5b_interventions_number.png", "intervention_heads_letter.png",
+              "number-s0/lengthgen.csv", "number-s0/intervention_heads.csv"):
+        assert (out / f).is_file(), f
+    heads = pd.read_csv(out / "number-s0" / "intervention_heads.csv")
+    assert len(heads) == 3 * 2 * 2 and set(heads["n_prompts"]) == {2}  # 3 interventions x 2 lengths x 2 layers
+    html = (out / "interventions.html").read_text()
+    assert "data:image/png;base64" in html and "written before anything was measured" in html
+    import posym.lengthgen.trained as trained
+    import posym.verbs.interventions as verb
+    monkeypatch.setattr(trained, "evaluate_length", lambda *a, **k: pytest.fail("re-measured a point"))
+    monkeypatch.setattr(verb, "_head_rows", lambda *a, **k: pytest.fail("re-measured heads"))
+    again = interventions([runs / "number", runs / "letter"], out, **args).table
+    pd.testing.assert_frame_equal(again, s)
+
+
+@pytest.mark.integration
+def test_best_of_picks_each_familys_best_setting(runs, tmp_path):
+    search = tmp_path / "search"
+    interventions([runs / "number"], search, intervene=["ntk:kappa=2", "ntk:kappa=8"], grid=[0, 10], n=8,
+                  heads_lengths=[], progress=False)
+    s = pd.read_csv(search / "interventions.csv")
+    best = best_settings(s)
+    full = interventions([runs / "number"], tmp_path / "full", best_of=search, grid=[0, 10, 30], n=8,
+                         heads_lengths=[], progress=False).table
+    assert set(full["intervention"]) == {"none", best[("number", "ntk")]}
+
+
+def test_summary_rules_on_known_tables():
+    rows = []
+    for model, accs in (("m0", {0: 1.0, 10: 0.95, 20: 0.5}), ("m1", {0: 1.0, 10: 0.8, 20: 0.9})):
+        for e, a in accs.items():
+            rows.append({"task": "number", "model": model, "intervention": "none", "extra_tokens": e, "seed": 0,
+                         "acc": a})
+            rows.append({"task": "number", "model": model, "intervention": "ntk:kappa=2", "extra_tokens": e,
+                         "seed": 0, "acc": 1.0 if e < 20 else 0.95})
+            rows.append({"task": "number", "model": model, "intervention": "ntk:kappa=4", "extra_tokens": e,
+                         "seed": 0, "acc": 0.98})
+    lg = pd.DataFrame(rows)
+    per = model_reach(lg)
+    assert per.set_index(["model", "intervention"]).loc[("m0", "none"), "reach"] == 10
+    assert per.set_index(["model", "intervention"]).loc[("m1", "none"), "reach"] == 0  # 0.8 at +10 stops it
+    s = study_summary(lg)
+    none = s[s["intervention"] == "none"].iloc[0]
+    assert none["reach_mean"] == 5 and math.isclose(none["reach_sd"], math.sqrt(50))
+    assert best_settings(s) == {("number", "ntk"): "ntk:kappa=2"}  # κ=4 costs accuracy at +0 (0.98 < 0.99)
+    assert "grid end" in summary_markdown(s)
+
+
+def test_grid_and_family_helpers():
+    assert drop_lowest(8, 0.25) == [1, 2, 3, 4, 5, 6] and drop_lowest(8, 0.75) == [1, 2]
+    grid = study_grid(8, [3, 1])
+    assert grid[0] == "none" and "freq-mask:keep=1+2,layers=1+3" in grid and len(grid) == 16
+    assert family("freq-mask:keep=1+2,layers=1+3") == "freq-mask@index" and family("ntk:kappa=2") == "ntk"
+    fams = {family(g) for g in grid} - {"none"}
+    assert all((f, t) in PREDICTION for f in fams for t in ("number", "letter"))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kw,msg", [
+    ({"intervene": ["ntk:kappa=0"]}, ">= 1"), ({"intervene": ["x:y=1"]}, "unknown intervention"),
+    ({"intervene": ["ntk:kappa=2"], "best_of": "somewhere"}, "not both"),
+    ({"best_of": "nowhere"}, "no interventions.csv")])
+def test_bad_input_is_refused_before_any_work(runs, tmp_path, kw, msg):
+    with pytest.raises(PosymError, match=msg):
+        interventions([runs / "number"], tmp_path / "s", grid=[0], n=4, heads_lengths=[], progress=False, **kw)
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.integration
+def test_not_a_run_and_the_same_model_twice(runs, tmp_path):
+    with pytest.raises(PosymError, match="not a posym training run"):
+        interventions([tmp_path], tmp_path / "s", progress=False)
+    with pytest.raises(PosymError, match="both number-s0"):
+        interventions([runs / "number", runs / "number"], tmp_path / "s", progress=False)
