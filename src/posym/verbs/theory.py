@@ -18,9 +18,13 @@ def _files(out: Path, name: str) -> list[Path]:
 def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retrieval: float = 0.0027,
                 alphabet: int = 8, n_max: int = 100, runs: Sequence[str | os.PathLike] = (),
                 grid: Sequence[int] | None = None, n: int = 64, seed: int = 0, task: str | None = None,
+                intervene: Sequence[str] = (), lengths: Sequence[int] | None = None,
                 force: bool = False, progress: bool = True) -> VerbResult:
     """Write ``OUT/discrepancy.csv`` + Fig. 5A and, for each of ``runs``, Δ of every trained head's
-    last-query logits vs added tokens (``OUT/trained_discrepancy.csv`` + figure)."""
+    last-query logits vs added tokens (``OUT/trained_discrepancy.csv`` + figure). With ``intervene``
+    (canonical intervention strings, docs/interventions.md): Δ(n) and the weight on the correct key of
+    both constructions untouched (``none``) and under each, over ``lengths`` (default 17..5,017)
+    (``OUT/discrepancy_interventions.csv`` + figure; :mod:`posym.theory.intervened`)."""
     from posym.report.theory_figures import plot_discrepancy, plot_trained_discrepancy
     from posym.runs.resolve import resolve_model
     from posym.theory.discrepancy import check_parameters, discrepancy_table
@@ -28,7 +32,13 @@ def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retri
 
     out = Path(out)
     check_parameters(theta_index, theta_retrieval, alphabet, n_max)
+    effects = intervention_effects(intervene) if intervene else None
     files = _files(out, layout.DISCREPANCY) + (_files(out, layout.TRAINED_DISCREPANCY) if runs else [])
+    if effects is not None:
+        from posym.theory.intervened import DEFAULT_LENGTHS, check_lengths
+
+        lengths = check_lengths(DEFAULT_LENGTHS if lengths is None else lengths)
+        files += _files(out, layout.DISCREPANCY_INTERVENTIONS)
     outputs = Outputs(files, force).check()
     models = [resolve_model(p, task=task) for p in runs]  # every path checked before the work
     table = discrepancy_table(theta_index, theta_retrieval, alphabet, n_max)
@@ -49,8 +59,117 @@ def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retri
         lines += ["trained heads: median Δ of the last query per layer (rows) and added tokens (columns)",
                   per_layer.unstack("extra_tokens").round(4).to_string()]
         data["trained"] = trained
+    if effects is not None:
+        from posym.report.theory_figures import plot_intervened
+        from posym.theory.intervened import intervened_table
+
+        rotary_dim, base = rope_frame()
+        under = intervened_table(effects, lengths, rotary_dim=rotary_dim, base=base, theta_index=theta_index,
+                                 theta_retrieval=theta_retrieval, alphabet=alphabet, progress=progress)
+        outputs.csv(under, out / f"{layout.DISCREPANCY_INTERVENTIONS}.csv")
+        outputs.figure(plot_intervened(under), out / layout.DISCREPANCY_INTERVENTIONS)
+        lines.append(intervened_summary(under))
+        data["interventions"] = under
     lines.append(f"wrote {', '.join(str(p) for p in outputs.written if p.suffix == '.csv')}")
     return VerbResult(table, outputs.written, "\n".join(lines), data)
+
+
+def intervened_summary(table, at: Sequence[int] = (17, 117, 1017, 5017)):
+    """Δ and the weight on the correct key at the lengths ``at`` (those in the table), one row per
+    (intervention, mechanism): the text ``posym theory discrepancy --intervene`` prints."""
+    import pandas as pd
+
+    t = table[table["n"].isin(at)]
+    wide = t.pivot_table(index=["intervention", "mechanism"], columns="n", values=["delta", "weight"], sort=False)
+    wide.columns = [f"{'Δ' if v == 'delta' else 'w'}@{n}" for v, n in wide.columns]
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3g}".format):
+        return "theory under interventions: worst-case Δ and weight on the correct key at n\n" + wide.to_string()
+
+
+def rope_frame() -> tuple[int, float]:
+    """``(rotary dim, base)`` the constructions' angles are read in: the paper preset's GPT-J (SPEC §2)."""
+    from posym.interventions.rope import GPTJ_BASE
+    from posym.model.gptj import PRESETS
+
+    return int(PRESETS["paper"]["rotary_dim"]), float(GPTJ_BASE)
+
+
+def _interpolation_scale(factor: float | None, n_train: int | None):
+    """Position interpolation's factor ``c(n)``: ``1/factor`` (fixed) or ``n_train/n`` for ``n > n_train``."""
+    import numpy as np
+
+    if factor is not None:
+        return lambda ns: np.full(len(ns), 1.0 / factor)
+    return lambda ns: np.where(ns > n_train, n_train / np.maximum(ns, 1), 1.0)
+
+
+def _parse_interpolate(text: str):
+    """``interpolate:factor=F`` or ``interpolate:n_train=N`` -> (canonical string, factor, n_train).
+    Stand-in until :func:`posym.interventions.spec.parse_intervention` parses ``interpolate``."""
+    from posym.errors import PosymError
+
+    kv = dict(item.strip().partition("=")[::2] for item in text.partition(":")[2].split(",") if item.strip())
+    if set(kv) not in ({"factor"}, {"n_train"}):
+        raise PosymError(f"{text!r}: interpolate takes factor (e.g. interpolate:factor=4) or n_train "
+                         "(e.g. interpolate:n_train=17), one of them")
+    try:
+        if "factor" in kv:
+            f = float(kv["factor"])
+            if not (f > 0 and f < float("inf")):
+                raise ValueError
+            return f"interpolate:factor={int(f) if f.is_integer() else f!r}", f, None
+        n_train = int(kv["n_train"])
+        if n_train < 1:
+            raise ValueError
+        return f"interpolate:n_train={n_train}", None, n_train
+    except ValueError:
+        raise PosymError(f"{text!r}: factor must be a finite number > 0, n_train an integer >= 1") from None
+
+
+def intervention_effects(specs: Sequence[str]) -> dict:
+    """Canonical string -> :class:`posym.theory.intervened.Effect` for ``none`` and each of ``specs``
+    (parsed by :func:`posym.interventions.spec.parse_intervention`; every one checked before any work).
+    The constructions are one head: a ``layers=`` restriction is refused; frequency IDs are those of
+    the paper preset's rotary dim at GPT-J's base (:func:`rope_frame`)."""
+    import torch
+
+    from posym.errors import PosymError
+    from posym.interventions.freq_mask import FreqMask, check_keep
+    from posym.interventions.rope import RopeBase, ntk_theta
+    from posym.interventions.spec import NAMES, describe, parse_intervention
+    from posym.interventions.temperature import Temperature, temperature_scale
+    from posym.theory.intervened import Effect
+
+    rotary_dim, base = rope_frame()
+    effects = {"none": Effect()}
+    for text in specs:
+        name = str(text).partition(":")[0].strip()
+        if name == "interpolate" and name not in NAMES:
+            key, factor, n_train = _parse_interpolate(str(text))
+            effect = Effect(position_scale=_interpolation_scale(factor, n_train))
+        else:
+            iv = parse_intervention(text)
+            key = describe(iv)
+            if getattr(iv, "layers", None) is not None:
+                raise PosymError(f"{text!r}: the theory's constructions are one head; drop layers=")
+            if isinstance(iv, Temperature):
+                b, nt, form = iv.beta, iv.n_train, iv.form
+                effect = Effect(logit_scale=lambda ns, b=b, nt=nt, form=form: temperature_scale(
+                    torch.as_tensor(ns), b, nt, form).numpy())
+            elif isinstance(iv, RopeBase):
+                base = ntk_theta(base, iv.kappa, rotary_dim) if iv.kappa is not None else iv.theta
+                effect = Effect(base=float(base))
+            elif isinstance(iv, FreqMask):
+                effect = Effect(keep=check_keep(iv.keep, rotary_dim // 2) if iv.keep else ())
+            elif hasattr(iv, "factor") or hasattr(iv, "n_train"):  # interpolate
+                effect = Effect(position_scale=_interpolation_scale(getattr(iv, "factor", None),
+                                                                    getattr(iv, "n_train", None)))
+            else:
+                raise PosymError(f"{text!r}: the theory has no prediction for {name} yet")
+        if key in effects:
+            raise PosymError(f"{text!r} repeats {key!r}; give each intervention once")
+        effects[key] = effect
+    return effects
 
 
 def restricted(out: str | os.PathLike, *, steps: int = 1500, seed: int = 0, force: bool = False,
@@ -68,4 +187,4 @@ def restricted(out: str | os.PathLike, *, steps: int = 1500, seed: int = 0, forc
     return VerbResult(table, outputs.written, text + f"\nwrote {out / (layout.RESTRICTED + '.csv')}")
 
 
-__all__ = ["discrepancy", "restricted"]
+__all__ = ["discrepancy", "intervened_summary", "intervention_effects", "restricted", "rope_frame"]
