@@ -159,10 +159,12 @@ def test_frequency_ids_and_base_ratios():
     assert rope_frame() == (D, BASE)
     assert frequency_id(0.8, D, BASE) == 3 and frequency_id(0.0027, D, BASE) == 42
     assert rope_ratio(3, D, BASE, BASE) == 1.0 and rope_ratio(1, D, BASE, 1e6) == 1.0
-    eff = intervention_effects(["ntk:kappa=4", "rope-base:theta=20000"])
+    eff = intervention_effects(["ntk:kappa=2", "ntk:kappa=4", "rope-base:theta=20000", "ntk:kappa=8"])
     t = intervened_table(eff, [17], rotary_dim=D, base=BASE).set_index(["intervention", "mechanism"])
     for mech, i in (("index", 3), ("retrieval", 42)):
-        assert t.loc[("ntk:kappa=4", mech), "rope_scale"] == pytest.approx(4 ** (-2 * (i - 1) / (D - 2)), rel=1e-12)
+        for kappa in (2, 4, 8):  # each from the model's base, whatever came before
+            assert t.loc[(f"ntk:kappa={kappa}", mech), "rope_scale"] == pytest.approx(
+                kappa ** (-2 * (i - 1) / (D - 2)), rel=1e-12)
         assert t.loc[("rope-base:theta=20000", mech), "rope_scale"] == pytest.approx(2 ** (-2 * (i - 1) / D))
 
 

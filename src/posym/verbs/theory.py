@@ -157,8 +157,8 @@ def intervention_effects(specs: Sequence[str]) -> dict:
                 effect = Effect(logit_scale=lambda ns, b=b, nt=nt, form=form: temperature_scale(
                     torch.as_tensor(ns), b, nt, form).numpy())
             elif isinstance(iv, RopeBase):
-                base = ntk_theta(base, iv.kappa, rotary_dim) if iv.kappa is not None else iv.theta
-                effect = Effect(base=float(base))
+                new_base = ntk_theta(base, iv.kappa, rotary_dim) if iv.kappa is not None else iv.theta
+                effect = Effect(base=float(new_base))
             elif isinstance(iv, FreqMask):
                 effect = Effect(keep=check_keep(iv.keep, rotary_dim // 2) if iv.keep else ())
             elif hasattr(iv, "factor") or hasattr(iv, "n_train"):  # interpolate
