@@ -39,7 +39,7 @@ IDENTITY = ["temperature:beta=0", "rope-base:theta=10000", "ntk:kappa=1", "inter
 def test_identity_parameters_give_the_untouched_delta_bit_for_bit():
     effects = intervention_effects(IDENTITY)
     assert list(effects)[0] == "none" and len(effects) == 1 + len(IDENTITY)
-    table = intervened_table(effects, range(2, 101), rotary_dim=D, base=BASE)
+    table = intervened_table(effects, range(2, 101), rotary_dim=D, base=BASE, n0=17)
     ref = discrepancy_table(n_max=100)
     for name, g in table.groupby("intervention"):
         for mech in ("index", "retrieval"):
@@ -54,7 +54,7 @@ def test_temperature_is_the_closed_form_scaled_margin():
     softmax of the scaled logits."""
     lengths = [2, 5, 17, 40, 117, 300, 1017]
     t = intervened_table(intervention_effects(["temperature:beta=2", "temperature:beta=0.5,form=ssmax"]), lengths,
-                         rotary_dim=D, base=BASE)
+                         rotary_dim=D, base=BASE, n0=17)
     none = t[t["intervention"] == "none"].set_index(["mechanism", "n"])
     for name, s_of in (("temperature:beta=2,n_train=17", lambda n: 1 + 2 * math.log(n / 17)),
                        ("temperature:beta=0.5,n_train=17,form=ssmax", lambda n: 0.5 * math.log(n))):
@@ -67,6 +67,16 @@ def test_temperature_is_the_closed_form_scaled_margin():
     # a negative scale (n < 17·e^(-1/2) at β = 2) flips the logits: the correct key loses
     g = t[t["intervention"] == "temperature:beta=2,n_train=17"].set_index(["mechanism", "n"])
     assert g.loc[("index", 5), "logit_scale"] < 0 and g.loc[("index", 5), "delta"] < 0
+
+
+def test_temperature_weight_is_the_softmax_of_the_scaled_logits():
+    """The worst weight under a logit scale s is the real module's at inverse temperature s·β."""
+    for n in range(2, 8):
+        model = IndexConstruction(n0=7, theta=0.8, n_letters=2, n_integers=6)
+        beta = model.beta
+        model.beta = 1.7 * beta
+        _, w = _index_brute(model, n, torch.arange(n, dtype=torch.float64))
+        assert index_under(n, 0.8, logit_scale=1.7, beta=beta)[1] == pytest.approx(w, abs=1e-12)
 
 
 def _index_brute(model: IndexConstruction, n: int, positions: torch.Tensor) -> tuple[float, float]:
@@ -107,7 +117,7 @@ def test_retrieval_base_change_is_the_construction_with_the_moved_theta():
     (and, inside θ′ < ω/(2n), its Δ(n) of the discrepancy table)."""
     theta = 0.0027
     r = rope_ratio(42, D, BASE, 40000.0)
-    beta = construction_beta("retrieval", theta)
+    beta = construction_beta("retrieval", theta, 8, 17)
     for n in (2, 17, 100, 140):
         moved = retrieval_under(n, theta, rope_scale=r, beta=beta)
         direct = retrieval_under(n, r * theta, beta=beta)
@@ -144,7 +154,7 @@ def test_retrieval_brute_force_with_moved_rotation():
 
 def test_dropped_frequency_gives_uniform_attention():
     keep_fast = "freq-mask:keep=" + "+".join(str(i) for i in range(1, 33))  # drops ID 42 (Retrieval's θ)
-    t = intervened_table(intervention_effects([keep_fast, "freq-mask:keep="]), [17, 117], rotary_dim=D, base=BASE)
+    t = intervened_table(intervention_effects([keep_fast, "freq-mask:keep="]), [17, 117], rotary_dim=D, base=BASE, n0=17)
     for name, g in t.groupby("intervention"):
         for _, row in g.iterrows():
             dropped = name == "freq-mask:keep=" or (name == keep_fast and row["mechanism"] == "retrieval")
@@ -160,7 +170,7 @@ def test_frequency_ids_and_base_ratios():
     assert frequency_id(0.8, D, BASE) == 3 and frequency_id(0.0027, D, BASE) == 42
     assert rope_ratio(3, D, BASE, BASE) == 1.0 and rope_ratio(1, D, BASE, 1e6) == 1.0
     eff = intervention_effects(["ntk:kappa=2", "ntk:kappa=4", "rope-base:theta=20000", "ntk:kappa=8"])
-    t = intervened_table(eff, [17], rotary_dim=D, base=BASE).set_index(["intervention", "mechanism"])
+    t = intervened_table(eff, [17], rotary_dim=D, base=BASE, n0=17).set_index(["intervention", "mechanism"])
     for mech, i in (("index", 3), ("retrieval", 42)):
         for kappa in (2, 4, 8):  # each from the model's base, whatever came before
             assert t.loc[(f"ntk:kappa={kappa}", mech), "rope_scale"] == pytest.approx(
@@ -170,7 +180,7 @@ def test_frequency_ids_and_base_ratios():
 
 def test_interpolation_scales():
     t = intervened_table(intervention_effects(["interpolate:n_train=17", "interpolate:factor=4"]), [10, 17, 170],
-                         rotary_dim=D, base=BASE).set_index(["intervention", "mechanism", "n"])
+                         rotary_dim=D, base=BASE, n0=17).set_index(["intervention", "mechanism", "n"])
     assert t.loc[("interpolate:n_train=17", "index", 10), "rope_scale"] == 1.0
     assert t.loc[("interpolate:n_train=17", "retrieval", 170), "rope_scale"] == pytest.approx(0.1)
     assert t.loc[("interpolate:factor=4", "index", 10), "rope_scale"] == 0.25
@@ -197,9 +207,9 @@ def test_bad_interventions_are_one_line_errors(spec, needle):
 
 def test_effect_scale_must_match_lengths():
     with pytest.raises(PosymError, match="one finite factor"):
-        intervened_table({"x": Effect(logit_scale=lambda ns: np.ones(1))}, [17, 18], rotary_dim=D, base=BASE)
+        intervened_table({"x": Effect(logit_scale=lambda ns: np.ones(1))}, [17, 18], rotary_dim=D, base=BASE, n0=17)
     with pytest.raises(PosymError, match="integers >= 2"):
-        intervened_table({"none": Effect()}, [1, 17], rotary_dim=D, base=BASE)
+        intervened_table({"none": Effect()}, [1, 17], rotary_dim=D, base=BASE, n0=17)
 
 
 def test_cli_intervene_writes_the_table_and_keeps_fig5a(tmp_path, capsys):
@@ -221,7 +231,9 @@ def test_cli_intervene_writes_the_table_and_keeps_fig5a(tmp_path, capsys):
     assert list(dict.fromkeys(t["intervention"])) == ["none", "temperature:beta=1,n_train=17", "ntk:kappa=4"]
     assert set(t["n"]) == {17, 117} and set(t["mechanism"]) == {"index", "retrieval"} and len(t) == 12
     assert (under / "discrepancy_interventions.png").exists()
-    bad = tmp_path / "bad"
-    assert main(["theory", "discrepancy", "--out", str(bad), "--intervene", "ntk:kappa=0.5"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("posym: error:") and "kappa" in err and err.count("\n") == 1 and not bad.exists()
+    for argv, needle in ((["--intervene", "ntk:kappa=0.5"], "kappa"),
+                         (["--theta-index", "0", "--intervene", "ntk:kappa=2"], "positive")):
+        bad = tmp_path / "bad"
+        assert main(["theory", "discrepancy", "--out", str(bad), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("posym: error:") and needle in err and err.count("\n") == 1 and not bad.exists()

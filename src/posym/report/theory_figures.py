@@ -120,8 +120,8 @@ def plot_trained_discrepancy(table: pd.DataFrame, axes=None) -> plt.Figure:
 
 
 #: Colour map of each intervention family in :func:`plot_intervened` (shades for its parameters).
-FAMILY_CMAPS = {"temperature": "Reds", "ntk": "Blues", "rope-base": "Purples", "interpolate": "Greens",
-                "freq-mask": "Oranges"}
+FAMILY_CMAPS = {"temperature": "Reds", "ntk": "Blues", "rope-base": "Greys", "interpolate": "Greens",
+                "freq-mask": "Purples"}
 _DASHES = ["-", "--", "-.", ":"]
 
 
@@ -133,7 +133,7 @@ def _family_styles(names: list[str]) -> dict[str, dict]:
         families.setdefault(name.partition(":")[0], []).append(name)
     for fam, members in families.items():
         if fam == "none":
-            styles["none"] = dict(color="black", lw=2.2, ls="-")
+            styles["none"] = dict(color="black", lw=2.2, ls="-", zorder=5)
             continue
         cmap = plt.get_cmap(FAMILY_CMAPS.get(fam, "Greys"))
         for i, name in enumerate(members):
@@ -205,7 +205,7 @@ def plot_intervened(table: pd.DataFrame, axes=None) -> plt.Figure:
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
     fig.suptitle("Constructions under inference-time interventions: worst case over valid inputs "
-                 "(β: Lemma F.1 at n0 = 17)", fontsize=11)
+                 "(β: each construction's Lemma F.1 rule at the training length)", fontsize=11)
     fig.tight_layout(rect=(0, 0.035 * (1 + (len(labels) - 1) // 4), 1, 0.97))
     return fig
 

@@ -26,14 +26,14 @@ another key can win. Retrieval's weights encode letters only (angles ``mω``), s
 logit minus the largest other logit (negative: some input makes the head prefer a wrong key). Where the
 correct key is the unique arg-max (every untouched case that table covers) this is the discrepancy
 ``Δ``, and identity parameters reproduce the table's value bit for bit. Temperature gives exactly
-``s(n)·Δ`` (``s ≥ 0``). Index enumerates the query offsets ``v′ = 0..n−1`` (as
+``s(n)·Δ`` (``s ≥ 0``; to rounding). Index enumerates the query offsets ``v′ = 0..n−1`` (as
 :func:`~posym.theory.discrepancy.index_deltas`), Retrieval the match distance with the worst letter
 at every other distance (as :func:`~posym.theory.discrepancy.retrieval_deltas`; no ``θ < ω/(2n)``
 restriction here: past it the margin turns negative).
 
 **Weight** is the worst case over the same inputs of the softmax weight on the correct key at inverse
 temperature ``β`` (logits × ``s(n)`` × ``β``); by default ``β`` is the construction's own Lemma F.1 rule
-at ``n0`` = the training length 17: ``lemma_f1_beta(Δ(n0), n0, eps*)`` with ``eps* = 1/4`` (Index) and
+at the training length ``n0`` (17 for posym runs): ``lemma_f1_beta(Δ(n0), n0, eps*)`` with ``eps* = 1/4`` (Index) and
 ``1/8`` (Retrieval) (:func:`construction_beta`).
 """
 
@@ -56,7 +56,6 @@ MECHANISMS: tuple[str, ...] = ("index", "retrieval")
 #: the added lengths +0, +100, +1,000, +5,000 of Fig. 5B.
 DEFAULT_LENGTHS: tuple[int, ...] = tuple(sorted({int(x) for x in np.unique(np.round(np.geomspace(17, 5017, 40)))}
                                                 | {17, 117, 1017, 5017}))
-N0 = 17  # the training length (SPEC §1): the construction's inverse temperature is set there
 _CHUNK = 1 << 21  # logits per block of the Index enumeration (16 MB of float64)
 
 Scale = Callable[[np.ndarray], np.ndarray]
@@ -91,8 +90,8 @@ def rope_ratio(freq_id: int, rotary_dim: int, base: float, new_base: float) -> f
     return float((new_base / base) ** (-2.0 * (freq_id - 1) / rotary_dim))
 
 
-def construction_beta(mechanism: str, theta: float, alphabet: int = 8, n0: int = N0) -> float:
-    """The construction's own inverse temperature at ``n0`` (Lemma F.1 rule, module doc)."""
+def construction_beta(mechanism: str, theta: float, alphabet: int, n0: int) -> float:
+    """The construction's own inverse temperature at the training length ``n0`` (Lemma F.1 rule, module doc)."""
     if mechanism == "index":
         return lemma_f1_beta(index_delta(n0, theta), n0, IndexConstruction.EPS)
     if mechanism == "retrieval":
@@ -180,22 +179,33 @@ def check_lengths(ns: Iterable[int]) -> np.ndarray:
     return arr
 
 
+def check_frame(theta_index: float, theta_retrieval: float, alphabet: int, n0: int, rotary_dim: int,
+                base: float) -> tuple[dict[str, float], dict[str, int], dict[str, float]]:
+    """Each construction's ``θ``, frequency ID and inverse temperature (module doc), or a one-line
+    PosymError for parameters :func:`intervened_table` cannot use (cheap: call it before any work)."""
+    check_parameters(theta_index, theta_retrieval, alphabet, n0, n0)
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
+        raise PosymError(f"rotary dim must be a positive even integer, got {rotary_dim!r}")
+    thetas = {"index": float(theta_index), "retrieval": float(theta_retrieval)}
+    ids = {k: frequency_id(t, rotary_dim, base) for k, t in thetas.items()}
+    betas = {k: construction_beta(k, t, alphabet, n0) for k, t in thetas.items()}
+    return thetas, ids, betas
+
+
 def intervened_table(effects: Mapping[str, Effect], lengths: Iterable[int] = DEFAULT_LENGTHS, *,
                      rotary_dim: int, base: float, theta_index: float = 0.8, theta_retrieval: float = 0.0027,
-                     alphabet: int = 8, n0: int = N0, index_max_offset: int | None = None,
+                     alphabet: int = 8, n0: int, index_max_offset: int | None = None,
                      progress: bool = False) -> pd.DataFrame:
     """Tidy table of both constructions under each named effect: ``intervention`` (the name),
     ``mechanism``, ``n``, ``delta`` (worst signed margin of the correct key), ``weight`` (worst softmax
     weight on it), ``logit_scale`` ``s(n)``, ``rope_scale`` ``r`` (angle per distance = ``r·θ``),
     ``kept``, ``freq_id`` (the ID of ``θ`` in rotary dim ``rotary_dim`` at ``base``), ``theta``, ``beta``.
+    ``n0``: the training length where each construction's ``β`` is set (17 for posym runs);
     ``index_max_offset`` bounds Index's query offsets (default: every ``v′ < n``, as Δ(n))."""
     from tqdm.auto import tqdm
 
-    check_parameters(theta_index, theta_retrieval, alphabet, n0, n0)
     ns = check_lengths(lengths)
-    thetas = {"index": float(theta_index), "retrieval": float(theta_retrieval)}
-    ids = {k: frequency_id(t, rotary_dim, base) for k, t in thetas.items()}
-    betas = {k: construction_beta(k, t, alphabet, n0) for k, t in thetas.items()}
+    thetas, ids, betas = check_frame(theta_index, theta_retrieval, alphabet, n0, rotary_dim, base)
     rows = []
     work = [(name, e, k) for name, e in effects.items() for k in MECHANISMS]
     for name, effect, mech in tqdm(work, desc="theory under interventions", disable=not progress):
@@ -213,5 +223,5 @@ def intervened_table(effects: Mapping[str, Effect], lengths: Iterable[int] = DEF
                                        "rope_scale", "kept", "freq_id", "theta", "beta"])
 
 
-__all__ = ["MECHANISMS", "DEFAULT_LENGTHS", "N0", "Effect", "frequency_id", "rope_ratio", "construction_beta",
-           "index_under", "retrieval_under", "check_lengths", "intervened_table"]
+__all__ = ["MECHANISMS", "DEFAULT_LENGTHS", "Effect", "frequency_id", "rope_ratio", "construction_beta",
+           "index_under", "retrieval_under", "check_lengths", "check_frame", "intervened_table"]

@@ -23,8 +23,8 @@ def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retri
     """Write ``OUT/discrepancy.csv`` + Fig. 5A and, for each of ``runs``, Δ of every trained head's
     last-query logits vs added tokens (``OUT/trained_discrepancy.csv`` + figure). With ``intervene``
     (canonical intervention strings, docs/interventions.md): Δ(n) and the weight on the correct key of
-    both constructions untouched (``none``) and under each, over ``lengths`` (default 17..5,017)
-    (``OUT/discrepancy_interventions.csv`` + figure; :mod:`posym.theory.intervened`)."""
+    both constructions untouched (``none``) and under each, over ``lengths`` (default 17..5,017), β set
+    at the training length 17 (``OUT/discrepancy_interventions.csv`` + figure; :mod:`posym.theory.intervened`)."""
     from posym.report.theory_figures import plot_discrepancy, plot_trained_discrepancy
     from posym.runs.resolve import resolve_model
     from posym.theory.discrepancy import check_parameters, discrepancy_table
@@ -35,9 +35,11 @@ def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retri
     effects = intervention_effects(intervene) if intervene else None
     files = _files(out, layout.DISCREPANCY) + (_files(out, layout.TRAINED_DISCREPANCY) if runs else [])
     if effects is not None:
-        from posym.theory.intervened import DEFAULT_LENGTHS, check_lengths
+        from posym.interventions.spec import DEFAULT_N_TRAIN
+        from posym.theory.intervened import DEFAULT_LENGTHS, check_frame, check_lengths
 
         lengths = check_lengths(DEFAULT_LENGTHS if lengths is None else lengths)
+        check_frame(theta_index, theta_retrieval, alphabet, DEFAULT_N_TRAIN, *rope_frame())
         files += _files(out, layout.DISCREPANCY_INTERVENTIONS)
     outputs = Outputs(files, force).check()
     models = [resolve_model(p, task=task) for p in runs]  # every path checked before the work
@@ -65,16 +67,17 @@ def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retri
 
         rotary_dim, base = rope_frame()
         under = intervened_table(effects, lengths, rotary_dim=rotary_dim, base=base, theta_index=theta_index,
-                                 theta_retrieval=theta_retrieval, alphabet=alphabet, progress=progress)
+                                 theta_retrieval=theta_retrieval, alphabet=alphabet, n0=DEFAULT_N_TRAIN,
+                                 progress=progress)
         outputs.csv(under, out / f"{layout.DISCREPANCY_INTERVENTIONS}.csv")
         outputs.figure(plot_intervened(under), out / layout.DISCREPANCY_INTERVENTIONS)
-        lines.append(intervened_summary(under))
+        lines.append(_summary(under))
         data["interventions"] = under
     lines.append(f"wrote {', '.join(str(p) for p in outputs.written if p.suffix == '.csv')}")
     return VerbResult(table, outputs.written, "\n".join(lines), data)
 
 
-def intervened_summary(table, at: Sequence[int] = (17, 117, 1017, 5017)):
+def _summary(table, at: Sequence[int] = (17, 117, 1017, 5017)) -> str:
     """Δ and the weight on the correct key at the lengths ``at`` (those in the table), one row per
     (intervention, mechanism): the text ``posym theory discrepancy --intervene`` prints."""
     import pandas as pd
@@ -187,4 +190,4 @@ def restricted(out: str | os.PathLike, *, steps: int = 1500, seed: int = 0, forc
     return VerbResult(table, outputs.written, text + f"\nwrote {out / (layout.RESTRICTED + '.csv')}")
 
 
-__all__ = ["discrepancy", "intervened_summary", "intervention_effects", "restricted", "rope_frame"]
+__all__ = ["discrepancy", "intervention_effects", "restricted", "rope_frame"]
