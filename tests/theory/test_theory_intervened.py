@@ -232,8 +232,26 @@ def test_cli_intervene_writes_the_table_and_keeps_fig5a(tmp_path, capsys):
     assert set(t["n"]) == {17, 117} and set(t["mechanism"]) == {"index", "retrieval"} and len(t) == 12
     assert (under / "discrepancy_interventions.png").exists()
     for argv, needle in ((["--intervene", "ntk:kappa=0.5"], "kappa"),
-                         (["--theta-index", "0", "--intervene", "ntk:kappa=2"], "positive")):
+                         (["--theta-index", "0", "--intervene", "ntk:kappa=2"], "positive"),
+                         (["--lengths", "17,117"], "--intervene")):
         bad = tmp_path / "bad"
         assert main(["theory", "discrepancy", "--out", str(bad), *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith("posym: error:") and needle in err and err.count("\n") == 1 and not bad.exists()
+
+
+def test_figure_panels_and_legend():
+    import pandas as pd
+
+    from posym.report.theory_figures import plot_intervened, short_label
+
+    keep = "freq-mask:keep=" + "+".join(str(i) for i in range(1, 33))
+    assert short_label(keep) == "freq-mask:keep=1..32" and short_label("freq-mask:keep=1+3,layers=0+1") == \
+        "freq-mask:keep=1+3,layers=0+1" and short_label("freq-mask:keep=1+2+3+7") == "freq-mask:keep=1..3+7"
+    t = intervened_table(intervention_effects(["ntk:kappa=2", keep]), [17, 40, 117], rotary_dim=D, base=BASE, n0=17)
+    fig = plot_intervened(t)
+    axes = fig.get_axes()
+    assert len(axes) == 4 and "Index" in axes[0].get_title() and "ID 42" in axes[1].get_title()
+    assert [x.get_text() for x in fig.legends[0].get_texts()] == ["none", "ntk:kappa=2", "freq-mask:keep=1..32"]
+    with pytest.raises(PosymError, match="lacks column"):
+        plot_intervened(pd.DataFrame({"n": [1]}))

@@ -32,6 +32,10 @@ def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retri
 
     out = Path(out)
     check_parameters(theta_index, theta_retrieval, alphabet, n_max)
+    if lengths is not None and not intervene:
+        from posym.errors import PosymError
+
+        raise PosymError("--lengths sets the lengths of --intervene; give an intervention, e.g. --intervene ntk:kappa=4")
     effects = intervention_effects(intervene) if intervene else None
     files = _files(out, layout.DISCREPANCY) + (_files(out, layout.TRAINED_DISCREPANCY) if runs else [])
     if effects is not None:
