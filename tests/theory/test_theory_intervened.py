@@ -255,3 +255,16 @@ def test_figure_panels_and_legend():
     assert [x.get_text() for x in fig.legends[0].get_texts()] == ["none", "ntk:kappa=2", "freq-mask:keep=1..32"]
     with pytest.raises(PosymError, match="lacks column"):
         plot_intervened(pd.DataFrame({"n": [1]}))
+
+
+def test_index_max_offset_bounds_the_enumeration():
+    """Offsets ≤ 16 (the number task's integers): the same worst case untouched (v′ = 0 is the worst), never
+    a worse one under a moved rotation, and equal to the full enumeration while n ≤ 17."""
+    beta = construction_beta("index", 0.8, 8, 17)
+    for n in (5, 17, 60, 300):
+        assert index_under(n, 0.8, max_offset=16, beta=beta)[0] == index_under(n, 0.8, beta=beta)[0]
+        for r in (0.978, 0.5):
+            bounded, full = index_under(n, 0.8, rope_scale=r, max_offset=16, beta=beta), \
+                index_under(n, 0.8, rope_scale=r, beta=beta)
+            assert bounded[0] >= full[0] and bounded[1] >= full[1]
+            assert n > 17 or bounded == full
