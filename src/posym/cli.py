@@ -284,7 +284,8 @@ def _cmd_theory_restricted(a):
 def _cmd_lengthgen(a):
     from posym.verbs.lengthgen import lengthgen
     _show(lengthgen(a.run_dir, task=a.task, grid=a.grid, n=a.n, seeds=a.seeds, out=a.out, extra_rule=a.extra_rule,
-                    step=a.step, device=a.device, force=a.force, resume=a.resume))
+                    step=a.step, device=a.device, force=a.force, resume=a.resume, intervene=a.intervene,
+                    layers=a.layers))
 
 
 def _cmd_llm_eval(a):
@@ -656,6 +657,11 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--resume", action="store_true",
                     help="keep the points of an existing table measured the same way, evaluate the rest, "
                          "and save after each point (extends a grid; an interrupted run loses nothing)")
+    lg.add_argument("--intervene", action="append", default=None, metavar="NAME:KEY=VALUE[,...]",
+                    help="measure under an inference-time intervention (repeatable; docs/interventions.md), "
+                         "e.g. temperature:beta=1, ntk:kappa=4, interpolate:n_train=17, freq-mask:keep=1+2+3, none")
+    lg.add_argument("--layers", type=int_list, default=None,
+                    help="layers a temperature or freq-mask intervention acts on (default: all), e.g. 0,3")
     _force(lg)
     lg.set_defaults(func=_cmd_lengthgen)
 

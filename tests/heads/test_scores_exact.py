@@ -81,7 +81,9 @@ def test_multi_query_equals_truncated_prompt(trained_number_model):
     a = scores_fast(trained_number_model, ids, query_pos=11, taus=TAUS)
     b = scores_fast(trained_number_model, ids[:, :12], taus=TAUS)
     c = scores_fast(trained_number_model, ids, query_pos=-6, taus=TAUS)
-    np.testing.assert_allclose(a.s_pos, b.s_pos, atol=1e-12)
+    # the whole prompt is run (as the reference path runs it), so the truncated prompt's forward differs
+    # only by float32 rounding of the longer matmuls; the same query position is exact
+    np.testing.assert_allclose(a.s_pos, b.s_pos, atol=1e-6)
     np.testing.assert_allclose(a.s_sym, c.s_sym, atol=1e-12)
     sw = swap_attention(trained_number_model, ids, query_pos=11, method="reference")
     assert sw.d.shape[-1] == 11 and sw.pairs.shape == (55, 2)

@@ -83,7 +83,7 @@ CORRUPTIONS = {
     "acc abc": (_set("acc", 2, "abc"), "row 3: acc = 'abc' is not a number"),
     "seed -3": (_set("seed", 1, -3), "row 2: seed = '-3' is not an integer >= 0"),
     "n 0": (_set("n", 0, 0), "row 1: n = '0' is not an integer >= 1"),
-    "duplicate": (lambda d: pd.concat([d, d.iloc[[1]]]), "rows 2 and 5 repeat the point extra_tokens 0, seed 1"),
+    "duplicate": (lambda d: pd.concat([d, d.iloc[[1]]]), "rows 2 and 5 repeat the point intervention none, extra_tokens 0, seed 1"),
     "missing column": (lambda d: d.drop(columns=["acc_hop1"]), "lacks the column\\(s\\) acc_hop1"),
 }
 

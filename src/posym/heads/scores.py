@@ -445,10 +445,13 @@ def _flusher(dtype: torch.dtype):
     return flush
 
 
-def _capture_truncated(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> tuple[dict, dict]:
-    """Pre-rotary query at ``t`` [B, H, hd] and keys ``0..t`` [B, Hkv, t+1, hd] of each layer."""
-    stores = ad.capture(ids[:, : t + 1], layers)
-    return {l: stores[l]["q"][:, :, t] for l in layers}, {l: stores[l]["k"] for l in layers}
+def _capture_query_keys(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> tuple[dict, dict]:
+    """Pre-rotary query at ``t`` [B, H, hd] and keys ``0..t`` [B, Hkv, t+1, hd] of each layer, from one
+    forward of the whole prompt, as the reference path runs it (causal attention makes the later
+    tokens irrelevant to the query, but an intervention that depends on the input length, such as
+    dynamic position interpolation, must see the same length in both paths)."""
+    stores = ad.capture(ids, layers)
+    return {l: stores[l]["q"][:, :, t] for l in layers}, {l: stores[l]["k"][:, :, : t + 1] for l in layers}
 
 
 def position_content_logits(ad: RopeAdapter, q: Tensor, k: Tensor, t: int, layer: int) -> Tensor:
@@ -476,7 +479,7 @@ def _token_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
                       keep: np.ndarray | None = None) -> Iterator[tuple]:
     """Per layer, one at a time: (D [B,H,t], D'_i, D'_j [B,H,S], entropy [B,H]) for the token swaps
     (all of them, or those selected by ``keep`` [C(t, 2)] bool), all float64."""
-    qs, ks = _capture_truncated(ad, ids, t, layers)
+    qs, ks = _capture_query_keys(ad, ids, t, layers)
     sel = None if keep is None else torch.as_tensor(keep, device=ids.device)
     for l in layers:
         m = position_content_logits(ad, qs[l], ks[l], t, l)  # [B, H, t+1, t+1]
@@ -492,7 +495,7 @@ def _token_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
 def _block_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
                       blocks: tuple[tuple[int, int], ...], pairs: np.ndarray) -> Iterator[tuple]:
     """Per layer, one at a time: (d [B,H,m], d'_a, d'_b [B,H,P], entropy [B,H]) for all equal-length block swaps."""
-    qs, ks = _capture_truncated(ad, ids, t, layers)
+    qs, ks = _capture_query_keys(ad, ids, t, layers)
     dev = ids.device
     nb = len(blocks)
     member = torch.full((t + 1,), nb, dtype=torch.long, device=dev)  # block of each key; nb = no block / self

@@ -3,8 +3,11 @@ change only the layers asked for and restore the model exactly on exit. Compute 
 
 from posym.interventions.temperature import TEMPERATURE_FAMILIES, Temperature, temperature, temperature_scale
 from posym.interventions.freq_mask import FreqMask, freq_mask
+from posym.interventions.interpolate import Interpolate, interpolate, interpolation_scale
 from posym.interventions.rope import ROPE_FAMILIES, RopeBase, ntk, ntk_theta, rope_base
-from posym.interventions.spec import describe, parse_intervention
+from posym.interventions.spec import NONE, Intervention, describe, parse_intervention
+from posym.interventions.apply import intervened, with_layers
 
-__all__ = ["TEMPERATURE_FAMILIES", "Temperature", "temperature", "temperature_scale", "describe",
-           "parse_intervention", "ROPE_FAMILIES", "RopeBase", "ntk", "ntk_theta", "rope_base", "FreqMask", "freq_mask"]
+__all__ = ["TEMPERATURE_FAMILIES", "Temperature", "temperature", "temperature_scale", "describe", "NONE",
+           "Intervention", "parse_intervention", "ROPE_FAMILIES", "RopeBase", "ntk", "ntk_theta", "rope_base",
+           "FreqMask", "freq_mask", "Interpolate", "interpolate", "interpolation_scale", "intervened", "with_layers"]

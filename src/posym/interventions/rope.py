@@ -4,7 +4,9 @@ tables (GPT-J's ``embed_positions``, the ``inv_freq`` of a Llama-like family's d
 replaced by new tensors and the original tensors put back on exit, also after an exception.
 
 Covers GPT-J (HF's base 10,000) and the single default-RoPE module of :data:`ROPE_FAMILIES`; the
-base is the model's, for every layer (per-layer bases are not yet supported). Note: the GPT-J
+base is the model's, for every layer (per-layer bases are not yet supported). A GPT-J table replaced
+inside the context (``extend_positions`` past the training length) is rebuilt with θ′ before the
+next forward reads it, so a length sweep inside the context stays at θ′. Note: the GPT-J
 adapter's ``inv_freq`` (used by frequency analyses) is fixed at base 10,000; the rotation itself
 (``cos_sin``, hence the head scores) reads the rebuilt table.
 """
@@ -141,11 +143,27 @@ def rope_base(model: nn.Module, theta: float, *, layers: Sequence[int] | None = 
         mods = _rope_modules(inner)
         saved = [(m, "inv_freq", m.inv_freq) for m in mods]
         new = [_default_inv_freq(theta, 2 * t.numel()).to(t.device, t.dtype) for _, _, t in saved]
+    current = {id(m): t for (m, _, _), t in zip(saved, new)}
+
+    def keep_base(module, args, kwargs):
+        # A table rebuilt inside the context (e.g. extend_positions past the training length) would use
+        # base 10,000 again: rebuild it with θ′ at its new length before the forward reads it.
+        for m, attr, _ in saved:
+            t = getattr(m, attr)
+            if t is not current[id(m)]:
+                t = _gptj_table(t.shape[0], t.shape[1], theta).to(t.device, t.dtype)
+                setattr(m, attr, t)
+                current[id(m)] = t
+        return None
+
+    handle = inner.register_forward_pre_hook(keep_base, with_kwargs=True) if mt == "gptj" else None
     try:
         for (m, attr, _), t in zip(saved, new):
             setattr(m, attr, t)
         yield RopeBase(theta=theta)
     finally:
+        if handle is not None:
+            handle.remove()
         for m, attr, t in saved:
             setattr(m, attr, t)
 

@@ -7,12 +7,16 @@ import math
 
 from posym.errors import PosymError
 from posym.interventions.freq_mask import FreqMask
+from posym.interventions.interpolate import Interpolate, check_interpolate
 from posym.interventions.rope import RopeBase, check_kappa, check_theta
 from posym.interventions.temperature import FORMS, Temperature, check_temperature
 
-NAMES: tuple[str, ...] = ("temperature", "rope-base", "ntk", "freq-mask")
-KEYS: dict[str, tuple[str, ...]] = {"temperature": ("beta", "n_train", "form", "layers"),
-                                    "rope-base": ("theta",), "ntk": ("kappa",), "freq-mask": ("keep", "layers")}
+NAMES: tuple[str, ...] = ("none", "temperature", "rope-base", "ntk", "interpolate", "freq-mask")
+KEYS: dict[str, tuple[str, ...]] = {"none": (), "temperature": ("beta", "n_train", "form", "layers"),
+                                    "rope-base": ("theta",), "ntk": ("kappa",), "interpolate": ("factor", "n_train"),
+                                    "freq-mask": ("keep", "layers")}
+NONE = "none"  # the canonical string of the untouched model
+Intervention = Temperature | RopeBase | Interpolate | FreqMask
 DEFAULT_N_TRAIN = 17  # the training length of posym runs (SPEC §1)
 
 
@@ -21,8 +25,11 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and math.isfinite(x) else repr(float(x))
 
 
-def describe(intervention: Temperature | RopeBase | FreqMask) -> str:
-    """The canonical string: name, then ``key=value`` in a fixed order; defaults (form=log, all layers) omitted."""
+def describe(intervention: Intervention | None) -> str:
+    """The canonical string: name, then ``key=value`` in a fixed order; defaults (form=log, all layers)
+    omitted; ``None`` (the untouched model) is ``"none"``."""
+    if intervention is None:
+        return NONE
     if isinstance(intervention, Temperature):
         parts = [f"beta={_num(intervention.beta)}", f"n_train={intervention.n_train}"]
         if intervention.form != "log":
@@ -34,6 +41,10 @@ def describe(intervention: Temperature | RopeBase | FreqMask) -> str:
         if intervention.kappa is not None:
             return f"ntk:kappa={_num(intervention.kappa)}"
         return f"rope-base:theta={_num(intervention.theta)}"
+    if isinstance(intervention, Interpolate):
+        if intervention.factor is not None:
+            return f"interpolate:factor={_num(intervention.factor)}"
+        return f"interpolate:n_train={intervention.n_train}"
     if isinstance(intervention, FreqMask):
         text = "freq-mask:keep=" + "+".join(str(k) for k in intervention.keep)
         if intervention.layers is not None:
@@ -42,11 +53,12 @@ def describe(intervention: Temperature | RopeBase | FreqMask) -> str:
     raise PosymError(f"cannot describe {type(intervention).__name__}; known interventions: {', '.join(NAMES)}")
 
 
-def parse_intervention(text: str) -> Temperature | RopeBase | FreqMask:
-    """``NAME:key=value[,…]`` -> the intervention's parameters; a one-line PosymError on a bad name,
-    key or value. ``temperature`` keys: beta (required), n_train (default 17), form, layers (``0+2``);
-    ``rope-base``: theta (> 0); ``ntk``: kappa (>= 1); ``freq-mask``: keep (IDs joined by '+', empty =
-    none kept; checked against the model when applied), layers."""
+def parse_intervention(text: str) -> Intervention | None:
+    """``NAME:key=value[,…]`` -> the intervention's parameters (``"none"`` -> None); a one-line
+    PosymError on a bad name, key or value. ``temperature`` keys: beta (required), n_train (default
+    17), form, layers (``0+2``); ``rope-base``: theta (> 0); ``ntk``: kappa (>= 1); ``interpolate``:
+    factor (>= 1, fixed) or n_train (dynamic); ``freq-mask``: keep (IDs joined by '+', empty = none
+    kept; checked against the model when applied), layers."""
     name, _, rest = str(text).partition(":")
     name = name.strip()
     if name not in NAMES:
@@ -61,6 +73,10 @@ def parse_intervention(text: str) -> Temperature | RopeBase | FreqMask:
     bad = sorted(set(kv) - set(allowed))
     if bad:
         raise PosymError(f"{text!r}: unknown key(s) {', '.join(bad)}; {name} takes {', '.join(allowed)}")
+    if name == NONE:
+        return None
+    if name == "interpolate":
+        return check_interpolate(kv.get("factor"), kv.get("n_train"))
     if name == "freq-mask":
         if "keep" not in kv:
             raise PosymError(f"{text!r}: freq-mask needs keep, e.g. freq-mask:keep=1+2+3 (frequency IDs, 1 = fastest)")
@@ -90,4 +106,4 @@ def parse_intervention(text: str) -> Temperature | RopeBase | FreqMask:
     return Temperature(beta, n_train, form, layers)
 
 
-__all__ = ["NAMES", "DEFAULT_N_TRAIN", "describe", "parse_intervention"]
+__all__ = ["NAMES", "NONE", "DEFAULT_N_TRAIN", "Intervention", "describe", "parse_intervention"]

@@ -114,7 +114,15 @@ def _sorted_rows(rows: list[dict]) -> pd.DataFrame:
 
 
 def summarize_lengthgen(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean and sd over seeds per added length: extra_tokens, acc_mean, acc_sd, acc_hop{h}_mean, n_seeds."""
+    """Mean and sd over seeds per added length: extra_tokens, acc_mean, acc_sd, acc_hop{h}_mean, n_seeds;
+    per intervention (a first column ``intervention``) when the table has that column."""
+    if "intervention" in table.columns:
+        parts = []
+        for name, part in table.groupby("intervention", sort=False):
+            s = summarize_lengthgen(part.drop(columns="intervention"))
+            s.insert(0, "intervention", name)
+            parts.append(s)
+        return pd.concat(parts, ignore_index=True) if parts else summarize_lengthgen(table.drop(columns="intervention"))
     cols = ["acc"] + [c for c in table.columns if c.startswith("acc_hop")]
     g = table.groupby("extra_tokens")
     out = pd.DataFrame({"extra_tokens": sorted(table["extra_tokens"].unique())})

@@ -100,25 +100,28 @@ RUN_TABLES: dict[str, TableSchema] = {
         "task": "`number` or `letter`", "step": "the evaluated checkpoint's step (empty if unknown)",
         "weights": "digest of the evaluated checkpoint's weights (SHA-256, first 16 hex digits)",
         "extra_rule": "what the added tokens are", "distractors": "the letter task's distractor rule of the data",
+        "intervention": "the inference-time intervention (canonical string, `none` = the untouched model; "
+                        "docs/interventions.md)",
         "extra_tokens": "added target-window tokens", "seed": "data seed", "n": "samples",
         "acc": "answer accuracy (fraction)", **{h: f"{m} (empty if no such sample)" for h, m in _HOPS.items()},
         "seconds": "wall seconds of the point", "peak_rss_mb": "peak resident memory so far (MB)"},
-        "posym lengthgen", ("extra_tokens", "seed"), kinds={
+        "posym lengthgen", ("intervention", "extra_tokens", "seed"), ("intervention",), kinds={
             "task": "task", "step": "count?", "weights": "hex", "extra_rule": "name", "distractors": "name",
+            "intervention": "intervention",
             "extra_tokens": "count", "seed": "count", "n": "positive", "acc": "fraction",
             **{h: "fraction?" for h in _HOPS}, "seconds": "nonnegative", "peak_rss_mb": "nonnegative"}),
     "lengthgen_summary": TableSchema(layout.summary_path(layout.LENGTHGEN).name, "added length, over data seeds", {
-        "extra_tokens": "added tokens", "acc_mean": "mean accuracy", "acc_sd": "sample sd over data seeds",
+        "intervention": "the inference-time intervention (canonical string)", "extra_tokens": "added tokens", "acc_mean": "mean accuracy", "acc_sd": "sample sd over data seeds",
         **{f"acc_hop{h}_{s}": f"{'mean' if s == 'mean' else 'sd'} accuracy on {h}-hop samples"
            for h in range(1, 5) for s in ("mean", "sd")}, "n_seeds": "data seeds"}, "posym lengthgen",
-        ("extra_tokens",)),
+        ("intervention", "extra_tokens"), ("intervention",)),
 }
 
 
 #: What a cell of each kind must hold (a trailing ``?``: or be empty).
 KINDS: dict[str, str] = {"task": "`number` or `letter`", "count": "an integer >= 0", "positive": "an integer >= 1",
                          "fraction": "a number in [0, 1]", "nonnegative": "a number >= 0", "hex": "a hex digest",
-                         "name": "a name"}
+                         "name": "a name", "intervention": "an intervention's canonical string (`none`, `ntk:kappa=4`, …)"}
 
 
 def _cell_ok(kind: str, value: str) -> bool:
@@ -131,6 +134,10 @@ def _cell_ok(kind: str, value: str) -> bool:
         return bool(v) and all(c in "0123456789abcdef" for c in v)
     if kind == "name":
         return bool(v) and v.replace("_", "").replace("-", "").isalnum()
+    if kind == "intervention":
+        name, colon, rest = v.partition(":")
+        return (v == "none" or (bool(colon) and name.replace("-", "").isalpha()
+                                and all(c.isalnum() or c in "=.,+-_" for c in rest)))
     try:
         x = float(v)
     except ValueError:
@@ -168,7 +175,7 @@ def check_rows(path: str | os.PathLike, schema: TableSchema, remedy: str) -> pd.
     if not lines:
         raise PosymError(f"{path} is empty; {remedy}")
     header = lines[0]
-    missing = [c for c in schema.columns if c not in header]
+    missing = [c for c in schema.columns if c not in header and c not in schema.optional]
     if missing:
         raise PosymError(f"{path} lacks the column(s) {', '.join(missing)}; {remedy}")
     if not text.endswith("\n"):
@@ -178,17 +185,19 @@ def check_rows(path: str | os.PathLike, schema: TableSchema, remedy: str) -> pd.
             raise PosymError(f"{path} row {i}: {len(cells)} cells, the header has {len(header)}; fix or remove the "
                              f"row, or {remedy}")
     raw = pd.DataFrame(lines[1:], columns=header, dtype=str)
-    for i, row in enumerate(raw[list(schema.kinds)].itertuples(index=False), start=1):
-        for (col, kind), v in zip(schema.kinds.items(), row):
+    kinds = {c: k for c, k in schema.kinds.items() if c in header}  # an optional column may be absent
+    for i, row in enumerate(raw[list(kinds)].itertuples(index=False), start=1):
+        for (col, kind), v in zip(kinds.items(), row):
             if not _cell_ok(kind, v):
                 want = KINDS[kind.rstrip("?")] + (" or empty" if kind.endswith("?") else "")
                 raise PosymError(f"{path} row {i}: {col} = {v!r} is not {want}; fix or remove the row, or {remedy}")
-    if schema.key and len(raw):
-        keys = raw[list(schema.key)].map(_cell_text)
+    key = [c for c in schema.key if c in header]
+    if key and len(raw):
+        keys = raw[key].map(_cell_text)
         dup = keys.duplicated(keep=False)
         if dup.any():
             rows = [i + 1 for i in dup.to_numpy().nonzero()[0]]
-            point = ", ".join(f"{k} {raw[k].iloc[rows[0] - 1]}" for k in schema.key)
+            point = ", ".join(f"{k} {raw[k].iloc[rows[0] - 1]}" for k in key)
             raise PosymError(f"{path} rows {rows[0]} and {rows[1]} repeat the point {point}; remove one, or {remedy}")
     return pd.read_csv(io.StringIO(text)) if len(raw) else pd.DataFrame(columns=header)
 

@@ -22,25 +22,39 @@ from posym.verbs import Outputs, VerbResult, figure_paths
 def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Sequence[int] | None = "paper",
               n: int = 200, seeds: int = 1, out: str | os.PathLike | None = None, extra_rule: str = "window",
               step: StepChoice = None, device: str = "cpu", force: bool = False, resume: bool = False,
-              progress: bool = True) -> VerbResult:
+              progress: bool = True, intervene: Sequence[str] | None = None,
+              layers: Sequence[int] | None = None) -> VerbResult:
     """Evaluate the model a run stands for (or ``step``), or any HF GPT-J dir with ``task``, on the grid.
 
-    Writes ``lengthgen.csv`` (one row per added length and data seed), ``lengthgen_summary.csv``
-    (mean, sd over data seeds) and the figure ``figures/lengthgen_fig5b`` beside ``out`` (default:
-    in the run directory). The letter data follow the run's own distractor rule (SPEC §1.2).
+    Writes ``lengthgen.csv`` (one row per intervention, added length and data seed),
+    ``lengthgen_summary.csv`` (mean, sd over data seeds) and the figure ``figures/lengthgen_fig5b``
+    beside ``out`` (default: in the run directory). The letter data follow the run's own distractor
+    rule (SPEC §1.2).
+
+    ``intervene``: inference-time interventions (canonical strings, docs/interventions.md; ``layers``
+    restricts temperature / freq-mask); each is measured in turn and its rows carry it in the
+    ``intervention`` column (``none``: the untouched model, the default). All are checked against the
+    model before any evaluation.
 
     ``resume``: keep the rows of an existing table measured the same way, evaluate only the missing
-    (length, seed) points, and save the table after each point, so an interrupted or extended grid
-    (e.g. to +5,000) loses nothing. "The same way" is the table's identity columns: the model (task,
-    checkpoint step and a digest of its weights) and the data settings (extra rule, distractor rule,
-    n). The table is checked against its schema first (``posym.runs.tables.check_rows``); a corrupt
-    table, one of an older posym without the identity columns, or rows measured another way are
-    refused unless ``force`` (then they are replaced).
+    (intervention, length, seed) points, and save the table after each point, so an interrupted or
+    extended grid (e.g. to +5,000, or another intervention) loses nothing; rows of interventions not
+    asked for now are kept as they are. "The same way" is the table's identity columns: the model
+    (task, checkpoint step and a digest of its weights) and the data settings (extra rule, distractor
+    rule, n). The table is checked against its schema first (``posym.runs.tables.check_rows``); a
+    corrupt table, one of an older posym without the identity columns, or rows measured another way
+    are refused unless ``force`` (then they are replaced). A table without the ``intervention`` column
+    (older posym) holds untouched-model rows.
     """
+    from posym.interventions import intervened, parse_intervention, with_layers, describe
     from posym.report.figures import plot_lengthgen
     from posym.report.paper import LENGTHGEN
 
     grid_values = parse_grid(grid)
+    specs = [with_layers(parse_intervention(text), layers) for text in (intervene or ["none"])]
+    names = [describe(spec) for spec in specs]
+    if len(set(names)) != len(names):
+        raise PosymError(f"--intervene lists an intervention twice: {', '.join(names)}")
     table_path = Path(out) if out else Path(run) / layout.LENGTHGEN
     if table_path.suffix != ".csv":
         raise PosymError(f"--out must be a .csv file, got {table_path}")
@@ -49,29 +63,54 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
                       force or resume).check()
     resolved = resolve_model(run, task=task, step=step)
     model, task, ckpt_step = resolved
+    for spec in specs:  # every intervention applies to this model (family, layers, frequency IDs), before any work
+        with intervened(model, spec):
+            pass
     stored = layout.read_meta(run).get("config") or {}
     distractors = stored.get("distractors", "uniform" if stored else "pool")
     key = {"task": task, "step": ckpt_step, "weights": weights_digest(resolved.path), "extra_rule": extra_rule,
            "distractors": distractors}
-    done = _rows_to_keep(table_path, key, n, force) if resume and table_path.is_file() else None
+    old = _rows_to_keep(table_path, key, n, force) if resume and table_path.is_file() else None
     note = in_progress_note(run, ckpt_step)
 
-    def labelled(t: pd.DataFrame) -> pd.DataFrame:
+    def labelled(t: pd.DataFrame, name: str) -> pd.DataFrame:
         t = t.copy()
-        for i, (col, value) in enumerate(key.items()):
+        for i, (col, value) in enumerate({**key, "intervention": name}.items()):
             t.insert(i, col, value)
         return t
 
-    table = labelled(lengthgen_table(model, task, grid_values, n=n, seeds=seeds, device=device, progress=progress,
-                                     extra_rule=extra_rule, distractors=distractors, done=done,
-                                     on_point=(lambda t: outputs.csv(labelled(t), table_path)) if resume else None))
-    summary = summarize_lengthgen(table)
+    kept = [] if old is None else [labelled(g.drop(columns="intervention"), name)
+                                   for name, g in old.groupby("intervention", sort=False) if name not in names]
+    parts: list[pd.DataFrame] = []
+    for spec, name in zip(specs, names):
+        done = None
+        if old is not None:
+            mine = old[old["intervention"] == name].drop(columns="intervention")
+            done = mine if len(mine) else None
+
+        def save(t: pd.DataFrame, name: str = name) -> None:
+            outputs.csv(pd.concat(kept + parts + [labelled(t, name)], ignore_index=True), table_path)
+
+        with intervened(model, spec):
+            t = lengthgen_table(model, task, grid_values, n=n, seeds=seeds, device=device, progress=progress,
+                                extra_rule=extra_rule, distractors=distractors, done=done,
+                                on_point=save if resume else None)
+        parts.append(labelled(t, name))
+    table = pd.concat(kept + parts, ignore_index=True)
+    summary = summarize_lengthgen(table.drop(columns=list(key)))
     outputs.csv(table, table_path)
     outputs.csv(summary, layout.summary_path(table_path))
-    outputs.figure(plot_lengthgen({task: summary}, paper=LENGTHGEN), fig_stem)
+    curves = {task if name == "none" else f"{task} · {name}": g.drop(columns="intervention")
+              for name, g in summary.groupby("intervention", sort=False)}
+    outputs.figure(plot_lengthgen(curves, paper=LENGTHGEN), fig_stem)
     cols = ["extra_tokens", "acc_mean", "acc_sd"] + [f"acc_hop{h}_mean" for h in range(1, 5)]
-    text = (summary[cols].round(3).to_string(index=False) + "\n"
-            f"largest added length with accuracy >= 0.9: {largest_length_above(summary)}; "
+    lines = []
+    for name, g in summary.groupby("intervention", sort=False):
+        if len(names) > 1 or name != "none":
+            lines.append(f"== {name}")
+        lines.append(g[cols].round(3).to_string(index=False))
+        lines.append(f"largest added length with accuracy >= 0.9: {largest_length_above(g)}")
+    text = ("\n".join(lines) + "\n"
             f"time {table['seconds'].sum():.0f} s, peak RSS {table['peak_rss_mb'].max():.0f} MB; wrote {table_path}"
             + (f"\n{note}" if note else ""))
     return VerbResult(table, list(dict.fromkeys(outputs.written)), text,
@@ -93,8 +132,8 @@ def _identity(values: dict) -> str:
 
 def _rows_to_keep(path: Path, key: dict, n: int, force: bool) -> pd.DataFrame | None:
     """The rows of the table at ``path`` measured like this call (``key`` columns and ``n``), without
-    the key columns; PosymError for a table that fails its schema or rows measured otherwise, unless
-    ``force`` (then they are dropped)."""
+    the key columns but with ``intervention`` (``none`` where an older table lacks it); PosymError for
+    a table that fails its schema or rows measured otherwise, unless ``force`` (then they are dropped)."""
     schema = RUN_TABLES["lengthgen"]
     try:
         head = pd.read_csv(path, nrows=0).columns
@@ -120,6 +159,8 @@ def _rows_to_keep(path: Path, key: dict, n: int, force: bool) -> pd.DataFrame | 
         if force:
             return None
         raise
+    if "intervention" not in old.columns:
+        old.insert(len(key), "intervention", "none")
     ident = {**key, "n": n}
     same = np.logical_and.reduce([old[c].map(_cell) == _cell(v) for c, v in ident.items()])
     if not same.all() and not force:

@@ -1,0 +1,160 @@
+"""Position interpolation at inference (Chen et al. 2023): every RoPE position ``p`` becomes the
+fractional position ``p·c`` for the duration, with
+
+* ``factor=F`` (fixed): ``c = 1/F``;
+* ``n_train=N`` (dynamic): ``c = min(1, N/n)``, ``n`` the sequence length of the forward (the context
+  length of its last query; posym's scoring truncates each prompt at its query, so there it is the
+  query's context length). Inputs no longer than ``N`` are untouched.
+
+The weights are untouched. GPT-J: the rotary table (sin | cos of ``p·ω_k``) is rebuilt with the
+positions ``p·c`` (transformers' expression with float positions, so ``c = 1`` is bit-identical) by a
+forward pre-hook on the model, before every forward whose ``c`` or length the table does not cover;
+the adapter's ``cos_sin`` (head scores) reads the same table. Llama-like families: a forward pre-hook
+on the rotary module multiplies its ``position_ids`` by ``c``. The original tensors are put back on
+exit, also after an exception. Positions are the token indices of the forward's input (a full
+sequence, no KV cache, no left padding).
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+from torch import Tensor, nn
+
+from posym.errors import PosymError
+from posym.interventions.rope import _family, _gptj_tables, _rope_modules, model_theta
+
+
+@dataclass(frozen=True)
+class Interpolate:
+    """Position interpolation: a fixed ``factor`` (c = 1/F) or dynamic from ``n_train`` (c = min(1, N/n))."""
+
+    factor: float | None = None
+    n_train: int | None = None
+
+
+def check_interpolate(factor: Any = None, n_train: Any = None) -> Interpolate:
+    """Exactly one of ``factor`` (finite, ≥ 1) and ``n_train`` (integer ≥ 1); a one-line PosymError otherwise."""
+    if (factor is None) == (n_train is None):
+        raise PosymError("interpolate: give exactly one of factor (fixed, e.g. interpolate:factor=4) "
+                         "or n_train (dynamic, e.g. interpolate:n_train=17)")
+    if factor is not None:
+        try:
+            f = float(factor)
+        except (TypeError, ValueError):
+            raise PosymError(f"interpolate: factor={factor!r} is not a number; give a factor >= 1 such as factor=4") from None
+        if not math.isfinite(f) or f < 1:
+            raise PosymError(f"interpolate: factor={factor!r} must be finite and >= 1 (1 = no change), e.g. factor=4")
+        return Interpolate(factor=f)
+    try:
+        n = int(str(n_train))
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise PosymError(f"interpolate: n_train={n_train!r} must be an integer >= 1 (the training length, 17 for posym runs)")
+    return Interpolate(n_train=n)
+
+
+def interpolation_scale(spec: Interpolate, n: int) -> float:
+    """``c`` for a forward of ``n`` tokens: ``1/factor``, or ``min(1, n_train/n)``."""
+    if spec.factor is not None:
+        return 1.0 / spec.factor
+    return 1.0 if n <= spec.n_train else spec.n_train / n
+
+
+def gptj_interpolated_table(n_pos: int, dim: int, theta: float, c: float) -> Tensor:
+    """GPT-J's sinusoidal table ``[n_pos, dim]`` (sin | cos) at positions ``p·c``: transformers'
+    ``create_sinusoidal_positions`` with base θ and float positions (bit-identical at c = 1, θ = 10,000)."""
+    base = int(theta) if float(theta).is_integer() else theta
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64) / dim))
+    pos = torch.arange(n_pos, dtype=torch.int64).float()
+    if c != 1.0:
+        pos = pos * c
+    sinusoid_inp = pos[:, None] * inv_freq
+    return torch.cat((torch.sin(sinusoid_inp), torch.cos(sinusoid_inp)), dim=1)
+
+
+def _length(args: tuple, kwargs: dict) -> int | None:
+    for x in (kwargs.get("input_ids"), args[0] if args else None):
+        if isinstance(x, Tensor):
+            return int(x.shape[-1])
+    emb = kwargs.get("inputs_embeds")
+    return int(emb.shape[-2]) if isinstance(emb, Tensor) else None
+
+
+@contextmanager
+def interpolate(model: nn.Module, *, factor: float | None = None, n_train: int | None = None) -> Iterator[Interpolate]:
+    """Context manager: RoPE positions ``p`` → ``p·c`` (module docstring) for the duration; restored on
+    exit. ``factor=1`` (and ``n_train`` ≥ every input length) is a bit-for-bit no-op. Yields the
+    :class:`Interpolate` applied."""
+    spec = check_interpolate(factor, n_train)
+    inner, mt = _family(model)
+    state = {"c": 1.0}
+    handles = []
+    if mt == "gptj":
+        mods = _gptj_tables(inner)
+        saved = [(m, m.embed_positions) for m in mods]
+        theta = model_theta(inner)
+        built: dict[int, tuple[Tensor, float]] = {}
+
+        def gptj_hook(module, args, kwargs):
+            n = _length(args, kwargs)
+            if n is None:
+                return None
+            c = interpolation_scale(spec, n)
+            for m in mods:
+                t = m.embed_positions
+                mine = built.get(id(m))
+                if mine is None or mine[0] is not t or mine[1] != c or t.shape[0] < n:
+                    rows = max(n, t.shape[0])
+                    new = gptj_interpolated_table(rows, t.shape[1], theta, c).to(t.device, t.dtype)
+                    m.embed_positions = new
+                    built[id(m)] = (new, c)
+            return None
+
+        try:
+            handles.append(inner.register_forward_pre_hook(gptj_hook, with_kwargs=True))
+            yield spec
+        finally:
+            for h in handles:
+                h.remove()
+            for m, t in saved:
+                m.embed_positions = t
+        return
+
+    mods = _rope_modules(inner)
+
+    def length_hook(module, args, kwargs):
+        n = _length(args, kwargs)
+        if n is not None:
+            state["c"] = interpolation_scale(spec, n)
+        return None
+
+    def rotary_hook(module, args, kwargs):
+        c = state["c"] if spec.n_train is not None else 1.0 / spec.factor
+        if c == 1.0:
+            return None
+        args = list(args)
+        if len(args) >= 2:
+            args[1] = args[1].float() * c
+        elif "position_ids" in kwargs:
+            kwargs = {**kwargs, "position_ids": kwargs["position_ids"].float() * c}
+        else:
+            raise PosymError(f"interpolate: cannot find position_ids in the call of {type(module).__name__}")
+        return tuple(args), kwargs
+
+    try:
+        handles.append(inner.register_forward_pre_hook(length_hook, with_kwargs=True))
+        for m in mods:
+            handles.append(m.register_forward_pre_hook(rotary_hook, with_kwargs=True))
+        yield spec
+    finally:
+        for h in handles:
+            h.remove()
+
+
+__all__ = ["Interpolate", "check_interpolate", "interpolation_scale", "gptj_interpolated_table", "interpolate"]

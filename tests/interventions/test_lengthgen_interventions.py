@@ -1,0 +1,93 @@
+"""``posym lengthgen --intervene``: one row per intervention, length and seed; the `none` rows equal a
+plain call; `--resume` keys on the intervention (a new one is added, the others kept, nothing
+re-measured); the intervention is really applied past the training length; bad specs are refused
+before any work; an older table without the column reads as `none`."""
+
+import pandas as pd
+import pytest
+
+from posym.errors import PosymError
+from posym.interventions import intervened
+from posym.lengthgen.trained import evaluate_length
+from posym.model import build_model, model_config, save_model
+from posym.runs.resolve import resolve_model
+from posym.verbs.lengthgen import lengthgen
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("m") / "model"
+    cfg = model_config("quick", 137, n_layer=2, n_embd=32, n_inner=64, rotary_dim=32, initializer_range=0.3)
+    save_model(build_model(cfg, seed=0).eval(), path)
+    return path
+
+
+def _run(model_dir, out, **kw):
+    return lengthgen(model_dir, task="number", grid="0,40", n=6, seeds=2, out=out, progress=False, **kw)
+
+
+def test_rows_per_intervention_and_none_equals_the_plain_call(model_dir, tmp_path):
+    plain = _run(model_dir, tmp_path / "plain.csv").table
+    both = _run(model_dir, tmp_path / "both.csv", intervene=["none", "ntk:kappa=8"]).table
+    assert list(both["intervention"].unique()) == ["none", "ntk:kappa=8"]
+    none = both[both["intervention"] == "none"].drop(columns="intervention").reset_index(drop=True)
+    cols = ["extra_tokens", "seed", "acc"] + [f"acc_hop{h}" for h in range(1, 5)]
+    pd.testing.assert_frame_equal(none[cols], plain[cols])
+    assert set(plain["intervention"]) == {"none"}
+    summary = pd.read_csv(tmp_path / "both_summary.csv")
+    assert list(summary["intervention"].unique()) == ["none", "ntk:kappa=8"] and len(summary) == 4
+
+
+def test_the_intervention_acts_past_the_training_length(model_dir):
+    """At +40 the rotary table is extended inside the intervention: the accuracy rows equal a direct
+    evaluation under the intervention with the table extended first."""
+    model, task, _ = resolve_model(model_dir, task="number")
+    with intervened(model, "rope-base:theta=50"):
+        inside = evaluate_length(model, task, 40, 16, 1_000_000)
+    model2, _, _ = resolve_model(model_dir, task="number")
+    plain = evaluate_length(model2, task, 40, 16, 1_000_000)
+    from posym.model.gptj import extend_positions
+    extend_positions(model2, 8 + 8 + 1 + 40)
+    with intervened(model2, "rope-base:theta=50"):
+        first = evaluate_length(model2, task, 40, 16, 1_000_000)
+    assert inside == first
+
+
+def test_resume_keys_on_the_intervention(model_dir, tmp_path, monkeypatch):
+    out = tmp_path / "lg.csv"
+    _run(model_dir, out, intervene=["temperature:beta=1"])
+    first = pd.read_csv(out)
+    calls = []
+    import posym.lengthgen.trained as trained
+    real = trained.evaluate_length
+    monkeypatch.setattr(trained, "evaluate_length", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    t = _run(model_dir, out, intervene=["interpolate:n_train=17"], resume=True).table
+    assert len(calls) == 4  # only the new intervention's points
+    assert list(t["intervention"].unique()) == ["temperature:beta=1,n_train=17", "interpolate:n_train=17"]
+    back = pd.read_csv(out)
+    kept = back[back["intervention"] == "temperature:beta=1,n_train=17"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept, first)
+    calls.clear()
+    _run(model_dir, out, intervene=["temperature:beta=1", "interpolate:n_train=17"], resume=True)
+    assert calls == []
+
+
+def test_an_old_table_without_the_column_holds_untouched_rows(model_dir, tmp_path, monkeypatch):
+    out = tmp_path / "lg.csv"
+    _run(model_dir, out)
+    pd.read_csv(out).drop(columns="intervention").to_csv(out, index=False)
+    import posym.lengthgen.trained as trained
+    monkeypatch.setattr(trained, "evaluate_length", lambda *a, **k: pytest.fail("re-measured a kept point"))
+    t = _run(model_dir, out, resume=True).table
+    assert set(t["intervention"]) == {"none"} and len(t) == 4
+
+
+@pytest.mark.parametrize("intervene,layers,msg", [
+    (["nope:x=1"], None, "unknown intervention"), (["ntk:kappa=0.5"], None, ">= 1"),
+    (["ntk:kappa=2"], [0], "temperature and freq-mask only"), (["freq-mask:keep=99"], None, "1..16"),
+    (["temperature:beta=1,layers=7"], None, "layer"), (["none", "none"], None, "twice")])
+def test_bad_interventions_are_refused_before_any_work(model_dir, tmp_path, intervene, layers, msg):
+    out = tmp_path / "lg.csv"
+    with pytest.raises(PosymError, match=msg) as e:
+        _run(model_dir, out, intervene=intervene, layers=layers)
+    assert "\n" not in str(e.value) and not out.exists()
