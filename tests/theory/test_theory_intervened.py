@@ -194,8 +194,8 @@ def test_interpolation_scales():
 @pytest.mark.parametrize("spec, needle", [
     ("temperature:beta=1,layers=0", "one head"),
     ("freq-mask:keep=1+99", "1..64"),
-    ("interpolate:factor=0", "factor must be"),
-    ("interpolate:factor=2,n_train=17", "one of them"),
+    ("interpolate:factor=0", "must be finite and >= 1"),
+    ("interpolate:factor=2,n_train=17", "exactly one of"),
     ("bogus:x=1", "unknown intervention"),
 ])
 def test_bad_interventions_are_one_line_errors(spec, needle):
@@ -203,6 +203,7 @@ def test_bad_interventions_are_one_line_errors(spec, needle):
         intervention_effects([spec])
     with pytest.raises(PosymError, match="repeats"):
         intervention_effects(["ntk:kappa=2", "ntk:kappa=2.0"])
+    assert list(intervention_effects(["none", "ntk:kappa=2"])) == ["none", "ntk:kappa=2"]
 
 
 def test_effect_scale_must_match_lengths():

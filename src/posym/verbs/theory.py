@@ -101,80 +101,47 @@ def rope_frame() -> tuple[int, float]:
     return int(PRESETS["paper"]["rotary_dim"]), float(GPTJ_BASE)
 
 
-def _interpolation_scale(factor: float | None, n_train: int | None):
-    """Position interpolation's factor ``c(n)``: ``1/factor`` (fixed) or ``n_train/n`` for ``n > n_train``."""
-    import numpy as np
-
-    if factor is not None:
-        return lambda ns: np.full(len(ns), 1.0 / factor)
-    return lambda ns: np.where(ns > n_train, n_train / np.maximum(ns, 1), 1.0)
-
-
-def _parse_interpolate(text: str):
-    """``interpolate:factor=F`` or ``interpolate:n_train=N`` -> (canonical string, factor, n_train).
-    Stand-in until :func:`posym.interventions.spec.parse_intervention` parses ``interpolate``."""
-    from posym.errors import PosymError
-
-    kv = dict(item.strip().partition("=")[::2] for item in text.partition(":")[2].split(",") if item.strip())
-    if set(kv) not in ({"factor"}, {"n_train"}):
-        raise PosymError(f"{text!r}: interpolate takes factor (e.g. interpolate:factor=4) or n_train "
-                         "(e.g. interpolate:n_train=17), one of them")
-    try:
-        if "factor" in kv:
-            f = float(kv["factor"])
-            if not (f > 0 and f < float("inf")):
-                raise ValueError
-            return f"interpolate:factor={int(f) if f.is_integer() else f!r}", f, None
-        n_train = int(kv["n_train"])
-        if n_train < 1:
-            raise ValueError
-        return f"interpolate:n_train={n_train}", None, n_train
-    except ValueError:
-        raise PosymError(f"{text!r}: factor must be a finite number > 0, n_train an integer >= 1") from None
-
-
 def intervention_effects(specs: Sequence[str]) -> dict:
     """Canonical string -> :class:`posym.theory.intervened.Effect` for ``none`` and each of ``specs``
     (parsed by :func:`posym.interventions.spec.parse_intervention`; every one checked before any work).
     The constructions are one head: a ``layers=`` restriction is refused; frequency IDs are those of
     the paper preset's rotary dim at GPT-J's base (:func:`rope_frame`)."""
+    import numpy as np
     import torch
 
     from posym.errors import PosymError
     from posym.interventions.freq_mask import FreqMask, check_keep
+    from posym.interventions.interpolate import Interpolate, interpolation_scale
     from posym.interventions.rope import RopeBase, ntk_theta
-    from posym.interventions.spec import NAMES, describe, parse_intervention
+    from posym.interventions.spec import NONE, describe, parse_intervention
     from posym.interventions.temperature import Temperature, temperature_scale
     from posym.theory.intervened import Effect
 
     rotary_dim, base = rope_frame()
-    effects = {"none": Effect()}
+    effects = {NONE: Effect()}
+    seen: set[str] = set()
     for text in specs:
-        name = str(text).partition(":")[0].strip()
-        if name == "interpolate" and name not in NAMES:
-            key, factor, n_train = _parse_interpolate(str(text))
-            effect = Effect(position_scale=_interpolation_scale(factor, n_train))
-        else:
-            iv = parse_intervention(text)
-            key = describe(iv)
-            if getattr(iv, "layers", None) is not None:
-                raise PosymError(f"{text!r}: the theory's constructions are one head; drop layers=")
-            if isinstance(iv, Temperature):
-                b, nt, form = iv.beta, iv.n_train, iv.form
-                effect = Effect(logit_scale=lambda ns, b=b, nt=nt, form=form: temperature_scale(
-                    torch.as_tensor(ns), b, nt, form).numpy())
-            elif isinstance(iv, RopeBase):
-                new_base = ntk_theta(base, iv.kappa, rotary_dim) if iv.kappa is not None else iv.theta
-                effect = Effect(base=float(new_base))
-            elif isinstance(iv, FreqMask):
-                effect = Effect(keep=check_keep(iv.keep, rotary_dim // 2) if iv.keep else ())
-            elif hasattr(iv, "factor") or hasattr(iv, "n_train"):  # interpolate
-                effect = Effect(position_scale=_interpolation_scale(getattr(iv, "factor", None),
-                                                                    getattr(iv, "n_train", None)))
-            else:
-                raise PosymError(f"{text!r}: the theory has no prediction for {name} yet")
-        if key in effects:
+        iv = parse_intervention(text)
+        key = describe(iv)
+        if key in seen:
             raise PosymError(f"{text!r} repeats {key!r}; give each intervention once")
+        seen.add(key)
+        if iv is None:  # "none": the untouched row is always there
+            continue
+        if getattr(iv, "layers", None) is not None:
+            raise PosymError(f"{text!r}: the theory's constructions are one head; drop layers=")
+        if isinstance(iv, Temperature):
+            effect = Effect(logit_scale=lambda ns, iv=iv: temperature_scale(
+                torch.as_tensor(ns), iv.beta, iv.n_train, iv.form).numpy())
+        elif isinstance(iv, RopeBase):
+            new_base = ntk_theta(base, iv.kappa, rotary_dim) if iv.kappa is not None else iv.theta
+            effect = Effect(base=float(new_base))
+        elif isinstance(iv, FreqMask):
+            effect = Effect(keep=check_keep(iv.keep, rotary_dim // 2) if iv.keep else ())
+        elif isinstance(iv, Interpolate):
+            effect = Effect(position_scale=lambda ns, iv=iv: np.array([interpolation_scale(iv, int(n)) for n in ns]))
+        else:
+            raise PosymError(f"{text!r}: the theory has no prediction for {key.partition(':')[0]} yet")
         effects[key] = effect
     return effects
 
