@@ -526,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="added tokens for --run, e.g. 0,100,1000 (default 0,20,50,100,300,1000)")
     td.add_argument("--n", type=positive_int, default=64, help="prompts per added length for --run")
     td.add_argument("--seed", type=nonneg_int, default=0, help="data seed for --run")
-    td.add_argument("--intervene", action="append", default=None, metavar="SPEC",
+    td.add_argument("--intervene", action="append", default=None, metavar="NAME:KEY=VALUE[,...]",
                     help="also Δ(n) and the weight on the correct key under this intervention, e.g. "
                          "temperature:beta=1, ntk:kappa=4, interpolate:n_train=17, freq-mask:keep=1+2 (repeatable; "
                          "writes discrepancy_interventions.csv + figure)")
