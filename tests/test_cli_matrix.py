@@ -84,6 +84,8 @@ BAD_VALUES = [
     (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--device", "foo"], "expected cpu, cuda"),
     (["theory", "discrepancy", "--out", "ROOT/th", "--theta-index", "nan"], "finite"),
     (["theory", "discrepancy", "--out", "ROOT/th", "--n-max", "2000"], "Retrieval needs"),
+    (["theory", "discrepancy", "--out", "ROOT/th", "--intervene", "temperature:beta=1,layers=0"], "one head"),
+    (["theory", "discrepancy", "--out", "ROOT/th", "--intervene", "ntk:kappa=2", "--lengths", "1,17"], ">= 2"),
     (["ablate", "ROOT/run", "--modes", "zero,bogus"], "unknown 'bogus'"),
     (["lengthgen", "ROOT/run", "--grid", "0,-10"], ">= 0"),
     (["lengthgen", "ROOT/run", "--grid", "100000000", "--n", "1", "--out", "ROOT/lg.csv"], "needs about"),

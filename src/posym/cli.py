@@ -272,7 +272,8 @@ def _cmd_freqs(a):
 def _cmd_theory_discrepancy(a):
     from posym.verbs.theory import discrepancy
     _show(discrepancy(a.out, theta_index=a.theta_index, theta_retrieval=a.theta_retrieval, alphabet=a.alphabet,
-                      n_max=a.n_max, runs=a.run or (), grid=a.grid, n=a.n, seed=a.seed, task=a.task, force=a.force))
+                      n_max=a.n_max, runs=a.run or (), grid=a.grid, n=a.n, seed=a.seed, task=a.task,
+                      intervene=a.intervene or (), lengths=a.lengths, force=a.force))
 
 
 def _cmd_theory_restricted(a):
@@ -532,6 +533,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="added tokens for --run, e.g. 0,100,1000 (default 0,20,50,100,300,1000)")
     td.add_argument("--n", type=positive_int, default=64, help="prompts per added length for --run")
     td.add_argument("--seed", type=nonneg_int, default=0, help="data seed for --run")
+    td.add_argument("--intervene", action="append", default=None, metavar="NAME:KEY=VALUE[,...]",
+                    help="also Δ(n) and the weight on the correct key under this intervention, e.g. "
+                         "temperature:beta=1, ntk:kappa=4, interpolate:n_train=17, freq-mask:keep=1+2 (repeatable; "
+                         "writes discrepancy_interventions.csv + figure)")
+    td.add_argument("--lengths", type=lambda s: int_list(s, 2), default=None,
+                    help="lengths n for --intervene, e.g. 17,117,1017,5017 (default 17..5017, log-spaced)")
     _force(td)
     td.set_defaults(func=_cmd_theory_discrepancy)
     tr = tsub.add_parser("restricted", help="train 1-layer toys on Index/Retrieval with each RoPE frequency band")

@@ -2,6 +2,8 @@
 
 * :func:`plot_discrepancy` — Fig. 5A, ``Δ(n)`` vs ``n`` for Index and Retrieval with the Theorem 3.2
   bounds dashed (table of :func:`posym.theory.discrepancy.discrepancy_table`).
+* :func:`plot_intervened` — worst-case ``Δ(n)`` and weight on the correct key of both constructions
+  under each inference-time intervention (table of :func:`posym.theory.intervened.intervened_table`).
 * :func:`plot_restricted` — accuracy vs answer position of frequency-restricted one-layer heads, one
   panel per task (and restriction mode), one line per band (table of
   :func:`posym.theory.restricted.restricted_table`).
@@ -117,4 +119,95 @@ def plot_trained_discrepancy(table: pd.DataFrame, axes=None) -> plt.Figure:
     return fig
 
 
-__all__ = ["plot_discrepancy", "plot_restricted", "plot_trained_discrepancy"]
+#: Colour map of each intervention family in :func:`plot_intervened` (shades for its parameters).
+FAMILY_CMAPS = {"temperature": "Reds", "ntk": "Blues", "rope-base": "Greys", "interpolate": "Greens",
+                "freq-mask": "Purples"}
+_DASHES = ["-", "--", "-.", ":"]
+
+
+def _family_styles(names: list[str]) -> dict[str, dict]:
+    """One colour family per intervention name (``none`` black), darker and differently dashed per parameter."""
+    styles: dict[str, dict] = {}
+    families: dict[str, list[str]] = {}
+    for name in names:
+        families.setdefault(name.partition(":")[0], []).append(name)
+    for fam, members in families.items():
+        if fam == "none":
+            styles["none"] = dict(color="black", lw=2.2, ls="-", zorder=5)
+            continue
+        cmap = plt.get_cmap(FAMILY_CMAPS.get(fam, "Greys"))
+        for i, name in enumerate(members):
+            shade = 0.45 + 0.5 * (i + 1) / len(members)
+            styles[name] = dict(color=cmap(shade), lw=1.5, ls=_DASHES[i % len(_DASHES)])
+    return styles
+
+
+def short_label(name: str) -> str:
+    """An intervention string for a legend: runs of consecutive IDs joined by '+' written ``a..b``
+    (``freq-mask:keep=1+2+3+4`` -> ``freq-mask:keep=1..4``)."""
+    import re
+
+    def runs(m: re.Match) -> str:
+        ids = [int(x) for x in m.group(0).split("+")]
+        out, start = [], ids[0]
+        for a, b in zip(ids, ids[1:] + [None]):
+            if b != a + 1:
+                out.append(str(start) if start == a else f"{start}..{a}")
+                start = b
+        return "+".join(out)
+
+    return re.sub(r"\d+(?:\+\d+){2,}", runs, name)
+
+
+def plot_intervened(table: pd.DataFrame, axes=None) -> plt.Figure:
+    """Worst-case ``Δ(n)`` (top, symlog: negative = a wrong key can win) and worst-case softmax weight on
+    the correct key (bottom) vs ``n`` for Index (left) and Retrieval (right), one line per intervention."""
+    import numpy as np
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    _need(table, {"intervention", "mechanism", "n", "delta", "weight"}, "theory-under-interventions")
+    mechs = [m for m in ("index", "retrieval") if m in set(table["mechanism"])]
+    names = list(dict.fromkeys(table["intervention"]))
+    styles = _family_styles(names)
+    if axes is None:
+        fig, axes = plt.subplots(2, len(mechs), figsize=(6.0 * len(mechs), 7.4), squeeze=False, sharex=True)
+    else:
+        axes = np.asarray(axes).reshape(2, len(mechs))
+        fig = axes[0, 0].figure
+    nonzero = table["delta"].abs()
+    nonzero = nonzero[nonzero > 0]
+    linthresh = float(np.clip(nonzero.min(), 1e-12, 1e-3)) if len(nonzero) else 1e-6
+    for c, mech in enumerate(mechs):
+        df = table[table["mechanism"] == mech]
+        first = df.iloc[0]
+        for name in names:
+            g = df[df["intervention"] == name].sort_values("n")
+            axes[0, c].plot(g["n"], g["delta"], label=short_label(name), **styles[name])
+            axes[1, c].plot(g["n"], g["weight"], label=short_label(name), **styles[name])
+        title = f"{mech.capitalize()} (θ={first['theta']:g}"
+        if "freq_id" in df:
+            title += f", frequency ID {int(first['freq_id'])}"
+        axes[0, c].set_title(title + ")", fontsize=10)
+        axes[0, c].axhline(0, color="grey", lw=0.6)
+        axes[0, c].set_yscale("symlog", linthresh=linthresh)
+        top = int(np.ceil(np.log10(max(float(df["delta"].abs().max()), linthresh * 10))))
+        ks = range(top, int(np.floor(np.log10(linthresh))), -2)
+        axes[0, c].yaxis.set_major_locator(FixedLocator(sorted([0.0] + [sg * 10.0**k for k in ks for sg in (1, -1)])))
+        axes[0, c].yaxis.set_minor_locator(NullLocator())
+        axes[0, c].set_ylabel("worst-case margin Δ(n) (symlog)")
+        beta = f" (β={first['beta']:.3g})" if "beta" in df else ""
+        axes[1, c].set_ylabel(f"worst-case weight on correct key{beta}", fontsize=9)
+        axes[1, c].set_ylim(-0.02, 1.02)
+        axes[1, c].set_xlabel("input length n")
+        for r in range(2):
+            axes[r, c].set_xscale("log")
+            axes[r, c].grid(alpha=0.3, which="major")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
+    fig.suptitle("Constructions under inference-time interventions: worst case over valid inputs "
+                 "(β: each construction's Lemma F.1 rule at the training length)", fontsize=11)
+    fig.tight_layout(rect=(0, 0.035 * (1 + (len(labels) - 1) // 4), 1, 0.97))
+    return fig
+
+
+__all__ = ["plot_discrepancy", "plot_intervened", "plot_restricted", "plot_trained_discrepancy", "short_label"]

@@ -85,6 +85,7 @@ SKIPPED_JSON = "skipped.json"
 
 # ---- theory, LLM and study outputs (inside their own output directories) -------------------------
 DISCREPANCY = "discrepancy"  # .csv + .png|pdf
+DISCREPANCY_INTERVENTIONS = "discrepancy_interventions"  # Δ(n) under inference-time interventions
 TRAINED_DISCREPANCY = "trained_discrepancy"
 RESTRICTED = "restricted"
 LLM_ANSWERS = "answers.jsonl"

@@ -18,9 +18,13 @@ def _files(out: Path, name: str) -> list[Path]:
 def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retrieval: float = 0.0027,
                 alphabet: int = 8, n_max: int = 100, runs: Sequence[str | os.PathLike] = (),
                 grid: Sequence[int] | None = None, n: int = 64, seed: int = 0, task: str | None = None,
+                intervene: Sequence[str] = (), lengths: Sequence[int] | None = None,
                 force: bool = False, progress: bool = True) -> VerbResult:
     """Write ``OUT/discrepancy.csv`` + Fig. 5A and, for each of ``runs``, Δ of every trained head's
-    last-query logits vs added tokens (``OUT/trained_discrepancy.csv`` + figure)."""
+    last-query logits vs added tokens (``OUT/trained_discrepancy.csv`` + figure). With ``intervene``
+    (canonical intervention strings, docs/interventions.md): Δ(n) and the weight on the correct key of
+    both constructions untouched (``none``) and under each, over ``lengths`` (default 17..5,017), β set
+    at the training length 17 (``OUT/discrepancy_interventions.csv`` + figure; :mod:`posym.theory.intervened`)."""
     from posym.report.theory_figures import plot_discrepancy, plot_trained_discrepancy
     from posym.runs.resolve import resolve_model
     from posym.theory.discrepancy import check_parameters, discrepancy_table
@@ -28,7 +32,19 @@ def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retri
 
     out = Path(out)
     check_parameters(theta_index, theta_retrieval, alphabet, n_max)
+    if lengths is not None and not intervene:
+        from posym.errors import PosymError
+
+        raise PosymError("--lengths sets the lengths of --intervene; give an intervention, e.g. --intervene ntk:kappa=4")
+    effects = intervention_effects(intervene) if intervene else None
     files = _files(out, layout.DISCREPANCY) + (_files(out, layout.TRAINED_DISCREPANCY) if runs else [])
+    if effects is not None:
+        from posym.interventions.spec import DEFAULT_N_TRAIN
+        from posym.theory.intervened import DEFAULT_LENGTHS, check_frame, check_lengths
+
+        lengths = check_lengths(DEFAULT_LENGTHS if lengths is None else lengths)
+        check_frame(theta_index, theta_retrieval, alphabet, DEFAULT_N_TRAIN, *rope_frame())
+        files += _files(out, layout.DISCREPANCY_INTERVENTIONS)
     outputs = Outputs(files, force).check()
     models = [resolve_model(p, task=task) for p in runs]  # every path checked before the work
     table = discrepancy_table(theta_index, theta_retrieval, alphabet, n_max)
@@ -49,8 +65,85 @@ def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retri
         lines += ["trained heads: median Δ of the last query per layer (rows) and added tokens (columns)",
                   per_layer.unstack("extra_tokens").round(4).to_string()]
         data["trained"] = trained
+    if effects is not None:
+        from posym.report.theory_figures import plot_intervened
+        from posym.theory.intervened import intervened_table
+
+        rotary_dim, base = rope_frame()
+        under = intervened_table(effects, lengths, rotary_dim=rotary_dim, base=base, theta_index=theta_index,
+                                 theta_retrieval=theta_retrieval, alphabet=alphabet, n0=DEFAULT_N_TRAIN,
+                                 progress=progress)
+        outputs.csv(under, out / f"{layout.DISCREPANCY_INTERVENTIONS}.csv")
+        outputs.figure(plot_intervened(under), out / layout.DISCREPANCY_INTERVENTIONS)
+        lines.append(_summary(under))
+        data["interventions"] = under
     lines.append(f"wrote {', '.join(str(p) for p in outputs.written if p.suffix == '.csv')}")
     return VerbResult(table, outputs.written, "\n".join(lines), data)
+
+
+def _summary(table, at: Sequence[int] = (17, 117, 1017, 5017)) -> str:
+    """Δ and the weight on the correct key at the lengths ``at`` (those in the table), one row per
+    (intervention, mechanism): the text ``posym theory discrepancy --intervene`` prints."""
+    import pandas as pd
+
+    t = table[table["n"].isin(at)]
+    wide = t.pivot_table(index=["intervention", "mechanism"], columns="n", values=["delta", "weight"], sort=False)
+    wide.columns = [f"{'Δ' if v == 'delta' else 'w'}@{n}" for v, n in wide.columns]
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3g}".format):
+        return "theory under interventions: worst-case Δ and weight on the correct key at n\n" + wide.to_string()
+
+
+def rope_frame() -> tuple[int, float]:
+    """``(rotary dim, base)`` the constructions' angles are read in: the paper preset's GPT-J (SPEC §2)."""
+    from posym.interventions.rope import GPTJ_BASE
+    from posym.model.gptj import PRESETS
+
+    return int(PRESETS["paper"]["rotary_dim"]), float(GPTJ_BASE)
+
+
+def intervention_effects(specs: Sequence[str]) -> dict:
+    """Canonical string -> :class:`posym.theory.intervened.Effect` for ``none`` and each of ``specs``
+    (parsed by :func:`posym.interventions.spec.parse_intervention`; every one checked before any work).
+    The constructions are one head: a ``layers=`` restriction is refused; frequency IDs are those of
+    the paper preset's rotary dim at GPT-J's base (:func:`rope_frame`)."""
+    import numpy as np
+    import torch
+
+    from posym.errors import PosymError
+    from posym.interventions.freq_mask import FreqMask, check_keep
+    from posym.interventions.interpolate import Interpolate, interpolation_scale
+    from posym.interventions.rope import RopeBase, ntk_theta
+    from posym.interventions.spec import NONE, describe, parse_intervention
+    from posym.interventions.temperature import Temperature, temperature_scale
+    from posym.theory.intervened import Effect
+
+    rotary_dim, base = rope_frame()
+    effects = {NONE: Effect()}
+    seen: set[str] = set()
+    for text in specs:
+        iv = parse_intervention(text)
+        key = describe(iv)
+        if key in seen:
+            raise PosymError(f"{text!r} repeats {key!r}; give each intervention once")
+        seen.add(key)
+        if iv is None:  # "none": the untouched row is always there
+            continue
+        if getattr(iv, "layers", None) is not None:
+            raise PosymError(f"{text!r}: the theory's constructions are one head; drop layers=")
+        if isinstance(iv, Temperature):
+            effect = Effect(logit_scale=lambda ns, iv=iv: temperature_scale(
+                torch.as_tensor(ns), iv.beta, iv.n_train, iv.form).numpy())
+        elif isinstance(iv, RopeBase):
+            new_base = ntk_theta(base, iv.kappa, rotary_dim) if iv.kappa is not None else iv.theta
+            effect = Effect(base=float(new_base))
+        elif isinstance(iv, FreqMask):
+            effect = Effect(keep=check_keep(iv.keep, rotary_dim // 2) if iv.keep else ())
+        elif isinstance(iv, Interpolate):
+            effect = Effect(position_scale=lambda ns, iv=iv: np.array([interpolation_scale(iv, int(n)) for n in ns]))
+        else:
+            raise PosymError(f"{text!r}: the theory has no prediction for {key.partition(':')[0]} yet")
+        effects[key] = effect
+    return effects
 
 
 def restricted(out: str | os.PathLike, *, steps: int = 1500, seed: int = 0, force: bool = False,
@@ -68,4 +161,4 @@ def restricted(out: str | os.PathLike, *, steps: int = 1500, seed: int = 0, forc
     return VerbResult(table, outputs.written, text + f"\nwrote {out / (layout.RESTRICTED + '.csv')}")
 
 
-__all__ = ["discrepancy", "restricted"]
+__all__ = ["discrepancy", "intervention_effects", "restricted", "rope_frame"]
