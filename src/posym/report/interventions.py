@@ -32,16 +32,16 @@ GAMMA = 0.1  # purity threshold (SPEC §3)
 #: per intervention family and task: what the theory (Δ(n) of the Index and Retrieval constructions
 #: under the intervention) says the family does to the task's reach.
 PREDICTION: dict[tuple[str, str], str] = {
-    ("temperature", "number"): "no rescue: s(n) grows like ln n, Index's margin decays like 2π²/n²",
-    ("temperature", "letter"): "lifts: Retrieval's margin stays ≈ constant, s(n) undoes the 1/n dilution",
-    ("ntk", "number"): "no rescue; costs at +0 where a head uses a slow frequency (its angle moves)",
-    ("ntk", "letter"): "lifts ≈ κ-fold: Retrieval fails at nθ ≈ ω, and the slow θ shrinks by ≈ κ",
-    ("interpolate", "number"): "breaks: offsets v map to v·c, the Index heads point at the wrong key",
-    ("interpolate", "letter"): "lifts (dynamic): nθc stays at the training angle, Retrieval's condition holds",
-    ("freq-mask", "number"): "no rescue: the fast frequencies the Index heads use are kept, aliasing stays",
-    ("freq-mask", "letter"): "breaks once the Retrieval heads' slow frequency is dropped (Δ = 0)",
-    ("freq-mask@index", "number"): "no rescue (as freq-mask); the other layers are untouched",
-    ("freq-mask@index", "letter"): "no effect: the letter models have no Index layers to mask",
+    ("temperature", "number"): "small lift +30..+100 at most; β = 2 may cost at +0 (early queries flipped)",
+    ("temperature", "letter"): "lifts +100..+300 (dilution), not past the slow angle's crossing; reach ≈ +300",
+    ("ntk", "number"): "costs at +0: the Index heads' stored offsets are detuned; no rescue",
+    ("ntk", "letter"): "reach grows ≈ 1/r (κ = 8: ≈ +500), little cost at +0",
+    ("interpolate", "number"): "fixed: breaks at +0; dynamic: exact at +0, breaks beyond",
+    ("interpolate", "letter"): "dynamic: the only candidate for ≥ +1,000; fixed: a cost at +0",
+    ("freq-mask", "number"): "−25 %: no change; −50/75 %: removes ID ≈ 38, costs at +0",
+    ("freq-mask", "letter"): "−25 %: no change; −50/75 %: removes the slow IDs, collapses at +0",
+    ("freq-mask@index", "number"): "as freq-mask: the Index layers use the removed IDs",
+    ("freq-mask@index", "letter"): "no Index layers: not measured",
 }
 
 
