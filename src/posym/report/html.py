@@ -574,7 +574,8 @@ def sensitivity_page(out_dir: str | os.PathLike, variants: dict[str, str], heade
 
 
 def interventions_page(out_dir: str | os.PathLike, header: Sequence[str], rows: Sequence[Sequence[Any]],
-                       figures: dict[str, Path], settings: dict) -> str:
+                       prediction: tuple[Sequence[str], Sequence[Sequence[Any]]], figures: dict[str, Path],
+                       settings: dict) -> str:
     """The interventions study (docs/interventions.md) as a self-contained HTML page: how to read it,
     the table intervention × task with the theory's prediction, Fig. 5B per intervention family and the
     head readout of each task, and the settings (models, grid, n)."""
@@ -587,8 +588,9 @@ def interventions_page(out_dir: str | os.PathLike, header: Sequence[str], rows: 
                   "≥ 0.9 at every grid point (mean ± sd over models; “never”: below 0.9 already at +0; "
                   "“grid end”: still ≥ 0.9 at the last measured length). “acc +L” is the accuracy at L added "
                   "tokens (“—”: not on this grid). “pure pos/sym +L”: pure positional / symbolic heads "
-                  "(γ = 0.1, SPEC §3) on inputs with L added tokens, mean over models. The prediction column "
+                  "(γ = 0.1, SPEC §3) on inputs with L added tokens, mean over models. The prediction "
                   "was written before anything was measured."),
+            "<h2>Prediction (written before measuring)</h2>", _table(*prediction),
             "<h2>Intervention × task</h2>", _table(header, rows, num_cols=(2,)),
             "<h2>Figures</h2>", *[_img(path, caption, out) for caption, path in figures.items()],
             "<h2>Settings</h2>",

@@ -54,6 +54,32 @@ def family(intervention: str) -> str:
     return name
 
 
+def short(intervention: str) -> str:
+    """A canonical string for display: runs of consecutive IDs in ``keep=`` / ``layers=`` lists shown
+    as ``a–b`` (``freq-mask:keep=1+2+…+48`` → ``freq-mask:keep=1–48``); tables keep the full string."""
+    def runs(values: str) -> str:
+        try:
+            ids = [int(v) for v in values.split("+")]
+        except ValueError:
+            return values
+        parts, start = [], 0
+        for i in range(1, len(ids) + 1):
+            if i == len(ids) or ids[i] != ids[i - 1] + 1:
+                a, b = ids[start], ids[i - 1]
+                parts.append(str(a) if a == b else f"{a}+{b}" if b == a + 1 else f"{a}–{b}")
+                start = i
+        return "+".join(parts)
+
+    name, colon, rest = intervention.partition(":")
+    if not colon:
+        return intervention
+    items = []
+    for item in rest.split(","):
+        key, eq, value = item.partition("=")
+        items.append(f"{key}={runs(value)}" if eq and key in ("keep", "layers") else item)
+    return f"{name}:{','.join(items)}"
+
+
 def drop_lowest(n_pairs: int, fraction: float) -> list[int]:
     """The frequency IDs kept when the lowest (slowest) ``fraction`` of ``n_pairs`` is dropped: 1..k,
     k = n_pairs − round(fraction·n_pairs) (ID 1 = fastest, the numbering of Paper B)."""
@@ -131,10 +157,14 @@ def study_summary(lengthgen: pd.DataFrame, heads: pd.DataFrame | None = None) ->
         if pure is not None:
             for e in HEAD_LENGTHS:
                 p = pure[(pure["task"] == task) & (pure["intervention"] == interv) & (pure["extra_tokens"] == e)]
-                row[f"pure_{e}"] = (f"{p['positional'].mean():.1f}/{p['symbolic'].mean():.1f}" if len(p) else "")
+                row[f"pure_{e}"] = (f"{p['positional'].mean():.1f}/{p['symbolic'].mean():.1f}" if len(p) else "—")
         row["prediction"] = "—" if interv == "none" else PREDICTION.get((family(interv), task), "")
         rows.append(row)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    order = {"number": 0, "letter": 1}
+    return out.sort_values("task", key=lambda t: t.map(lambda x: order.get(x, 2)), kind="stable").reset_index(drop=True)
 
 
 def best_settings(summary: pd.DataFrame, min_acc0: float = MIN_ACC_AT_ZERO) -> dict[tuple[str, str], str]:
@@ -157,10 +187,12 @@ def _fmt(m: float, sd: float, digits: int = 2) -> str:
     return f"{m:.{digits}f} ± {sd:.{digits}f}" if sd and not math.isnan(sd) else f"{m:.{digits}f}"
 
 
-def summary_rows(summary: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """The study table as text cells (header, rows) for Markdown and HTML."""
+def summary_rows(summary: pd.DataFrame, prediction: bool = True) -> tuple[list[str], list[list[str]]]:
+    """The study table as text cells (header, rows) for Markdown and HTML (``prediction``: with the
+    prediction column; the HTML page shows the predictions in a table of their own)."""
+    pure_cols = [e for e in HEAD_LENGTHS if f"pure_{e}" in summary]
     header = ["task", "intervention", "models", "reach ≥ 0.9", *[f"acc +{e:,}" for e in REPORT_LENGTHS],
-              *[f"pure pos/sym +{e:,}" for e in HEAD_LENGTHS if f"pure_{e}" in summary], "prediction"]
+              *[f"pure pos/sym +{e:,}" for e in pure_cols], *(["prediction"] if prediction else [])]
     rows = []
     for _, r in summary.iterrows():
         reach = "never" if r["reach_mean"] < 0 and r["reach_sd"] == 0 else (
@@ -168,10 +200,16 @@ def summary_rows(summary: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             + (f" ({r['reach_each']})" if r["n_models"] > 1 else ""))
         if r["reach_mean"] >= r["grid_max"]:
             reach += " (grid end)"
-        rows.append([r["task"], r["intervention"], str(r["n_models"]), reach,
+        rows.append([r["task"], short(r["intervention"]), str(r["n_models"]), reach,
                      *[_fmt(r[f"acc_{e}_mean"], r[f"acc_{e}_sd"]) for e in REPORT_LENGTHS],
-                     *[str(r[f"pure_{e}"]) for e in HEAD_LENGTHS if f"pure_{e}" in summary], str(r["prediction"])])
+                     *[str(r[f"pure_{e}"]) for e in pure_cols], *([str(r["prediction"])] if prediction else [])])
     return header, rows
+
+
+def prediction_rows(tasks: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """:data:`PREDICTION` as text cells (family, then one column per task)."""
+    fams = list(dict.fromkeys(f for f, _ in PREDICTION))
+    return ["family", *tasks], [[f, *[PREDICTION.get((f, t), "") for t in tasks]] for f in fams]
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:
@@ -212,7 +250,7 @@ def plot_intervention_curves(lengthgen: pd.DataFrame, task: str, paper: Mapping[
         colors = plt.cm.viridis(np.linspace(0.05, 0.85, max(1, len(settings))))
         for c, interv in zip(colors, settings):
             cv = curve(t[t["intervention"] == interv])
-            label = interv.split(":", 1)[1] if ":" in interv else interv
+            label = short(interv).split(":", 1)[1] if ":" in interv else interv
             if len(label) > 34:
                 label = label[:31] + "…"
             ax.plot(cv["extra_tokens"], cv["mean"], color=c, lw=1.2, label=label)
@@ -224,6 +262,7 @@ def plot_intervention_curves(lengthgen: pd.DataFrame, task: str, paper: Mapping[
             ax.plot(xs, ys, ls="none", marker="o", mfc="none", color="grey", label="Paper A")
         ax.axhline(0.9, color="grey", lw=0.5, ls=":")
         ax.set_xscale("symlog", linthresh=100)
+        ax.set_xlim(left=0)
         ax.set(title=f"{task} task · {fam}", xlabel="added target-window tokens", ylim=(-0.02, 1.02))
         ax.legend(fontsize=6.5, loc="lower left")
     for ax in axes[:, 0]:
@@ -258,10 +297,11 @@ def plot_head_readout(heads: pd.DataFrame, task: str):
                 continue
             m = g.groupby("extra_tokens")[col].mean()
             ax.plot(m.index, m.to_numpy(), marker="o", ms=3, lw=1.6 if interv == "none" else 1.0,
-                    color="black" if interv == "none" else colors[interv], label=interv)
+                    color="black" if interv == "none" else colors[interv], label=short(interv))
         if not chosen:
             ax.text(0.5, 0.5, f"no {kind} head at +0", ha="center", va="center", transform=ax.transAxes)
         ax.set_xscale("symlog", linthresh=100)
+        ax.set_xlim(left=0)
         ax.set(title=f"{task} task: {title}", xlabel="added target-window tokens", ylim=(-1.02, 1.02))
     axes[0].set_ylabel("score (mean over heads and models)")
     handles, labels = axes[0].get_legend_handles_labels()
@@ -283,6 +323,6 @@ def check_grid_names(names: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-__all__ = ["MIN_ACC_AT_ZERO", "REPORT_LENGTHS", "SEARCH_GRID", "HEAD_LENGTHS", "PREDICTION", "family", "drop_lowest",
+__all__ = ["short", "prediction_rows", "MIN_ACC_AT_ZERO", "REPORT_LENGTHS", "SEARCH_GRID", "HEAD_LENGTHS", "PREDICTION", "family", "drop_lowest",
            "study_grid", "model_reach", "pure_heads", "study_summary", "best_settings", "summary_rows",
            "summary_markdown", "plot_intervention_curves", "plot_head_readout", "index_layers", "check_grid_names"]

@@ -126,8 +126,8 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     from posym.interventions import describe, intervened, parse_intervention
     from posym.report.html import interventions_page
     from posym.report.interventions import (HEAD_LENGTHS, index_layers, plot_head_readout,
-                                            plot_intervention_curves, study_grid, study_summary, summary_markdown,
-                                            summary_rows)
+                                            plot_intervention_curves, prediction_rows, study_grid, study_summary,
+                                            summary_markdown, summary_rows)
     from posym.report.paper import LENGTHGEN
     from posym.runs.resolve import resolve_model
     from posym.verbs.lengthgen import lengthgen
@@ -201,8 +201,9 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
                 "heads_lengths": lengths, "heads_n": heads_n, "best_of": str(best_of) if best_of else None,
                 "intervene": given}
     outputs.json(settings, out / layout.INTERVENTIONS_JSON)
-    header, rows = summary_rows(summary)
-    outputs.text(interventions_page(out, header, rows, figs, settings), out / layout.INTERVENTIONS_HTML)
+    header, rows = summary_rows(summary, prediction=False)
+    outputs.text(interventions_page(out, header, rows, prediction_rows(task_list), figs, settings),
+                 out / layout.INTERVENTIONS_HTML)
     text = "\n".join([*done_lines, md, f"wrote {out / layout.INTERVENTIONS_HTML}"])
     return VerbResult(summary, outputs.written, text, {"lengthgen": lg, "heads": hd})
 
