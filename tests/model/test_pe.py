@@ -48,6 +48,7 @@ def test_names_parse_to_canonical_strings_that_parse_back(text, name):
                                         ("p-rope", "needs a value"), ("p-rope:1.5", r"in \[0, 1\]"),
                                         ("p-rope:x", "not a number"), ("rope-base:1", "must be > 1"),
                                         ("rope-base:inf", "finite"), ("randomized:10.5", "integer >= 2"),
+                                        ("randomized:2000000", "L must be <= 1,000,000"),
                                         ("ssmax:1", "integer >= 2"), (7, "must be a string")])
 def test_bad_values_are_one_line_errors(text, match):
     with pytest.raises(PosymError, match=match) as err:

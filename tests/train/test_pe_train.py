@@ -113,3 +113,17 @@ def test_reproduce_setting_reaches_the_training_config():
     bad = preset_settings("quick", overrides_from_pairs({"train.pe": "p-rope:7"}))
     with pytest.raises(PosymError, match="bad reproduction setting train: .*fraction F"):
         validate_settings(bad, ("number",))
+
+
+def test_cli_pe_is_stored(tmp_path):
+    """``--pe`` reaches posym.json and the checkpoints (keeping it on --resume: test_variant_resumes_exactly)."""
+    from posym.cli import main
+
+    tiny = ["--steps", "4", "--eval-every", "2", "--checkpoint-every", "2", "--set", "n_layer=2", "--set", "n_embd=16",
+            "--set", "n_inner=16", "--set", "rotary_dim=16", "--no-track-heads", "--quiet"]
+    run = tmp_path / "run"
+    assert main(["train", "--task", "number", "--out", str(run), "--pe", "P-RoPE:0.5", *tiny]) == 0
+    assert json.loads((run / "posym.json").read_text())["config"]["pe"] == "p-rope:0.5"
+    ckpt = json.loads((run / "checkpoints/step-000004/config.json").read_text())
+    assert (ckpt["model_type"], ckpt["posym_pe"]) == ("posym_gptj", "p-rope:0.5")
+    assert resolve_model(run).model.config.posym_pe == "p-rope:0.5"

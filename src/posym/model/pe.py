@@ -118,6 +118,8 @@ def parse_pe(text: "str | PositionalEncoding | None") -> PositionalEncoding:
     if not num.is_integer() or num < 2:
         what = "L (randomized:2048)" if kind == "randomized" else "N, the initial length (ssmax:17)"
         raise PosymError(f"positional encoding {text!r}: {what} must be an integer >= 2")
+    if kind == "randomized" and num > MAX_RANDOMIZED_L:
+        raise PosymError(f"positional encoding {text!r}: L must be <= {MAX_RANDOMIZED_L:,} (the rotary table has L rows)")
     return PositionalEncoding(kind, int(num))
 
 
@@ -158,6 +160,8 @@ def gptj_rotary_table(pe: PositionalEncoding, n_positions: int, rotary_dim: int)
     return torch.cat((torch.sin(ang), torch.cos(ang)), dim=1)
 
 
+#: Largest ``L`` of ``randomized:L``: its rotary table has ``L`` rows (512 MB at ``rotary_dim`` 128).
+MAX_RANDOMIZED_L = 1_000_000
 #: An entropy word separating the randomized-position stream from the data-order stream of one seed.
 _POSITION_STREAM = 0x5EED_905
 
@@ -166,13 +170,15 @@ def random_positions(batch: int, length: int, limit: int, seed: int, step: int) 
     """Randomized positional encodings (Ruoss et al. 2023): ``batch`` rows of ``length`` sorted position
     ids sampled without replacement from ``[0, limit)`` -> LongTensor [batch, length].
 
-    A pure function of ``(seed, step)`` (so a resumed run draws the same ids): each row's ids are the
-    indices of the ``length`` smallest of ``limit`` uniform keys, i.e. a uniform random subset."""
+    A pure function of ``(seed, step)`` (so a resumed run draws the same ids): row by row, NumPy's
+    ``Generator.choice(limit, length, replace=False)`` (a uniform random subset; its cost does not
+    grow with ``limit``), sorted."""
     if not 1 <= length <= limit:
         raise PosymError(f"randomized positions: need 1 <= length ({length}) <= L ({limit})")
-    keys = np.random.default_rng([int(seed), int(step), _POSITION_STREAM]).random((batch, limit))
-    idx = np.argpartition(keys, length - 1, axis=1)[:, :length] if length < limit else np.tile(np.arange(limit), (batch, 1))
-    return torch.from_numpy(np.sort(idx, axis=1).astype(np.int64))
+    rng = np.random.default_rng([int(seed), int(step), _POSITION_STREAM])
+    rows = [rng.choice(limit, size=length, replace=False) for _ in range(batch)]
+    idx = np.sort(np.stack(rows), axis=1) if rows else np.zeros((0, length), dtype=np.int64)
+    return torch.from_numpy(idx.astype(np.int64))
 
 
 def ssmax_init(length: int) -> float:
