@@ -142,6 +142,16 @@ def key_value(text: str) -> tuple[str, Any]:
         return key.strip(), raw
 
 
+def pe_type(text: str) -> str:
+    """A ``--pe`` value (SPEC §2.1) in its canonical form; one-line error otherwise."""
+    from posym.model.pe import parse_pe
+
+    try:
+        return parse_pe(text).name
+    except PosymError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 STEP_HELP = "checkpoint of a run: a step, 'last' or 'best' (default: the model the run stands for)"
 
 
@@ -198,9 +208,10 @@ def _cmd_train(a):
                       checkpoint_extra_every=a.checkpoint_extra_every, model_overrides=overrides or None,
                       track_heads=a.track_heads, track_prompts=a.track_prompts, precision=a.precision,
                       compile=a.compile, batch_size=a.batch_size, epochs=a.epochs, final_model=a.final_model,
-                      distractors=a.distractors, log=tuple(a.log) if a.log else None)
+                      distractors=a.distractors, log=tuple(a.log) if a.log else None, pe=a.pe)
     if a.resume and not a.force and any(v is not None for v in (  # with --force: only the error
-            a.set, a.steps, a.precision, a.compile, a.batch_size, a.epochs, a.final_model, a.distractors, a.log)):
+            a.set, a.steps, a.precision, a.compile, a.batch_size, a.epochs, a.final_model, a.distractors, a.log,
+            a.pe)):
         print("posym: note: --resume continues with the run's stored configuration", file=sys.stderr)
     result = train(cfg, a.out, resume=a.resume, force=a.force, device=a.device, threads=a.threads,
                    progress=not a.quiet)
@@ -422,6 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "training forward (weights, scores stay fp32)")
     t.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile the training forward (default: off)")
+    t.add_argument("--pe", type=pe_type, default=None, metavar="PE",
+                   help="positional encoding (docs/spec.md §2.1): rope (default), nope, p-rope:F, rope-base:THETA, "
+                        "randomized:L, ssmax")
     t.add_argument("--threads", type=threads_type, default=None, help="torch CPU threads")
     t.add_argument("--resume", action="store_true", help="continue an interrupted run")
     t.add_argument("--force", action="store_true", help="replace an existing run directory (posym runs only)")

@@ -39,6 +39,7 @@ from posym.errors import PosymError
 from posym.model import rope
 from posym.model.families import FAMILIES, Family
 from posym.model.gptj import positions_extended, rotary_table
+from posym.model.pe import config_pe, gptj_inv_freq
 
 Positions = Tensor | Sequence[int] | int
 
@@ -361,7 +362,8 @@ def _store_hook(store: dict, key: str, n: int, hd: int, heads_first: bool = Fals
 
 
 class GPTJAdapter(RopeAdapter):
-    """HF ``GPTJForCausalLM``: interleaved pairs, partial ``rotary_dim``, base 10,000."""
+    """HF ``GPTJForCausalLM``: interleaved pairs, partial ``rotary_dim``, base 10,000 — or the angles of
+    posym's training-time positional encoding (``config.posym_pe``, :mod:`posym.model.pe`)."""
 
     family = "gptj"
     pair_convention = "interleaved"
@@ -376,9 +378,9 @@ class GPTJAdapter(RopeAdapter):
         self.rotary_dim = cfg.rotary_dim or self.head_dim
         self.scaling = float(getattr(tr.h[0].attn, "scaling", self.head_dim**-0.5))
         table = self._table()
-        # The table's column k of the sin half is sin(p * inv_freq[k]); rebuild inv_freq as HF does.
-        inv = 1.0 / (10000 ** (torch.arange(0, self.rotary_dim, 2, dtype=torch.int64) / self.rotary_dim))
-        self._inv_freq = inv.double()
+        # The table's column k of the sin half is sin(p * inv_freq[k]); rebuild inv_freq as the table
+        # builder does, for the model's positional encoding (SPEC §2.1: base θ, 0 on non-rotating pairs).
+        self._inv_freq = gptj_inv_freq(config_pe(cfg), self.rotary_dim).double()
         if table.shape[-1] != self.rotary_dim:
             raise PosymError("GPT-J rotary table width does not match rotary_dim")
 

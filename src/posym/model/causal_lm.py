@@ -17,6 +17,7 @@ from posym.errors import PosymError
 from posym.model.adapters import supported_families
 from posym.model.families import FAMILIES
 from posym.model.gptj import checkpoint_model_type, load_model, load_pretrained
+from posym.model.pe import POSYM_MODEL_TYPE
 
 
 def load_causal_lm(directory: str | os.PathLike, device: str | torch.device = "cpu") -> nn.Module:
@@ -28,7 +29,7 @@ def load_causal_lm(directory: str | os.PathLike, device: str | torch.device = "c
     naming the supported ones.
     """
     model_type = checkpoint_model_type(directory)
-    if model_type in (None, "gptj"):
+    if model_type in (None, "gptj", POSYM_MODEL_TYPE):
         return load_model(directory, device)
     if model_type not in FAMILIES:
         raise PosymError(f"{directory} holds a {model_type!r} model, which posym cannot read; "

@@ -11,7 +11,9 @@ predicts the answer). ``last_token_logits`` runs the *same parameters* of an HF
 
 Dropout (in ``train()`` mode) has the model's rates and distribution but a faster draw (``_dropout``);
 attention dropout uses SDPA's ``dropout_p``. In ``eval()`` mode the result equals the HF forward to float tolerance
-(``reference_last_token_logits``; tested to 1e-5).
+(``reference_last_token_logits``; tested to 1e-5), for every positional encoding (SPEC §2.1): the
+rotary table is the model's own, ``positions`` gives each sequence its position ids (``randomized:L``
+training), and an SSMax query projection gets the token index of each query.
 """
 
 from __future__ import annotations
@@ -22,14 +24,23 @@ from torch import Tensor
 from transformers import GPTJForCausalLM
 
 from posym.model.gptj import rotary_table
+from posym.model.ssmax import SSMaxQuery
 
 
 def _rotary_tables(model: GPTJForCausalLM, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """sin, cos of shape [T, rotary_dim], repeated per interleaved pair (GPT-J convention)."""
+    """sin, cos of shape [T, rotary_dim] (positions [T]) or [B, 1, T, rotary_dim] (positions [B, T]),
+    repeated per interleaved pair (GPT-J convention)."""
     table = rotary_table(model)  # [max_pos, rd]: sin | cos
     sincos = table[positions].to(dtype)
+    if sincos.dim() == 3:
+        sincos = sincos[:, None]  # broadcast over heads
     sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
     return sin.repeat_interleave(2, dim=-1), cos.repeat_interleave(2, dim=-1)
+
+
+def _query(q_proj: torch.nn.Module, h: Tensor, index: Tensor) -> Tensor:
+    """``q_proj(h)``; an SSMax projection is told the token index of each row (the last layer's one query)."""
+    return q_proj(h, index) if isinstance(q_proj, SSMaxQuery) else q_proj(h)
 
 
 def _rotate(x: Tensor, sin: Tensor, cos: Tensor, rd: int) -> Tensor:
@@ -54,10 +65,11 @@ def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
     return x * keep * (1.0 / (1.0 - p))
 
 
-def last_token_logits(model: GPTJForCausalLM, input_ids: Tensor) -> Tensor:
+def last_token_logits(model: GPTJForCausalLM, input_ids: Tensor, positions: Tensor | None = None) -> Tensor:
     """Logits at the last position. input_ids [B, T] -> logits [B, V].
 
-    Positions are 0..T-1 and must be < the model's rotary table length.
+    Positions are 0..T-1 (``positions`` None) or each sequence's own position ids [B, T]; they must be
+    < the model's rotary table length.
     """
     tr = model.transformer
     cfg = model.config
@@ -66,7 +78,8 @@ def last_token_logits(model: GPTJForCausalLM, input_ids: Tensor) -> Tensor:
     hd = cfg.n_embd // n_head
     rd = cfg.rotary_dim or hd
     scale = hd**-0.5
-    positions = torch.arange(T, device=input_ids.device)
+    index = torch.arange(T, device=input_ids.device)
+    positions = index if positions is None else positions.to(input_ids.device)
     train = model.training
     x = _dropout(tr.wte(input_ids), cfg.embd_pdrop, train)  # [B, T, D]
     sin, cos = _rotary_tables(model, positions, x.dtype)
@@ -77,11 +90,11 @@ def last_token_logits(model: GPTJForCausalLM, input_ids: Tensor) -> Tensor:
         attn = block.attn
         h = block.ln_1(x)
         hq = h[:, -1:] if last else h
-        q = attn.q_proj(hq).view(B, hq.shape[1], n_head, hd).transpose(1, 2)
+        q = _query(attn.q_proj, hq, index[-1:] if last else index).view(B, hq.shape[1], n_head, hd).transpose(1, 2)
         k = attn.k_proj(h).view(B, T, n_head, hd).transpose(1, 2)
         v = attn.v_proj(h).view(B, T, n_head, hd).transpose(1, 2)
         if last:
-            q = _rotate(q, sin[-1:], cos[-1:], rd)
+            q = _rotate(q, sin[..., -1:, :], cos[..., -1:, :], rd)
         else:
             q = _rotate(q, sin, cos, rd)
         k = _rotate(k, sin, cos, rd)
@@ -95,9 +108,15 @@ def last_token_logits(model: GPTJForCausalLM, input_ids: Tensor) -> Tensor:
     return model.lm_head(x)
 
 
-def reference_last_token_logits(model: GPTJForCausalLM, input_ids: Tensor) -> Tensor:
-    """Slow reference: the plain HF forward, logits at the last position. [B, T] -> [B, V]."""
-    return model(input_ids=input_ids).logits[:, -1]
+def reference_last_token_logits(model: GPTJForCausalLM, input_ids: Tensor, positions: Tensor | None = None) -> Tensor:
+    """Slow reference: the plain HF forward (``position_ids=positions``), logits at the last position. [B, T] -> [B, V].
+
+    With ``positions`` an all-ones attention mask is passed: without one, transformers reads position
+    ids with gaps as several packed sequences and masks across the gaps."""
+    if positions is None:
+        return model(input_ids=input_ids).logits[:, -1]
+    mask = torch.ones_like(input_ids)
+    return model(input_ids=input_ids, position_ids=positions, attention_mask=mask).logits[:, -1]
 
 
 __all__ = ["last_token_logits", "reference_last_token_logits"]

@@ -1,7 +1,10 @@
 """The paper's GPT-J (SPEC §2): presets, construction, and HF-format save/load.
 
-The model of record is ``transformers.GPTJForCausalLM``; every checkpoint posym writes loads in
-plain transformers with ``GPTJForCausalLM.from_pretrained``.
+The model of record is ``transformers.GPTJForCausalLM``; a checkpoint of a plain-RoPE run (and of
+``randomized:L``, ``rope-base:10000``) loads in plain transformers with ``GPTJForCausalLM.from_pretrained``.
+The other training-time positional encodings (:mod:`posym.model.pe`, SPEC §2.1) are posym-only: the
+variant is ``config.posym_pe``, honoured by :func:`build_model`, :func:`load_model` and
+:func:`extend_positions`, and their ``config.json`` says ``model_type: posym_gptj``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch
 from transformers import GPTJConfig, GPTJForCausalLM
 
 from posym.errors import PosymError
+from posym.model import pe as pe_mod
 
 #: GPTJConfig fields of each preset (vocab_size is set from the task).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -82,11 +86,17 @@ def check_loading_info(info: dict, source: str | os.PathLike) -> None:
         raise PosymError(f"checkpoint {source} does not match its config.json: {'; '.join(problems)}")
 
 
-def model_config(preset: str, vocab_size: int, **overrides: Any) -> GPTJConfig:
-    """The ``GPTJConfig`` of a preset (SPEC §2) with any GPTJConfig field overridden.
+def model_config(preset: str, vocab_size: int, pe: str | None = None, **overrides: Any) -> GPTJConfig:
+    """The ``GPTJConfig`` of a preset (SPEC §2) with any GPTJConfig field overridden and the positional
+    encoding ``pe`` (SPEC §2.1; default ``rope``: no ``posym_pe`` attribute, today's config). For
+    ``randomized:L`` the rotary table covers ``n_positions = max(n_positions, L)``.
 
     Raises PosymError for an unknown preset or an override key that GPTJConfig does not have.
     """
+    variant = pe_mod.parse_pe(pe)
+    if variant.kind == "ssmax" and variant.value is None:
+        raise PosymError("positional encoding 'ssmax' needs its initial length here: give ssmax:N "
+                         "(posym.train.make_config fills in the task's training length)")
     if preset not in PRESETS:
         raise PosymError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
     bad = sorted(k for k in overrides if k not in _CONFIG_KEYS)
@@ -111,9 +121,32 @@ def model_config(preset: str, vocab_size: int, **overrides: Any) -> GPTJConfig:
     rd = kwargs.get("rotary_dim")
     if rd is not None and (rd > head_dim or rd % 2):
         raise PosymError(f"rotary_dim={rd} must be even and <= the head dim {head_dim}")
+    if variant.kind == "randomized":
+        kwargs["n_positions"] = max(kwargs["n_positions"], int(variant.value))
     cfg = GPTJConfig(**kwargs)
+    if variant.kind != "rope":
+        setattr(cfg, pe_mod.CONFIG_ATTR, variant.name)
     cfg._attn_implementation = "eager"  # attention weights must be observable (SPEC §3)
     return cfg
+
+
+def apply_pe(model: torch.nn.Module) -> torch.nn.Module:
+    """Make a GPT-J follow its ``config.posym_pe`` (in place): rebuild the rotary tables with the
+    variant's angles (:func:`posym.model.pe.gptj_rotary_table`) and, for ``ssmax``, install the SSMax
+    query projections. A plain-RoPE model is left untouched."""
+    variant = pe_mod.config_pe(model.config)
+    if variant.kind == "rope":
+        return model
+    for module in model.modules():
+        table = getattr(module, "embed_positions", None)
+        if isinstance(table, torch.Tensor) and table.dim() == 2:
+            module.embed_positions = pe_mod.gptj_rotary_table(variant, table.shape[0], table.shape[1]).to(
+                table.device, table.dtype)
+    if variant.kind == "ssmax":
+        from posym.model.ssmax import install_ssmax
+
+        install_ssmax(model, int(variant.value))
+    return model
 
 
 def build_model(config: GPTJConfig, seed: int = 0) -> GPTJForCausalLM:
@@ -125,7 +158,7 @@ def build_model(config: GPTJConfig, seed: int = 0) -> GPTJForCausalLM:
     finally:
         torch.random.set_rng_state(gen_state)
     model.config._attn_implementation = "eager"
-    return model
+    return apply_pe(model)
 
 
 #: HF checkpoint files (the format of every model directory, posym's or anyone's).
@@ -139,6 +172,10 @@ def save_model(model: GPTJForCausalLM, directory: str | os.PathLike) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     with quiet_hf():
         model.save_pretrained(directory, safe_serialization=True)
+    if not pe_mod.config_pe(model.config).hf_plain:  # posym-only: no plain-HF loader may mistake it
+        cfg = json.loads((directory / HF_CONFIG).read_text())
+        cfg.update(model_type=pe_mod.POSYM_MODEL_TYPE, architectures=[pe_mod.POSYM_ARCHITECTURE])
+        (directory / HF_CONFIG).write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
 def checkpoint_model_type(directory: str | os.PathLike) -> str | None:
@@ -169,13 +206,47 @@ def load_pretrained(cls: Any, directory: str | os.PathLike, device: str | torch.
 
 
 def load_model(directory: str | os.PathLike, device: str | torch.device = "cpu") -> GPTJForCausalLM:
-    """Load an HF GPT-J checkpoint directory (posym's or anyone's) in eval mode with eager attention."""
+    """Load an HF GPT-J checkpoint directory (posym's or anyone's) in eval mode with eager attention,
+    following its positional encoding (``config.posym_pe``, SPEC §2.1; a ``posym_gptj`` checkpoint is
+    built by posym and its weights loaded strictly)."""
     directory = Path(directory)
     model_type = checkpoint_model_type(directory)
-    if model_type not in (None, "gptj"):
+    if model_type not in (None, "gptj", pe_mod.POSYM_MODEL_TYPE):
         raise PosymError(f"{directory} holds a {model_type!r} model; this verb needs a GPT-J checkpoint "
                          "(posym's trained models)")
-    return load_pretrained(GPTJForCausalLM, directory, device)
+    if model_type != pe_mod.POSYM_MODEL_TYPE:
+        return apply_pe(load_pretrained(GPTJForCausalLM, directory, device))
+    return _load_posym_only(directory, device)
+
+
+def _load_posym_only(directory: Path, device: str | torch.device) -> GPTJForCausalLM:
+    """A ``posym_gptj`` checkpoint: GPTJConfig from its ``config.json``, the variant's model, its weights
+    (every tensor present and expected, else PosymError)."""
+    from safetensors.torch import load_file
+
+    try:
+        raw = json.loads((directory / HF_CONFIG).read_text())
+        variant = pe_mod.parse_pe(raw.pop(pe_mod.CONFIG_ATTR, None))
+        for key in ("model_type", "architectures"):
+            raw.pop(key, None)
+        config = GPTJConfig.from_dict(raw)
+        setattr(config, pe_mod.CONFIG_ATTR, variant.name)
+    except (ValueError, TypeError, OSError, PosymError) as exc:
+        raise PosymError(f"cannot load checkpoint {directory}: {str(exc).strip().splitlines()[0]}") from exc
+    config._attn_implementation = "eager"
+    model = build_model(config, seed=0)
+    try:
+        weights = load_file(str(directory / HF_WEIGHTS))
+    except Exception as exc:
+        raise PosymError(f"cannot load checkpoint {directory}: {str(exc).strip().splitlines()[0]}") from exc
+    own = model.state_dict()
+    missing = [k for k in own if k not in weights and "embed_positions" not in k
+               and not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    unexpected = [k for k in weights if k not in own]
+    wrong = [k for k in weights if k in own and weights[k].shape != own[k].shape]
+    check_loading_info({"missing_keys": missing, "unexpected_keys": unexpected, "mismatched_keys": wrong}, directory)
+    model.load_state_dict(weights, strict=False)
+    return model.to(device).eval()
 
 
 def rotary_tables(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -205,11 +276,11 @@ def rotary_table(model: torch.nn.Module) -> torch.Tensor:
 def extend_positions(model: torch.nn.Module, n_positions: int) -> torch.nn.Module:
     """Rebuild GPT-J's sinusoidal rotary tables to cover ``n_positions`` (in place; no weights change).
 
-    Uses transformers' own ``create_sinusoidal_positions``, so rows of existing positions are
+    Uses the model's positional encoding (:func:`posym.model.pe.gptj_rotary_table`, for ``rope`` the
+    expression of transformers' ``create_sinusoidal_positions``), so rows of existing positions are
     bit-identical and logits at the original length are unchanged.
     """
-    from transformers.models.gptj.modeling_gptj import create_sinusoidal_positions
-
+    variant = pe_mod.config_pe(model.config)
     found = False
     for module in model.modules():
         table = getattr(module, "embed_positions", None)
@@ -217,7 +288,7 @@ def extend_positions(model: torch.nn.Module, n_positions: int) -> torch.nn.Modul
             found = True
             if table.shape[0] >= n_positions:
                 continue
-            new = create_sinusoidal_positions(n_positions, table.shape[1]).to(table.device, table.dtype)
+            new = pe_mod.gptj_rotary_table(variant, n_positions, table.shape[1]).to(table.device, table.dtype)
             module.embed_positions = new  # replaces the (non-persistent) buffer
             if hasattr(module, "max_positions"):
                 module.max_positions = n_positions
@@ -245,5 +316,5 @@ def positions_extended(model: torch.nn.Module, n_positions: int) -> Iterator[tor
         model.config.n_positions = n_config
 
 
-__all__ = ["HF_CONFIG", "HF_WEIGHTS", "PRESETS", "model_config", "build_model", "save_model", "load_model",
+__all__ = ["HF_CONFIG", "HF_WEIGHTS", "PRESETS", "model_config", "apply_pe", "build_model", "save_model", "load_model",
            "checkpoint_model_type", "load_pretrained", "extend_positions", "positions_extended"]

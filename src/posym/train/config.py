@@ -62,6 +62,9 @@ class TrainConfig:
     epochs: float | None = None
     # extra loggers (LOGGERS): "tensorboard" writes loss, accuracy per hop and head-score summaries
     log: tuple[str, ...] = ()
+    # training-time positional encoding (SPEC §2.1, posym.model.pe): rope, nope, p-rope:F, rope-base:θ,
+    # randomized:L, ssmax[:N]; stored canonical (ssmax gets the task's training length as N)
+    pe: str = "rope"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -178,10 +181,12 @@ def make_config(task: str, preset: str = "quick", **kwargs: Any) -> TrainConfig:
     if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or not 0 <= cfg.seed < MAX_SEED:
         raise PosymError(f"seed must be an integer in [0, 2**62), got {cfg.seed!r}")
     from posym.model.gptj import model_config
+    from posym.model.pe import complete_pe
     from posym.tasks import get_vocab
 
+    cfg = replace(cfg, pe=complete_pe(cfg.pe, train_seq_len(task)).name)
     check_model_overrides(task, cfg.model_overrides)
-    model_config(preset, get_vocab(task).size, **cfg.model_overrides)  # validates the overrides early
+    model_config(preset, get_vocab(task).size, pe=cfg.pe, **cfg.model_overrides)  # validates the overrides early
     return cfg
 
 

@@ -30,6 +30,7 @@ from posym.errors import PosymError
 from posym.runs.lock import DirLock
 from posym.model.fast import last_token_logits
 from posym.model.gptj import build_model, model_config
+from posym.model.pe import parse_pe, random_positions
 from posym.tasks import get_vocab, make_split
 from posym.runs import layout
 from posym.runs.swap import exchange_dirs
@@ -96,8 +97,8 @@ class LastTokenLoss(torch.nn.Module):
         self.model = model
         self.reduction = reduction
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(last_token_logits(self.model, x).float(), y, reduction=self.reduction)
+    def forward(self, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        return F.cross_entropy(last_token_logits(self.model, x, positions).float(), y, reduction=self.reduction)
 
 
 def autocast_context(precision: str, device: str | torch.device) -> contextlib.AbstractContextManager:
@@ -120,15 +121,17 @@ def make_grad_scaler(precision: str, device: str | torch.device) -> "torch.amp.G
 def _optimizer_step(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                     params: Sequence[torch.nn.Parameter], optimizer: torch.optim.Optimizer, scheduler: Any,
                     x: torch.Tensor, y: torch.Tensor, max_grad_norm: float | None, precision: str = "fp32",
-                    loss_scale: float = 1.0, scaler: "torch.amp.GradScaler | None" = None) -> torch.Tensor:
-    """Forward (under autocast for bf16/fp16) + backward of ``loss_scale * objective(x, y)``, gradient
+                    loss_scale: float = 1.0, scaler: "torch.amp.GradScaler | None" = None,
+                    positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Forward (under autocast for bf16/fp16) + backward of ``loss_scale * objective(x, y)`` (with the
+    batch's position ids ``positions`` [B, T] when given: ``randomized:L``, SPEC §2.1), gradient
     clipping, optimizer and scheduler step. Returns the unscaled loss, detached, on the device (no sync).
 
     With a ``scaler`` (fp16) the loss is scaled before backward and the gradients unscaled before
     clipping; a step the scaler skips (inf/nan gradients) also skips the scheduler, as HF Trainer does
     (this costs one device sync per step)."""
     with autocast_context(precision, x.device):
-        loss = objective(x, y)
+        loss = objective(x, y) if positions is None else objective(x, y, positions)
     optimizer.zero_grad(set_to_none=True)
     scaled = loss * loss_scale if loss_scale != 1.0 else loss
     if scaler is None:
@@ -472,7 +475,8 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
     if config.batch_size < world:
         raise PosymError(f"batch size {config.batch_size} cannot be split over {world} processes")
     vocab = get_vocab(config.task)
-    mcfg = model_config(config.preset, vocab.size, **config.model_overrides)
+    mcfg = model_config(config.preset, vocab.size, pe=config.pe, **config.model_overrides)
+    variant = parse_pe(config.pe)
     model = build_model(mcfg, seed=config.seed).to(device)
     meta = {"task": config.task, "preset": config.preset, "config": config.to_dict(), "versions": _versions()}
     if world > 1:
@@ -593,8 +597,12 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
             perm = torch.from_numpy(_epoch_perm(config.order_seed, epoch, n_train)).to(device)
             perm_epoch = epoch
         idx = perm[offset + lo:offset + hi]
+        positions = None
+        if variant.kind == "randomized":  # the global batch's ids (a function of order seed and step), this rank's rows
+            positions = random_positions(config.batch_size, x_train.shape[1], int(variant.value), config.order_seed,
+                                         step)[lo:hi].to(device)
         loss = _optimizer_step(objective, params, optimizer, scheduler, x_train[idx], y_train[idx],
-                               config.max_grad_norm, config.precision, loss_scale, scaler)
+                               config.max_grad_norm, config.precision, loss_scale, scaler, positions)
         if world > 1:  # this rank's summed loss -> the global-batch mean
             torch.distributed.all_reduce(loss)
             loss = loss / config.batch_size
