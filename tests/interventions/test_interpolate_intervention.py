@@ -13,7 +13,7 @@ import torch
 from posym.errors import PosymError
 from posym.heads.scores import scores_fast, scores_reference
 from posym.interventions import Interpolate, describe, interpolate, intervened, parse_intervention, with_layers
-from posym.interventions.interpolate import gptj_interpolated_table
+from posym.interventions.rope import gptj_table
 from posym.model import build_model, model_config
 from posym.model.gptj import extend_positions, rotary_table
 
@@ -70,7 +70,7 @@ def test_gptj_table_rows_are_the_fractional_positions():
     ang = torch.arange(table.shape[0]).double()[:, None] / 4 * inv
     want = torch.cat([ang.sin(), ang.cos()], 1).float()
     assert torch.allclose(table, want, atol=1e-6)
-    assert torch.equal(gptj_interpolated_table(50, dim, 10000, 1.0)[:50],
+    assert torch.equal(gptj_table(model, 50, dim),
                        __import__("transformers").models.gptj.modeling_gptj.create_sinusoidal_positions(50, dim))
 
 
@@ -164,3 +164,29 @@ def test_canonical_strings_and_errors():
     with pytest.raises(PosymError, match="not supported"):
         with interpolate(build_family("gemma"), factor=2):
             pass
+
+
+@pytest.mark.parametrize("pe", ["p-rope:0.5", "rope-base:500"])
+def test_interventions_keep_a_posym_training_time_variant(pe):
+    """On a run trained with --pe, a base change or interpolation rebuilds the variant's own table:
+    identity parameters are bit-identical, and p-RoPE's unrotated pairs stay unrotated."""
+    from posym.interventions.rope import model_theta
+
+    m = build_model(model_config("quick", 31, n_layer=2, n_embd=32, n_head=2, n_inner=64, rotary_dim=16,
+                                 initializer_range=0.3, pe=pe), seed=0).eval()
+    ids = _ids()
+    before = _logits(m, ids)
+    theta = model_theta(m)
+    assert theta == (500.0 if pe == "rope-base:500" else 10000.0)
+    for text in (f"rope-base:theta={theta:g}", "ntk:kappa=1", "interpolate:factor=1"):
+        with intervened(m, text):
+            assert torch.equal(_logits(m, ids), before), text
+    if pe.startswith("p-rope"):
+        for text in ("ntk:kappa=4", "interpolate:factor=3"):
+            with intervened(m, text):
+                _logits(m, ids)
+                table = rotary_table(m)
+                half = table.shape[1] // 2
+                assert torch.equal(table[:, 4:half], torch.zeros_like(table[:, 4:half])), text  # sin of pairs 4..7
+                assert torch.equal(table[:, half + 4:], torch.ones_like(table[:, half + 4:])), text
+                assert not torch.equal(table[:, :4], torch.zeros_like(table[:, :4]))

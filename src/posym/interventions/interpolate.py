@@ -6,8 +6,9 @@ fractional position ``p·c`` for the duration, with
   length of its last query; posym's scoring truncates each prompt at its query, so there it is the
   query's context length). Inputs no longer than ``N`` are untouched.
 
-The weights are untouched. GPT-J: the rotary table (sin | cos of ``p·ω_k``) is rebuilt with the
-positions ``p·c`` (transformers' expression with float positions, so ``c = 1`` is bit-identical) by a
+The weights are untouched. GPT-J: the rotary table (sin | cos of ``p·ω_k``, the model's own
+variant, :mod:`posym.model.pe`) is rebuilt with the positions ``p·c`` (transformers' expression with
+float positions, so ``c = 1`` is bit-identical) by a
 forward pre-hook on the model, before every forward whose ``c`` or length the table does not cover;
 the adapter's ``cos_sin`` (head scores) reads the same table. Llama-like families: a forward pre-hook
 on the rotary module multiplies its ``position_ids`` by ``c``. The original tensors are put back on
@@ -26,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from posym.errors import PosymError
-from posym.interventions.rope import _family, _gptj_tables, _rope_modules, model_theta
+from posym.interventions.rope import _family, _gptj_tables, _rope_modules, gptj_table
 
 
 @dataclass(frozen=True)
@@ -66,18 +67,6 @@ def interpolation_scale(spec: Interpolate, n: int) -> float:
     return 1.0 if n <= spec.n_train else spec.n_train / n
 
 
-def gptj_interpolated_table(n_pos: int, dim: int, theta: float, c: float) -> Tensor:
-    """GPT-J's sinusoidal table ``[n_pos, dim]`` (sin | cos) at positions ``p·c``: transformers'
-    ``create_sinusoidal_positions`` with base θ and float positions (bit-identical at c = 1, θ = 10,000)."""
-    base = int(theta) if float(theta).is_integer() else theta
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64) / dim))
-    pos = torch.arange(n_pos, dtype=torch.int64).float()
-    if c != 1.0:
-        pos = pos * c
-    sinusoid_inp = pos[:, None] * inv_freq
-    return torch.cat((torch.sin(sinusoid_inp), torch.cos(sinusoid_inp)), dim=1)
-
-
 def _length(args: tuple, kwargs: dict) -> int | None:
     for x in (kwargs.get("input_ids"), args[0] if args else None):
         if isinstance(x, Tensor):
@@ -98,7 +87,6 @@ def interpolate(model: nn.Module, *, factor: float | None = None, n_train: int |
     if mt == "gptj":
         mods = _gptj_tables(inner)
         saved = [(m, m.embed_positions) for m in mods]
-        theta = model_theta(inner)
         built: dict[int, tuple[Tensor, float]] = {}
 
         def gptj_hook(module, args, kwargs):
@@ -111,7 +99,7 @@ def interpolate(model: nn.Module, *, factor: float | None = None, n_train: int |
                 mine = built.get(id(m))
                 if mine is None or mine[0] is not t or mine[1] != c or t.shape[0] < n:
                     rows = max(n, t.shape[0])
-                    new = gptj_interpolated_table(rows, t.shape[1], theta, c).to(t.device, t.dtype)
+                    new = gptj_table(inner, rows, t.shape[1], position_scale=c).to(t.device, t.dtype)
                     m.embed_positions = new
                     built[id(m)] = (new, c)
             return None
@@ -157,4 +145,4 @@ def interpolate(model: nn.Module, *, factor: float | None = None, n_train: int |
             h.remove()
 
 
-__all__ = ["Interpolate", "check_interpolate", "interpolation_scale", "gptj_interpolated_table", "interpolate"]
+__all__ = ["Interpolate", "check_interpolate", "interpolation_scale", "interpolate"]

@@ -3,7 +3,8 @@ the NTK-aware rule θ′ = θ·κ^{d/(d−2)} (d = rotary dim). The weights are 
 tables (GPT-J's ``embed_positions``, the ``inv_freq`` of a Llama-like family's default RoPE) are
 replaced by new tensors and the original tensors put back on exit, also after an exception.
 
-Covers GPT-J (HF's base 10,000) and the single default-RoPE module of :data:`ROPE_FAMILIES`; the
+Covers GPT-J (HF's base 10,000, or the base of a posym run trained with ``--pe rope-base:θ``; the
+pairs a p-RoPE / NoPE run does not rotate stay unrotated) and the single default-RoPE module of :data:`ROPE_FAMILIES`; the
 base is the model's, for every layer (per-layer bases are not yet supported). A GPT-J table replaced
 inside the context (``extend_positions`` past the training length) is rebuilt with θ′ before the
 next forward reads it, so a length sweep inside the context stays at θ′. Note: the GPT-J
@@ -23,10 +24,10 @@ from torch import Tensor, nn
 
 from posym.errors import PosymError
 from posym.model.adapters import unwrap_model
+from posym.model.pe import GPTJ_BASE, config_pe, gptj_rotary_table
 
 #: model_type values whose RoPE base this module can change (one default-RoPE module for all layers).
 ROPE_FAMILIES: tuple[str, ...] = ("gptj", "llama", "mistral", "qwen2")
-GPTJ_BASE = 10000  # HF GPT-J's fixed RoPE base (transformers' create_sinusoidal_positions)
 
 
 @dataclass(frozen=True)
@@ -94,10 +95,11 @@ def _rope_modules(model: nn.Module) -> list[nn.Module]:
 
 
 def model_theta(model: nn.Module) -> float:
-    """The model's RoPE base θ: 10,000 for HF GPT-J, else the config's ``rope_theta``."""
+    """The model's RoPE base θ: a posym GPT-J's variant base (10,000 unless trained with
+    ``--pe rope-base:θ``), else the config's ``rope_theta``."""
     inner, mt = _family(model)
     if mt == "gptj":
-        return float(GPTJ_BASE)
+        return float(config_pe(inner.config).theta)
     cfg = inner.config
     params = getattr(cfg, "rope_parameters", None)
     theta = params.get("rope_theta") if isinstance(params, dict) else getattr(cfg, "rope_theta", None)
@@ -114,12 +116,11 @@ def rotary_dim(model: nn.Module) -> int:
     return 2 * int(_rope_modules(inner)[0].inv_freq.numel())
 
 
-def _gptj_table(n_pos: int, dim: int, theta: float) -> Tensor:
-    """transformers' ``create_sinusoidal_positions`` with base θ (the same expression, so θ = 10,000 is bit-identical)."""
-    base = int(theta) if float(theta).is_integer() else theta
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64) / dim))
-    sinusoid_inp = torch.arange(n_pos, dtype=torch.int64).float()[:, None] * inv_freq
-    return torch.cat((torch.sin(sinusoid_inp), torch.cos(sinusoid_inp)), dim=1)
+def gptj_table(model: nn.Module, n_pos: int, dim: int, *, theta: float | None = None, position_scale: float = 1.0) -> Tensor:
+    """The model's GPT-J rotary table (its training-time variant, :mod:`posym.model.pe`) with another
+    base θ′ and/or fractional positions ``p·c``; bit-identical to the model's own table at θ′ = θ, c = 1."""
+    return gptj_rotary_table(config_pe(unwrap_model(model).config), n_pos, dim, theta=theta,
+                             position_scale=position_scale)
 
 
 def _default_inv_freq(theta: float, dim: int) -> Tensor:
@@ -138,7 +139,7 @@ def rope_base(model: nn.Module, theta: float, *, layers: Sequence[int] | None = 
     if mt == "gptj":
         mods = _gptj_tables(inner)
         saved = [(m, "embed_positions", m.embed_positions) for m in mods]
-        new = [_gptj_table(t.shape[0], t.shape[1], theta).to(t.device, t.dtype) for _, _, t in saved]
+        new = [gptj_table(inner, t.shape[0], t.shape[1], theta=theta).to(t.device, t.dtype) for _, _, t in saved]
     else:
         mods = _rope_modules(inner)
         saved = [(m, "inv_freq", m.inv_freq) for m in mods]
@@ -151,7 +152,7 @@ def rope_base(model: nn.Module, theta: float, *, layers: Sequence[int] | None = 
         for m, attr, _ in saved:
             t = getattr(m, attr)
             if t is not current[id(m)]:
-                t = _gptj_table(t.shape[0], t.shape[1], theta).to(t.device, t.dtype)
+                t = gptj_table(inner, t.shape[0], t.shape[1], theta=theta).to(t.device, t.dtype)
                 setattr(m, attr, t)
                 current[id(m)] = t
         return None
@@ -179,4 +180,4 @@ def ntk(model: nn.Module, kappa: float) -> Iterator[RopeBase]:
 
 
 __all__ = ["ROPE_FAMILIES", "GPTJ_BASE", "RopeBase", "check_theta", "check_kappa", "ntk_theta", "model_theta",
-           "rotary_dim", "rope_base", "ntk"]
+           "rotary_dim", "gptj_table", "rope_base", "ntk"]

@@ -140,10 +140,11 @@ def config_pe(config) -> PositionalEncoding:
     return parse_pe(getattr(config, CONFIG_ATTR, None) or DEFAULT_PE)
 
 
-def gptj_inv_freq(pe: PositionalEncoding, rotary_dim: int) -> Tensor:
+def gptj_inv_freq(pe: PositionalEncoding, rotary_dim: int, theta: float | None = None) -> Tensor:
     """The angle per position of each pair [rotary_dim/2] (float32, as HF GPT-J computes it; 0 for a
-    pair that does not rotate). ``rope`` and ``rope-base:10000`` give HF's values bit for bit."""
-    base = pe.theta
+    pair that does not rotate). ``rope`` and ``rope-base:10000`` give HF's values bit for bit.
+    ``theta``: another base for the rotating pairs (an inference-time base change)."""
+    base = pe.theta if theta is None else (int(theta) if float(theta).is_integer() else float(theta))
     inv = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64) / rotary_dim))
     keep = pe.rotating_pairs(rotary_dim)
     if keep < inv.numel():
@@ -152,11 +153,17 @@ def gptj_inv_freq(pe: PositionalEncoding, rotary_dim: int) -> Tensor:
     return inv
 
 
-def gptj_rotary_table(pe: PositionalEncoding, n_positions: int, rotary_dim: int) -> Tensor:
+def gptj_rotary_table(pe: PositionalEncoding, n_positions: int, rotary_dim: int, *, theta: float | None = None,
+                      position_scale: float = 1.0) -> Tensor:
     """GPT-J's rotary table ``[n_positions, rotary_dim]`` (sin | cos halves) of the variant; the same
     expression as transformers' ``create_sinusoidal_positions``, so ``rope`` is bit-identical to it.
-    A non-rotating pair has sin 0 and cos 1 exactly (the identity)."""
-    ang = torch.arange(n_positions, dtype=torch.int64).float()[:, None] * gptj_inv_freq(pe, rotary_dim)
+    A non-rotating pair has sin 0 and cos 1 exactly (the identity). Inference-time changes: ``theta``
+    another base, ``position_scale`` c the fractional positions ``p·c`` (position interpolation);
+    both at their identity (None, 1.0) leave the table bit-identical."""
+    pos = torch.arange(n_positions, dtype=torch.int64).float()
+    if position_scale != 1.0:
+        pos = pos * position_scale
+    ang = pos[:, None] * gptj_inv_freq(pe, rotary_dim, theta)
     return torch.cat((torch.sin(ang), torch.cos(ang)), dim=1)
 
 
