@@ -82,8 +82,13 @@ def test_job_script_runs_the_stage_command_after_the_setup(tmp_path):
 def test_without_slurm_commands_nothing_is_written(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     out = tmp_path / "repro"
-    with pytest.raises(PosymError, match="--launcher slurm needs sbatch, squeue, scontrol, scancel on PATH .*missing: sbatch"):
+    needle = "--launcher slurm needs sbatch, squeue, scontrol, scancel on PATH .*missing: sbatch"
+    with pytest.raises(PosymError, match=needle):
         reproduce("tiny", out=out, tasks=("number",), llm=False, launcher="slurm")
+    # a login node without a GPU submits GPU jobs: CUDA is the compute node's business
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(PosymError, match=needle):
+        reproduce("tiny", out=out, tasks=("number",), llm=False, launcher="slurm", device="cuda")
     assert not out.exists()
 
 

@@ -341,7 +341,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
     seeds = int(seeds)
     settings = preset_settings(preset, overrides)
     validate_settings(settings, tasks)
-    if device.startswith("cuda"):
+    if device.startswith("cuda") and launcher == "local":  # (a Slurm job checks on its GPU node)
         import torch
 
         if not torch.cuda.is_available():
