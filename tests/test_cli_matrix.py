@@ -298,3 +298,34 @@ def test_error_after_a_progress_bar_has_its_own_line(sandbox, capsys):
     lines = [line for line in err.splitlines() if line.strip()]
     assert "\r" not in err and lines[-1].startswith("posym: error: ") and "not letter" in lines[-1]
     assert all(line.startswith("scoring checkpoints") for line in lines[:-1]), lines
+
+
+# --- reproduce --launcher slurm: bad launcher options, refused before anything is submitted ---------
+LAUNCHER_BAD_VALUES = [
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--launcher", "pbs"], "invalid choice: 'pbs'"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--launcher", "slurm", "--slurm-time", "soon"],
+     "--slurm-time 'soon'"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--launcher", "slurm", "--slurm-cpus", "0"], ">= 1"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--launcher", "slurm", "--slurm-gpus", "-1"], ">= 0"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--launcher", "slurm", "--slurm-partition", "a b"],
+     "partition name"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--launcher", "slurm", "--slurm-opt", "output=x.log"],
+     "posym sets it for each job"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--launcher", "slurm", "--slurm-opt", "time=1:00:00"],
+     "use --slurm-time"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--launcher", "slurm", "--launcher-config", "ROOT/nope.toml"],
+     "no such file"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--launcher", "slurm", "--launcher-config", "ROOT/afile"],
+     "give a .toml or .json file"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--launcher", "slurm", "--jobs", "2"],
+     "--jobs sets the local worker processes"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--detach"], "need --launcher slurm"),
+    (["reproduce", "--preset", "tiny", "--out", "ROOT/r", "--slurm-partition", "gpu"], "need --launcher slurm"),
+    (["status", "ROOT/run"], "not a reproduction directory"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", LAUNCHER_BAD_VALUES,
+                         ids=[" ".join(a[5:8]) + f"-{i}" for i, (a, _) in enumerate(LAUNCHER_BAD_VALUES)])
+def test_launcher_bad_value(argv, needle, sandbox, capsys):
+    assert needle in _run(argv, sandbox, capsys)

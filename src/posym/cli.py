@@ -348,11 +348,26 @@ def _cmd_sensitivity(a):
 
 def _cmd_reproduce(a):
     from posym.verbs.reproduce import overrides_from_pairs, reproduce
+    from posym.verbs.slurm import slurm_options
 
+    given = [a.slurm_partition, a.slurm_time, a.slurm_gpus, a.slurm_cpus, a.slurm_opt, a.launcher_config]
+    options = slurm_options(a.slurm_partition, a.slurm_time, a.slurm_gpus, a.slurm_cpus, a.slurm_opt or (),
+                            a.launcher_config) if any(v is not None for v in given) else None
     path = reproduce(a.preset, out=a.out, seeds=a.seeds, device=a.device, tasks=tuple(a.tasks), stages=a.stages,
                      llm=not a.no_llm, progress=not a.quiet, jobs=a.jobs,
-                     overrides=overrides_from_pairs(dict(a.set or [])) or None)
-    print(f"report: {path}")
+                     overrides=overrides_from_pairs(dict(a.set or [])) or None, launcher=a.launcher,
+                     slurm_options=options, detach=a.detach)
+    print(f"report: {path}" + (" (written by the last Slurm job)" if a.detach else ""))
+
+
+def _cmd_status(a):
+    from posym.verbs.status import status
+    _show(status(a.dir))
+
+
+def _cmd_stage(a):
+    from posym.verbs.reproduce import run_stage
+    run_stage(a.dir, a.name, submission=a.submission)
 
 
 def _cmd_report(a):
@@ -731,7 +746,32 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--set", action="append", type=key_value, metavar="KEY=VALUE",
                     help="override a preset setting (repeatable; JSON values; dotted keys for nested ones), "
                          "e.g. lengthgen_n=60, lengthgen_grid=0,100,1000, llm.runs=2")
+    rp.add_argument("--launcher", default="local", choices=["local", "slurm"],
+                    help="local: worker processes on this machine (default); slurm: one sbatch job per stage "
+                         "(docs/cluster.md)")
+    rp.add_argument("--slurm-partition", default=None, metavar="NAME", help="partition of every job")
+    rp.add_argument("--slurm-time", default=None, metavar="TIME", help="time limit of every job, e.g. 2:00:00")
+    rp.add_argument("--slurm-gpus", type=nonneg_int, default=None, metavar="N", help="GPUs per job (--gres=gpu:N)")
+    rp.add_argument("--slurm-cpus", type=positive_int, default=None, metavar="N",
+                    help="CPUs per job (--cpus-per-task; also the job's torch threads)")
+    rp.add_argument("--slurm-opt", action="append", default=None, metavar="KEY=VALUE",
+                    help="a further sbatch option (repeatable), e.g. account=lab, qos=normal")
+    rp.add_argument("--launcher-config", default=None, metavar="FILE",
+                    help="the slurm options as a .toml or .json file (keys partition, time, gpus, cpus, opts, "
+                         "setup, python); options given here win")
+    rp.add_argument("--detach", action="store_true",
+                    help="with --launcher slurm: return once the jobs are submitted (posym status DIR follows them)")
     rp.set_defaults(func=_cmd_reproduce)
+
+    st = sub.add_parser("status", help="the state of each stage of a reproduction directory (markers, Slurm jobs)")
+    st.add_argument("dir", help="directory written by posym reproduce")
+    st.set_defaults(func=_cmd_status)
+
+    sj = sub.add_parser("_stage")  # hidden: what one Slurm job of posym reproduce --launcher slurm runs
+    sj.add_argument("dir")
+    sj.add_argument("name")
+    sj.add_argument("--submission", default=None)
+    sj.set_defaults(func=_cmd_stage)
 
     rr = sub.add_parser("report", help="(re)write DIR/report.html of a reproduction directory from its saved tables")
     rr.add_argument("dir", help="directory written by posym reproduce")
@@ -740,6 +780,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print the \"paper vs posym\" table as Markdown instead of writing the report")
     rr.add_argument("--force", action="store_true", help="replace an existing report.html (and --screenshot file)")
     rr.set_defaults(func=_cmd_report)
+    sub.metavar = "{" + ",".join(n for n in sub.choices if not n.startswith("_")) + "}"  # _stage stays hidden
     return p
 
 

@@ -28,7 +28,8 @@ A **reproduction directory** (``posym reproduce --out DIR``) holds run directori
 ``DIR/<task>/seed<k>/`` (:func:`run_dir`) plus ``reproduce.json``, ``stages/<name>.done`` markers
 (:func:`marker_path`), ``stages/last_run.json``, ``theory/``, ``llm/`` (the first model of the
 ``llm_models`` setting; ``llm/models/<name>/`` the others, :func:`llm_dir`), ``aggregate/`` and
-``report.html``.
+``report.html``; with ``--launcher slurm`` also ``slurm/`` (:func:`slurm_script`, :func:`slurm_log`,
+``slurm/jobs.json`` the job of each stage, SLURM_JOBS).
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ AGGREGATE = "aggregate"
 THEORY = "theory"
 LLM = "llm"
 SKIPPED_JSON = "skipped.json"
+SLURM = "slurm"  # DIR/slurm/: job scripts, job logs and jobs.json of a --launcher slurm reproduction
+SLURM_JOBS = "jobs.json"  # DIR/slurm/jobs.json: stage -> its newest Slurm job (id, submission, time)
 
 # ---- theory, LLM and study outputs (inside their own output directories) -------------------------
 DISCREPANCY = "discrepancy"  # .csv + .png|pdf
@@ -373,6 +376,17 @@ def marker_path(out: str | os.PathLike, name: str) -> Path:
     return Path(out) / STAGES / f"{name}.done"
 
 
+def slurm_script(out: str | os.PathLike, name: str) -> Path:
+    """``DIR/slurm/<name>.sbatch``: the batch script of stage ``name`` (rewritten at each submission)."""
+    return Path(out) / SLURM / f"{name}.sbatch"
+
+
+def slurm_log(out: str | os.PathLike, name: str, job: str = "%j") -> Path:
+    """``DIR/slurm/<name>-<job>.log``: stdout and stderr of one Slurm job of stage ``name`` (``%j``: the
+    pattern sbatch fills in with the job id)."""
+    return Path(out) / SLURM / f"{name}-{job}.log"
+
+
 def _json_default(o):
     try:
         import numpy as np
@@ -448,6 +462,6 @@ __all__ = [n for n in dir() if n.isupper() or n in (
     "accuracy_figure", "aggregate_table", "best_checkpoint", "best_dir", "figure", "fig2", "find_runs", "flow_name",
     "checkpoint_series", "enclosing_run", "is_checkpoint", "is_run_dir", "llm_dir", "llm_model_dirs", "llm_model_slug",
     "list_checkpoints", "marker_path", "png", "pure_counts", "purity", "qk_geometry", "read_json", "read_marker",
-    "read_meta", "run_dir", "safe_name", "stage_table", "staging_dir", "step_dir", "step_of_name", "summary_path",
-    "write_json_atomic",
+    "read_meta", "run_dir", "safe_name", "slurm_log", "slurm_script", "stage_table", "staging_dir", "step_dir",
+    "step_of_name", "summary_path", "write_json_atomic",
     "write_meta")]

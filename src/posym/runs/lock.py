@@ -6,6 +6,13 @@ holder; a lock whose holder is gone (same host, no such process) is *stale* and 
 file is removed on release (normal exit, exception or Ctrl-C); after a SIGKILL it stays behind and
 is detected as stale by the next writer.
 
+**Slurm jobs hold locks too.** A lock taken inside a Slurm job records the job id, and a submission
+(``posym reproduce --launcher slurm``) names the jobs it submitted (:meth:`DirLock.hold_for_jobs`).
+A submission's lock is live while ``squeue`` lists one of its jobs, whether or not the submitting
+process still runs (``--detach``), and stale once every job has ended (completed, failed, cancelled
+or lost with its node); a lock taken in a job is live while its process lives (same host) or, asked
+from another host, while its job does. When ``squeue`` cannot be asked, the lock counts as live.
+
 Readers check it too: an analysis never writes into a run that a live writer holds
 (:func:`refuse_live_outputs`), and says so when it analyses one (:func:`in_progress_note`).
 """
@@ -22,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 
 from posym.errors import PosymError
+from posym.runs.jobs import job_id, queued
 from posym.runs.layout import LOCK as LOCK_FILE, enclosing_run, is_run_dir
 
 
@@ -50,12 +58,20 @@ def read_lock(directory: str | os.PathLike) -> dict | None:
 
 
 def _is_stale(holder: dict) -> bool:
-    if holder.get("host") != socket.gethostname():
-        return False  # another machine (shared file system): we cannot tell, assume it is live
+    jobs = holder.get("slurm_jobs") or []
+    if jobs and holder.get("submission"):  # a submission's lock: live while squeue lists one of its jobs
+        live = queued(jobs)
+        return live is not None and not live  # (None: squeue cannot be asked, assume live)
     try:
-        return not _alive(int(holder.get("pid", -1)))
+        pid: int | None = int(holder.get("pid", -1))
     except (TypeError, ValueError):
-        return False
+        pid = None
+    if holder.get("host") == socket.gethostname() and pid is not None:
+        return not _alive(pid)
+    if jobs:  # taken inside a Slurm job on another host: live while the job is (its node may have died)
+        live = queued(jobs)
+        return live is not None and not live
+    return False  # another machine (shared file system) and no job to ask: assume it is live
 
 
 class DirLock:
@@ -86,6 +102,8 @@ class DirLock:
             raise PosymError(f"cannot write to {self.directory}: {exc.strerror or exc}") from exc
         record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
                   "command": " ".join(sys.argv)[:500]}
+        if job_id():  # inside a Slurm job: the lock lives as long as the job (even if its node dies)
+            record["slurm_jobs"] = [job_id()]
         for _ in range(3):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -105,6 +123,12 @@ class DirLock:
                 since = holder.get("started")
                 when = time.strftime(" since %Y-%m-%d %H:%M:%S", time.localtime(since)) if since else ""
                 who = f"process {holder.get('pid', '?')} on {holder.get('host', '?')}{when}" if holder else "another process"
+                jobs = holder.get("slurm_jobs") or []
+                if jobs and holder.get("submission"):
+                    shown = ",".join(map(str, jobs[:6])) + (",…" if len(jobs) > 6 else "")
+                    raise PosymError(f"{self.what} directory {self.directory} is in use by Slurm jobs {shown} "
+                                     f"(submitted by {who}); wait for them (posym status {self.directory}) or "
+                                     "scancel them") from None
                 raise PosymError(f"{self.what} directory {self.directory} is in use by {who}; wait for it to "
                                  f"finish (or, if that process is gone, delete {self.path})") from None
             except OSError as exc:
@@ -117,7 +141,20 @@ class DirLock:
             return self
         raise PosymError(f"could not lock {self.directory}: the lock file keeps changing; try again")
 
+    def hold_for_jobs(self, jobs: list[str], **fields: object) -> None:
+        """Name the Slurm ``jobs`` that write for this holder (and ``fields``, e.g. a submission id) in
+        the lock record, rewritten atomically: the lock then stays live while any of them is queued or
+        running, also after this process exits (module docstring)."""
+        if not self._owner:
+            raise PosymError(f"{self.path} is not held by this process")
+        record = {**(read_lock(self.directory) or {}), **fields, "slurm_jobs": [str(j) for j in jobs]}
+        tmp = self.path.with_name(f"{LOCK_FILE}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, self.path)
+
     def release(self) -> None:
+        """Remove the lock file (the last release in this process), unless Slurm jobs named by
+        :meth:`hold_for_jobs` still run: then they hold it."""
         key = getattr(self, "_key", None)
         if key is None:
             return
@@ -127,8 +164,10 @@ class DirLock:
         del DirLock._held[key]
         if self._owner:
             holder = read_lock(self.directory)
-            if holder and holder.get("pid") == os.getpid():
-                self.path.unlink(missing_ok=True)
+            if holder and holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
+                jobs = [j for j in holder.get("slurm_jobs") or [] if j != job_id()]
+                if not jobs or queued(jobs) == {}:
+                    self.path.unlink(missing_ok=True)
             self._owner = False
 
     def __enter__(self) -> "DirLock":

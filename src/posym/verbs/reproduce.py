@@ -29,6 +29,13 @@ soon as the stages they depend on are done; ``jobs=1`` runs everything in this p
 marked done while a stage has failed). A failed stage leaves no marker; the stages that need it are
 not started; the others go on, and :func:`reproduce` raises :class:`PosymError` at the end.
 
+With ``launcher="slurm"`` every stage is one Slurm job instead (:mod:`posym.verbs.slurm`,
+docs/cluster.md): the job runs :func:`run_stage` (``posym _stage DIR NAME``), which runs the same
+stage function and writes the same marker; dependencies are Slurm's (``afterok``; the report job
+``afterany``, marked done only when every stage of its submission is). A re-run submits only the
+stages that are neither done nor queued; the directory's lock names the jobs, so a second
+submission is refused while they run, even after the submitting command has returned (``detach``).
+
 The settings of each preset are in :data:`posym.verbs.settings.PRESETS` (one documented dict each); ``DIR/reproduce.json``
 records the settings a directory was made with, and a re-run with different settings is refused.
 """
@@ -50,8 +57,9 @@ from posym.errors import PosymError
 from posym.progress import is_terminal, line_progress
 from posym.runs import layout
 from posym.runs.layout import run_dir
-from posym.runs.lock import DirLock
+from posym.runs.lock import DirLock, read_lock
 from posym.runs.provenance import versions
+from posym.verbs import slurm
 from posym.verbs.pool import Inline, call_stage, terminate_workers, worker_init
 from posym.verbs.settings import (IMPLIED_SETTINGS, PRESETS, STAGE_SETTINGS, TASKS,  # noqa: F401
                                   overrides_from_pairs, preset_settings, validate_settings)
@@ -307,7 +315,8 @@ def _say(msg: str) -> None:
 def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", seeds: int = 1,
               device: str = "cpu", tasks: Sequence[str] = TASKS, stages: Sequence[str] | None = None,
               llm: bool = True, progress: bool = True, jobs: int | None = None,
-              overrides: dict[str, Any] | None = None) -> Path:
+              overrides: dict[str, Any] | None = None, launcher: str = "local",
+              slurm_options: slurm.SlurmOptions | None = None, detach: bool = False) -> Path:
     """Reproduce Paper A into ``out`` (see the module docstring); returns the path of ``report.html``.
 
     ``seeds`` K: runs with seeds 0..K-1 per task, aggregated as mean ± sd. ``tasks``: subset of
@@ -317,6 +326,9 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
     extra it is skipped with a note (in the report too). ``jobs``: worker processes (default
     ``min(#cpus, #runs)``; 1 = everything in this process). ``overrides``: settings merged into
     the preset's :data:`PRESETS` dict (e.g. ``{"lengthgen_n": 100}``).
+    ``launcher``: ``local`` (this machine) or ``slurm`` (one job per stage, submitted with
+    ``slurm_options``; :func:`posym.verbs.slurm.slurm_options`); ``detach``: return once the jobs are
+    submitted instead of waiting for them (``posym status DIR`` follows them).
     Raises PosymError if a stage failed (after running every stage that does not need it).
     """
     t_start = time.perf_counter()
@@ -329,7 +341,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
     seeds = int(seeds)
     settings = preset_settings(preset, overrides)
     validate_settings(settings, tasks)
-    if device.startswith("cuda"):
+    if device.startswith("cuda") and launcher == "local":  # (a Slurm job checks on its GPU node)
         import torch
 
         if not torch.cuda.is_available():
@@ -340,20 +352,39 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
     all_stages = plan_stages(tasks, seeds, llm=llm, choice=bool(settings["llm_choice"]),
                              llm_models=settings["llm_models"])
     chosen = select_stages(all_stages, stages)
-    with DirLock(out, "reproduction"):  # one reproduction per directory at a time
+    if launcher not in slurm.LAUNCHERS:
+        raise PosymError(f"unknown launcher {launcher!r}; choose {' or '.join(slurm.LAUNCHERS)}")
+    if launcher == "local" and (slurm_options is not None or detach):
+        raise PosymError("--slurm-* options, --launcher-config and --detach need --launcher slurm")
+    if launcher == "slurm":
+        if jobs is not None:
+            raise PosymError("--jobs sets the local worker processes; with --launcher slurm every stage is a job")
+        slurm_options = slurm_options or slurm.SlurmOptions()
+        slurm.check_cluster(slurm_options, _stage_job(out, chosen[0], "check"), out)  # before any write
+    with DirLock(out, "reproduction") as lock:  # one reproduction per directory at a time
         _check_settings(out, preset, settings)
         try:
             (out / layout.STAGES).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise PosymError(f"cannot write to {out}: {exc.strerror or exc}") from exc
         with line_progress():  # progress as plain lines when stderr is not a terminal (a log file)
+            if launcher == "slurm":
+                return _reproduce_on_slurm(out, preset, settings, tasks, seeds, device, chosen, llm, lock,
+                                           slurm_options, detach, t_start)
             return _reproduce(out, preset, settings, tasks, seeds, device, chosen, llm, progress, jobs, t_start)
 
 
-def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], seeds: int, device: str,
-               chosen: list[Stage], llm: bool, progress: bool, jobs: int | None, t_start: float) -> Path:
+def _write_marker(out: Path, name: str, res: dict, started: float) -> None:
+    """The marker of a stage that succeeded (:func:`posym.runs.layout.marker_path`)."""
+    layout.write_json_atomic(layout.marker_path(out, name), {
+        "stage": name, "status": "done", "seconds": round(res["seconds"], 2),
+        "started": datetime.fromtimestamp(started, timezone.utc).astimezone().isoformat(timespec="seconds"),
+        "finished": _now(), "info": res.get("info", {})})
+
+
+def _skip_notes(out: Path, chosen: list[Stage], llm: bool, models: Sequence[str]) -> str | None:
+    """Set the skip note of each LLM stage that cannot run here; returns the report's LLM note."""
     llm_note = None if llm else "not run: --no-llm"
-    models = settings["llm_models"]
     available: dict[int, tuple[bool, str]] = {}
     for llm_stage in (s for s in chosen if s.kind in ("llm", "choice")):
         if layout.read_marker(out, llm_stage.name) is None:
@@ -362,30 +393,25 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
             if not ok:
                 llm_stage.skip_note = f"{models[i]} evaluation skipped: {why}"
                 llm_note = llm_note or llm_stage.skip_note
+    return llm_note
 
-    n_runs = len(tasks) * seeds
-    cpus = os.cpu_count() or 1
-    jobs = int(jobs) if jobs else max(1, min(cpus, n_runs))
-    if jobs < 1:
-        raise PosymError(f"jobs must be >= 1, got {jobs}")
 
+def _write_meta(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], seeds: int, device: str,
+                llm: bool, llm_note: str | None, **extra: Any) -> None:
     meta_path = out / layout.REPRODUCE_JSON
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"created": _now()}
-    meta.update(preset=preset, settings=settings, device=device, tasks=list(tasks), seeds=seeds, jobs=jobs,
-                llm=llm, llm_note=llm_note, updated=_now(), versions=versions(),
-                command=" ".join(sys.argv) if sys.argv and "posym" in Path(sys.argv[0]).name else None)
+    meta.update(preset=preset, settings=settings, device=device, tasks=list(tasks), seeds=seeds, llm=llm,
+                llm_note=llm_note, updated=_now(), versions=versions(),
+                command=" ".join(sys.argv) if sys.argv and "posym" in Path(sys.argv[0]).name else None, **extra)
     layout.write_json_atomic(meta_path, meta)
-    _say(f"preset {preset}, tasks {', '.join(tasks)}, {'seed 0' if seeds == 1 else f'seeds 0..{seeds - 1}'}, "
-         f"device {device}, {jobs} job{'s' if jobs > 1 else ''}; output {out}")
 
-    threads = max(1, cpus // jobs) if jobs > 1 else None
-    ctx = Context(out=str(out), settings=settings, device=device, progress=progress, threads=threads)
-    names = {s.name for s in chosen}
-    state: dict[str, str] = {}  # name -> done | skipped | failed | blocked
-    executed: list[str] = []
-    failed: dict[str, str] = {}
+
+def _sort_out(out: Path, chosen: list[Stage], models: Sequence[str]) -> tuple[dict[str, str], list[Stage], bool]:
+    """Stages done (marker) or skipped (a note) -> ``state``; the others -> ``todo``; and whether a
+    skip note is new (the report does not show it yet)."""
+    state: dict[str, str] = {}
     todo: list[Stage] = []
-    new_notes = False  # a skip note the report does not show yet
+    new_notes = False
     for st in chosen:
         m = layout.read_marker(out, st.name)
         if m is not None and st.kind != "report":
@@ -401,6 +427,30 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
             _say(f"skip  {st.name} — {st.skip_note}")
         else:
             todo.append(st)
+    return state, todo, new_notes
+
+
+def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], seeds: int, device: str,
+               chosen: list[Stage], llm: bool, progress: bool, jobs: int | None, t_start: float) -> Path:
+    models = settings["llm_models"]
+    llm_note = _skip_notes(out, chosen, llm, models)
+
+    n_runs = len(tasks) * seeds
+    cpus = os.cpu_count() or 1
+    jobs = int(jobs) if jobs else max(1, min(cpus, n_runs))
+    if jobs < 1:
+        raise PosymError(f"jobs must be >= 1, got {jobs}")
+
+    _write_meta(out, preset, settings, tasks, seeds, device, llm, llm_note, jobs=jobs, launcher="local", slurm=None)
+    _say(f"preset {preset}, tasks {', '.join(tasks)}, {'seed 0' if seeds == 1 else f'seeds 0..{seeds - 1}'}, "
+         f"device {device}, {jobs} job{'s' if jobs > 1 else ''}; output {out}")
+
+    threads = max(1, cpus // jobs) if jobs > 1 else None
+    ctx = Context(out=str(out), settings=settings, device=device, progress=progress, threads=threads)
+    names = {s.name for s in chosen}
+    executed: list[str] = []
+    failed: dict[str, str] = {}
+    state, todo, new_notes = _sort_out(out, chosen, models)  # state: name -> done | skipped | failed | blocked
 
     def deps_state(st: Stage) -> str:
         """ready | wait | blocked(reason)"""
@@ -465,11 +515,7 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
                 executed.append(st.name)
                 if res["ok"]:
                     state[st.name] = "done"
-                    layout.write_json_atomic(layout.marker_path(out, st.name), {
-                        "stage": st.name, "status": "done", "seconds": round(res["seconds"], 2),
-                        "started": datetime.fromtimestamp(started, timezone.utc).astimezone().isoformat(
-                            timespec="seconds"),
-                        "finished": _now(), "info": res.get("info", {})})
+                    _write_marker(out, st.name, res, started)
                     _say(f"done  {st.name} in {res['seconds']:.1f} s")
                 else:
                     state[st.name] = "failed"
@@ -525,6 +571,137 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
     return report_path
 
 
+# ------------------------------------------------------------------------------------------------
+# the Slurm launcher: one job per stage (posym.verbs.slurm), each running run_stage
+# ------------------------------------------------------------------------------------------------
+def _stage_job(out: Path, st: Stage, submission: str, **deps: tuple[str, ...]) -> slurm.Job:
+    return slurm.Job(st.name, ("_stage", str(Path(out).absolute()), st.name, "--submission", submission), **deps)
+
+
+def _reproduce_on_slurm(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], seeds: int, device: str,
+                        chosen: list[Stage], llm: bool, lock: DirLock, options: slurm.SlurmOptions, detach: bool,
+                        t_start: float) -> Path:
+    import uuid
+
+    models = settings["llm_models"]
+    llm_note = _skip_notes(out, chosen, llm, models)
+    _write_meta(out, preset, settings, tasks, seeds, device, llm, llm_note, jobs=None, launcher="slurm",
+                slurm=options.directives())
+    _say(f"preset {preset}, tasks {', '.join(tasks)}, {'seed 0' if seeds == 1 else f'seeds 0..{seeds - 1}'}, "
+         f"device {device}, one Slurm job per stage ({' '.join(options.directives()) or 'cluster defaults'}); "
+         f"output {out}")
+    state, todo, new_notes = _sort_out(out, chosen, models)
+    queued = slurm.live_jobs(out)  # stage -> job of an earlier submission still queued or running
+    submission = uuid.uuid4().hex[:12]
+    jobs: list[slurm.Job] = []
+    blocked: list[str] = []
+    for st in todo:
+        if st.kind == "report":
+            continue
+        if st.name in queued:
+            _say(f"queued {st.name} (job {queued[st.name]})")
+            continue
+        why = next((f"{d} blocked" if d in blocked else f"needs stage {d}, which is not done (add it to --stages)"
+                    for d in st.deps if layout.read_marker(out, d) is None and d not in queued
+                    and not any(j.name == d for j in jobs)), None)
+        if why is not None:
+            blocked.append(st.name)
+            _say(f"skip  {st.name} (blocked: {why})")
+            continue
+        jobs.append(_stage_job(out, st, submission, after_ok=st.deps))
+    report = next((s for s in todo if s.kind == "report"), None)
+    if report is not None:
+        if jobs or queued or new_notes or layout.read_marker(out, "report") is None:
+            layout.marker_path(out, "report").unlink(missing_ok=True)  # the report job marks it again
+            jobs.append(_stage_job(out, report, submission, after_any=(*[j.name for j in jobs], *queued)))
+        else:
+            _say("skip  report (done, nothing changed)")
+    report_path = out / layout.REPORT_HTML
+    ids = slurm.submit(out, jobs, options, submission, queued) if jobs else {}
+    every = {**queued, **ids}
+    if every:  # the lock names every job, and every submission whose jobs may write (run_stage checks it)
+        earlier = {str(e.get("submission")) for n, e in slurm.recorded_jobs(out).items() if n in queued}
+        lock.hold_for_jobs(list(every.values()), submission=submission, submissions=sorted(earlier | {submission}))
+    for name, job in ids.items():
+        _say(f"submit {name}: job {job}")
+    if detach and every:
+        _say(f"{len(ids)} job(s) submitted; they run without this command: posym status {out} follows them, "
+             f"the last one writes {report_path}")
+        return report_path
+    final = slurm.wait(every, _say) if every else {}
+    failed = {n: f"job {j} {final.get(n, 'ENDED')} (log {layout.slurm_log(out, n, j)})" for n, j in every.items()
+              if layout.read_marker(out, n) is None and (n != "report" or final.get(n) != "COMPLETED")}
+    total = time.perf_counter() - t_start
+    layout.write_json_atomic(out / layout.STAGES / layout.LAST_RUN, {
+        "finished": _now(), "seconds": round(total, 2), "launcher": "slurm", "jobs": every,
+        "executed": [n for n in every if n not in failed],
+        "skipped": [n for n, s in state.items() if s in ("done", "skipped")], "blocked": blocked, "failed": failed})
+    _say(f"finished in {total:.1f} s" + (f"; {len(failed)} stage(s) failed" if failed else "")
+         + (f"; {len(blocked)} not run (blocked)" if blocked else ""))
+    if failed:
+        raise PosymError(f"{len(failed)} stage(s) failed ({', '.join(failed)}); the others are done. Run the same "
+                         f"command again to resubmit them (first: {next(iter(failed.values()))})")
+    if blocked:
+        raise PosymError(f"{len(blocked)} stage(s) not run ({', '.join(blocked)}): a stage they need is not done; "
+                         "include it in --stages")
+    return report_path
+
+
+def run_stage(out: str | os.PathLike, name: str, submission: str | None = None, progress: bool = True) -> dict:
+    """Run stage ``name`` of the reproduction in ``out`` in this process, with the settings its
+    ``reproduce.json`` records, and write its marker on success: what one Slurm job does (``posym
+    _stage``). With ``submission``, refuse (PosymError) unless the directory's lock belongs to that
+    submission. SIGTERM (``scancel``, pre-emption) stops it like Ctrl-C: locks released, the run resumes
+    from its newest checkpoint next time. ``report``: marked done only if every stage of its
+    submission is. Returns the marker (or ``{"note": ...}`` for a stage already done)."""
+    import signal
+
+    out = Path(out)
+    meta = layout.read_json(out / layout.REPRODUCE_JSON)
+    if not meta.get("settings"):
+        raise PosymError(f"{out} has no {layout.REPRODUCE_JSON}: not a reproduction directory")
+    holder = read_lock(out)
+    if submission is not None and (not holder or submission not in (holder.get("submission"),
+                                                                     *holder.get("submissions", ()))):
+        raise PosymError(f"{out} is no longer held by submission {submission}; this job does nothing "
+                         "(posym reproduce submits what is not done)")
+    settings = meta["settings"]
+    plan = plan_stages(tuple(meta["tasks"]), int(meta["seeds"]), llm=bool(meta.get("llm", True)),
+                       choice=bool(settings.get("llm_choice")), llm_models=settings.get("llm_models", ("smollm2",)))
+    st = next((s for s in plan if s.name == name), None)
+    if st is None:
+        raise PosymError(f"unknown stage {name!r} of {out}; stages: {', '.join(s.name for s in plan)}")
+    if st.kind != "report" and layout.read_marker(out, name) is not None:
+        return {"note": f"{name} is done"}
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK") or os.environ.get("SLURM_CPUS_ON_NODE")  # the job's CPUs
+    ctx = Context(out=str(out), settings=settings, device=meta.get("device", "cpu"), progress=progress,
+                  threads=int(cpus) if cpus and cpus.isdigit() else None)
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    started = time.time()
+    try:
+        res = _run_report(out) if st.kind == "report" else call_stage(STAGE_FUNCS[st.kind], ctx, st.args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if not res["ok"]:
+        if res.get("traceback"):
+            print(res["traceback"], file=sys.stderr, flush=True)
+        raise PosymError(f"stage {name} failed: {res['error']}")
+    if st.kind == "report":
+        mine = [n for n, e in slurm.recorded_jobs(out).items()
+                if n != "report" and isinstance(e, dict) and e.get("submission") == submission]
+        missing = [n for n in mine if layout.read_marker(out, n) is None]
+        if missing:
+            _say(f"report written; not marked done: {len(missing)} stage(s) not done ({', '.join(missing)})")
+            return {"note": "report written, stages missing", "missing": missing}
+    _write_marker(out, name, res, started)
+    _say(f"done  {name} in {res['seconds']:.1f} s")
+    return layout.read_marker(out, name) or {}
+
+
 def _run_report(out: Path) -> dict:
     t0 = time.perf_counter()
     try:
@@ -545,4 +722,4 @@ def _run_report(out: Path) -> dict:
 
 
 __all__ = ["PRESETS", "STAGE_FUNCS", "STAGE_KINDS", "STAGE_SETTINGS", "Stage", "llm_available", "overrides_from_pairs",
-           "plan_stages", "preset_settings", "reproduce", "select_stages", "validate_settings"]
+           "plan_stages", "preset_settings", "reproduce", "run_stage", "select_stages", "validate_settings"]
