@@ -59,10 +59,12 @@ class HFChat:
 
     Prompts are batched (``batch_size``, left padding) and generation stops at the end-of-turn /
     eos token or after ``max_new_tokens``; the decoded continuation (special tokens removed) is
-    returned raw — parse it with :func:`posym.tasks.prompts.parse_answer`.
+    returned raw — parse it with :func:`posym.tasks.prompts.parse_answer`. ``cache=False``: every
+    decoding step is a full forward of the sequence so far (no KV cache; with ``batch_size=1`` no
+    padding either), what a length-dependent intervention needs (docs/interventions.md).
     """
 
-    def __init__(self, model, tokenizer, *, max_new_tokens: int = 8, batch_size: int = 8):
+    def __init__(self, model, tokenizer, *, max_new_tokens: int = 8, batch_size: int = 8, cache: bool = True):
         import torch
         from transformers import GenerationConfig
 
@@ -77,7 +79,7 @@ class HFChat:
         self.gen_config = GenerationConfig(
             max_new_tokens=int(max_new_tokens), do_sample=False, num_beams=1,
             pad_token_id=tokenizer.pad_token_id, eos_token_id=eos or None,
-            temperature=None, top_p=None, top_k=None)
+            temperature=None, top_p=None, top_k=None, **({} if cache else {"use_cache": False}))
         self._torch = torch
 
     def __call__(self, prompts: Sequence[Sequence[dict[str, str]]]) -> list[str]:
@@ -133,15 +135,18 @@ class HFChoice:
     (their tokens but the last; candidates with the same inputs share a row), which, right-padded to
     equal length, go through one forward (chunked so that the repeated cache stays under
     ``max_cache_bytes``). Right padding needs no attention mask: under causal attention a real token
-    never sees the pads after it, and pad positions are not scored.
+    never sees the pads after it, and pad positions are not scored. ``cache=False``: every candidate
+    is scored by :meth:`reference` (one full forward of prompt + candidate, no KV cache, no padding),
+    what a length-dependent intervention needs (docs/interventions.md).
     """
 
-    def __init__(self, model, tokenizer, *, max_cache_bytes: int = CHOICE_CACHE_BYTES):
+    def __init__(self, model, tokenizer, *, max_cache_bytes: int = CHOICE_CACHE_BYTES, cache: bool = True):
         import torch
 
         self.model, self.tokenizer = model, tokenizer
         self.chat_template = has_chat_template(tokenizer)
         self.max_cache_bytes = int(max_cache_bytes)
+        self.cache = bool(cache)
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         params = inspect.signature(model.forward).parameters
         self._keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
@@ -158,6 +163,8 @@ class HFChoice:
 
     def __call__(self, prompts: Sequence[Sequence[dict[str, str]]],
                  answers: Sequence[Sequence[str]]) -> list[list[float]]:
+        if not self.cache:
+            return self.reference(prompts, answers)
         return [self._score(*self.encode(m, a)) for m, a in zip(prompts, answers)]
 
     def reference(self, prompts: Sequence[Sequence[dict[str, str]]],
