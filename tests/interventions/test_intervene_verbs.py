@@ -29,11 +29,12 @@ def _one_thread():
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """A run with one checkpoint (step 5) of a 2-layer GPT-J with 16 rotary frequencies."""
+    """A run with two checkpoints (steps 5, 10) of a 2-layer GPT-J with 16 rotary frequencies."""
     d = tmp_path_factory.mktemp("iv") / "run"
-    model = build_model(model_config("quick", 137, n_layer=2, n_embd=32, n_inner=64, rotary_dim=32,
-                                     initializer_range=0.3), seed=0)
-    save_checkpoint(d, 5, model, CONFIG)
+    for step, seed in ((5, 0), (10, 1)):
+        model = build_model(model_config("quick", 137, n_layer=2, n_embd=32, n_inner=64, rotary_dim=32,
+                                         initializer_range=0.3), seed=seed)
+        save_checkpoint(d, step, model, CONFIG)
     write_meta(d, CONFIG)
     return d
 
@@ -56,6 +57,7 @@ def test_scores_two_interventions_and_none_equals_the_plain_call(run, tmp_path):
     plain = scores(run, n_prompts=4, progress=False, out=tmp_path / "plain.csv").table
     both = scores(run, n_prompts=4, progress=False, out=tmp_path / "both.csv", intervene=TWO).table
     assert list(dict.fromkeys(both["intervention"])) == CANON
+    assert both.groupby(["step", "intervention"]).size().tolist() == [2] * 6  # every step under each
     assert (plain["intervention"] == "none").all() and plain.columns[-1] == "intervention"
     none = both[both["intervention"] == "none"].reset_index(drop=True)
     pd.testing.assert_frame_equal(none, plain, check_exact=True)

@@ -52,7 +52,8 @@ _SCORE_COLUMNS = {
     "tau": "temperature τ of the swap weights", "s_pos": "positional score s_POS in [-1, 1]",
     "s_sym": "symbolic score s_SYM in [-1, 1]", "entropy": "attention entropy H / ln n of the query in [0, 1] (1 = uniform)",
     "swap_mass": "the query's attention on the swapped keys (fraction)", "n_prompts": "prompts averaged",
-    INTERVENTION: _INTERVENTION_DOC}
+    INTERVENTION: _INTERVENTION_DOC + "; absent from the tables head tracking, the callback and the hook append "
+                  "(the untouched model)"}
 
 #: The tables of a run directory (SPEC §2–§5), by the name :func:`load_run` gives them.
 RUN_TABLES: dict[str, TableSchema] = {

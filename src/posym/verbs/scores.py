@@ -73,10 +73,10 @@ def _score_targets(targets: list[tuple[int | None, Path]], task: str, ids, taus:
     exclude = parse_swap_exclude(swap_exclude, ids)
     check_targets(targets, task)
     frames = []
+    first, _, _ = resolve_model(targets[0][1], task=task, device=device, any_family=True)
+    check_interventions(first, specs)  # one architecture (check_targets): the first model answers for all
     for i, (step, p) in enumerate(tqdm(targets, desc="scoring checkpoints", disable=not progress or len(targets) == 1)):
-        model, _, _ = resolve_model(p, task=task, device=device, any_family=True)
-        if i == 0:  # one architecture (check_targets): the first model answers for every target
-            check_interventions(model, specs)
+        model = first if i == 0 else resolve_model(p, task=task, device=device, any_family=True).model
         for spec in specs:
             with intervened(model, spec) as text:
                 df = score_table(model, ids, taus, step=step, per_prompt=per_prompt, exclude_keys=exclude)
