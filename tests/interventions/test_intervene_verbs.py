@@ -90,3 +90,24 @@ def test_freqs_two_interventions_none_rows_equal_and_a_mask_zeroes_the_dropped_i
     assert (masked.loc[masked["freq_id"] <= 3, "use"] > 0).all()
     table = pd.read_csv(tmp_path / "both" / "freq_table.csv")
     assert (table.loc[table["intervention"] != "none", "dominant_id"] <= 3).all()
+
+
+@pytest.mark.parametrize("per_prompt", [False, True])
+def test_scores_of_own_sequences_under_two_interventions(per_prompt, tmp_path):
+    """``posym scores --model DIR --ids F --intervene …``: one block per intervention over every length
+    group, the none block equal to the plain call (means and per-prompt rows)."""
+    from family_models import build_family
+
+    from posym.model import save_model
+
+    d = tmp_path / "tiny-llama"
+    save_model(build_family("llama", vocab_size=40), d)
+    (tmp_path / "ids.txt").write_text("1 2 3 4 5 6\n7 8 9 10 11 12\n3 4 5 6 7 8 9 10\n")
+    kw = dict(ids=tmp_path / "ids.txt", per_prompt=per_prompt, progress=False)
+    plain = scores(d, out=tmp_path / "p.csv", **kw).table
+    both = scores(d, out=tmp_path / "b.csv", intervene=["none", "ntk:kappa=2"], **kw).table
+    assert list(dict.fromkeys(both["intervention"])) == ["none", "ntk:kappa=2"]
+    none = both[both["intervention"] == "none"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(none, plain, check_exact=True)
+    ntk = both[both["intervention"] == "ntk:kappa=2"].reset_index(drop=True)
+    assert len(ntk) == len(plain) and not ntk["s_pos"].equals(plain["s_pos"])
