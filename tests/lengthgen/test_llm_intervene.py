@@ -114,3 +114,26 @@ def test_llm_heads_two_interventions_none_rows_equal_plain(tiny_dirs, tmp_path):
     assert (plain.table["intervention"] == "none").all() and len(both.table) == 2 * len(plain.table)
     meta = json.loads((tmp_path / "both" / "llm_heads.json").read_text())
     assert meta["intervention"] == ["none", "freq-mask:keep=1+2,layers=0"]
+
+
+@pytest.mark.parametrize("spec", ["none", "temperature:beta=1", "freq-mask:keep=1+2"])
+def test_cache_free_choice_scores_equal_the_reference(spec, tiny_dirs):
+    """The scorer used under an intervention (no KV cache, no padding; prefixes batched by length) gives
+    the per-candidate full-forward reference's log-probs, with and without an intervention applied."""
+    from posym.interventions import intervened
+    from posym.lengthgen.hf_llm import HFChoice
+    from posym.model.llm import load_llm
+    from posym.tasks.prompts import build_messages, candidates, make_sample
+
+    lm, tok = load_llm(str(tiny_dirs["chat"]), dtype="float32")
+    samples = [make_sample(t, 8, 0, i) for t in ("number", "letter") for i in range(2)]
+    # candidates of 1 to 3 tokens; "a b c" and "a b d" share their prefix row ("a b"), rows of two lengths
+    prompts = [build_messages(s, 1) for s in samples]
+    cands = [candidates(s) + ["a b c", "a b d", "a b", "x y"] for s in samples]
+    scorer = HFChoice(lm, tok, cache=False)
+    assert {len(c) for c in scorer.encode(prompts[0], cands[0])[1]} == {1, 2, 3}
+    with intervened(lm, spec):
+        got, ref = scorer(prompts, cands), scorer.reference(prompts, cands)
+        chunked = HFChoice(lm, tok, cache=False, max_cache_bytes=1)(prompts, cands)  # one row per forward
+    for g, r, c in zip(got, ref, chunked):
+        assert g == pytest.approx(r, abs=1e-4) and g == pytest.approx(c, abs=1e-5) and len(set(g)) > 1

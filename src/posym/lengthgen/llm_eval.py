@@ -34,7 +34,8 @@ model, one measurement each, applied by the ``apply`` context the verb passes in
 floor do not import each other). Under an intervention other than ``none`` every forward is a full
 sequence from position 0, one prompt at a time, without KV cache or padding — the interventions'
 contract (a length-dependent temperature or interpolation reads the forward's length): ``generate``
-decodes without cache, ``choice`` scores by :meth:`~posym.lengthgen.hf_llm.HFChoice.reference`.
+decodes without cache, ``choice`` scores with ``HFChoice(cache=False)`` (the prompt once, then the
+candidates' distinct prefixes after it, full forwards batched by length).
 
 The figure (accuracy vs length) is drawn by :func:`posym.report.llm_figures.plot_llm_lengthgen`
 from ``llm_table.csv`` (the report layer reads tables; this module draws nothing).
