@@ -56,7 +56,7 @@ def test_llm_eval_two_interventions_none_rows_equal_plain_and_cache_keyed(protoc
     assert set(csv["intervention"]) == {"none", TEMP} and list(csv.columns[-3:]) == ["model", "protocol",
                                                                                       "intervention"]
     meta = json.loads((out / "llm_eval.json").read_text())
-    assert meta["interventions"] == [TEMP, "none"] and "intervened_forwards" in meta
+    assert meta["interventions"] == [TEMP, "none"] and meta["full_forwards"] == [TEMP]
 
 
 def test_identity_intervention_through_the_cache_free_path_answers_as_none(tiny_dirs, tmp_path):
@@ -137,3 +137,31 @@ def test_cache_free_choice_scores_equal_the_reference(spec, tiny_dirs):
         chunked = HFChoice(lm, tok, cache=False, max_cache_bytes=1)(prompts, cands)  # one row per forward
     for g, r, c in zip(got, ref, chunked):
         assert g == pytest.approx(r, abs=1e-4) and g == pytest.approx(c, abs=1e-5) and len(set(g)) > 1
+
+
+def test_kv_cache_safe_interventions_use_the_cached_path_and_agree_with_full_forwards(tiny_dirs, tmp_path):
+    """rope-base / ntk / freq-mask act at absolute positions: measured with the KV cache, their
+    log-probs equal the cache-free scorer's under the same intervention; temperature and interpolate
+    read the forward's length and are never measured with a cache."""
+    from posym.interventions import holds_under_kv_cache, intervened, parse_intervention
+    from posym.lengthgen.hf_llm import HFChoice
+    from posym.model.llm import load_llm
+    from posym.tasks.prompts import build_messages, candidates, make_sample
+
+    assert [holds_under_kv_cache(parse_intervention(t)) for t in
+            ("none", "ntk:kappa=2", "rope-base:theta=500", "freq-mask:keep=1", "temperature:beta=0",
+             "interpolate:factor=2", "interpolate:n_train=17")] == [True] * 4 + [False] * 3
+    ivs = ["ntk:kappa=2", "freq-mask:keep=1+2"]
+    res = llm_eval(str(tiny_dirs["chat"]), out=tmp_path / "o", protocol="choice", intervene=ivs, **GRID)
+    assert json.loads((tmp_path / "o" / "llm_eval.json").read_text())["full_forwards"] == []
+    recs = list(load_cache(tmp_path / "o" / "answers.jsonl").values())
+    lm, tok = load_llm(str(tiny_dirs["chat"]), dtype="float32")
+    for iv in ivs:
+        mine = [r for r in recs if r["intervention"] == iv]
+        samples = [make_sample(r["task"], r["length"], r["run"], r["index"]) for r in mine]
+        with intervened(lm, iv):
+            full = HFChoice(lm, tok, cache=False)([build_messages(x, 3) for x in samples],
+                                                   [candidates(x) for x in samples])
+        for r, f in zip(mine, full):
+            assert list(r["logprobs"].values()) == pytest.approx(f, abs=1e-4)
+    assert res.data["result"].n_new == 16

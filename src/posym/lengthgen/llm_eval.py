@@ -31,11 +31,12 @@ other protocol is refused (:func:`check_out`) rather than overwritten. The defau
 
 **Interventions** (docs/interventions.md): ``intervene`` names inference-time changes of a local
 model, one measurement each, applied by the ``apply`` context the verb passes in (the analyses of one
-floor do not import each other). Under an intervention other than ``none`` every forward is a full
-sequence from position 0, one prompt at a time, without KV cache or padding — the interventions'
-contract (a length-dependent temperature or interpolation reads the forward's length): ``generate``
-decodes without cache, ``choice`` scores with ``HFChoice(cache=False)`` (the prompt once, then the
-candidates' distinct prefixes after it, full forwards batched by length).
+floor do not import each other). Under an intervention other than ``none`` that the verb does not name
+in ``kv_cache_ok`` (temperature and interpolate read the forward's token indices or length), every
+forward is a full sequence from position 0, one prompt at a time, without KV cache or padding:
+``generate`` decodes without cache, ``choice`` scores with ``HFChoice(cache=False)`` (the prompt
+once, then the candidates' distinct prefixes after it, full forwards batched by length); the others
+(rope-base, ntk, freq-mask) use the cached answerers as ``none`` does.
 
 The figure (accuracy vs length) is drawn by :func:`posym.report.llm_figures.plot_llm_lengthgen`
 from ``llm_table.csv`` (the report layer reads tables; this module draws nothing).
@@ -521,7 +522,8 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
              max_retries: int = 6, backoff: float = 1.0, timeout: float = 60.0, concurrency: int = 1,
              threads: int | None = None, progress: bool = True, protocol: str = "generate",
              intervene: Sequence[str] | None = None,
-             apply: Callable[[Any, str], AbstractContextManager] | None = None) -> LLMEvalResult:
+             apply: Callable[[Any, str], AbstractContextManager] | None = None,
+             kv_cache_ok: Sequence[str] = ()) -> LLMEvalResult:
     """Paper A Table 3 protocol (SPEC §1.5) on a local HF model or an OpenAI-compatible API.
 
     Local: ``model`` (directory / cached hub name / ``.gguf`` file) and/or ``gguf``; with neither
@@ -535,7 +537,9 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
     parallel under the ``max_per_second`` / ``max_per_minute`` limits). ``intervene``: canonical
     intervention strings (default ``none`` only), one measurement each, applied by ``apply(model,
     text)`` (a context manager: :func:`posym.interventions.intervened`, which the verb passes); each is
-    entered once on the loaded model before any question, so one that does not fit fails first.
+    entered once on the loaded model before any question, so one that does not fit fails first;
+    ``kv_cache_ok``: those of them exact under a KV cache and padding (the others are measured with
+    full forwards, module docstring).
     """
     intervene = list(intervene) if intervene else [NO_INTERVENTION]
     changed = [t for t in intervene if t != NO_INTERVENTION]
@@ -588,10 +592,12 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
         for text in changed:  # a spec the model does not support: one line before any question
             with apply(lm, text):  # type: ignore[misc]
                 pass
+        full_for = [t for t in changed if t not in set(kv_cache_ok)]
         full = (HFChoice(lm, tok, cache=False) if protocol == "choice"
-                else HFChat(lm, tok, max_new_tokens=max_new_tokens, batch_size=1, cache=False)) if changed else None
+                else HFChat(lm, tok, max_new_tokens=max_new_tokens, batch_size=1, cache=False)) if full_for else None
         measurements = [Measurement() if t == NO_INTERVENTION else
-                        Measurement(t, (lambda t=t: apply(lm, t)), full) for t in intervene]  # type: ignore[misc]
+                        Measurement(t, (lambda t=t: apply(lm, t)),  # type: ignore[misc]
+                                    full if t in full_for else None) for t in intervene]
         concurrency = 1
         meta.update(dtype=str(next(lm.parameters()).dtype), chat_template=answer_fn.chat_template,
                     device_map=getattr(lm, "hf_device_map", None), load_seconds=None)
@@ -607,8 +613,8 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
     out_dir = Path(out) if out is not None else default_out(label, protocol)
     if api_base is not None:
         measurements = [Measurement()]
-    if changed:
-        meta["intervened_forwards"] = "one prompt at a time, full sequence, no KV cache (docs/interventions.md)"
+    if changed and api_base is None:
+        meta["full_forwards"] = full_for  # one prompt at a time, full sequence, no KV cache (docs/interventions.md)
     return run_protocol(answer_fn, label, out_dir, tasks=tasks, lengths=lengths, runs=runs, n=n,
                         n_examples=n_examples, batch_size=bs, concurrency=concurrency,
                         progress=progress, meta=meta, protocol=protocol, measurements=measurements)

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from posym.heads.llm_heads import DEFAULT_MIN_MASS
-from posym.interventions import check_interventions, describe, intervened, plan_interventions
+from posym.interventions import check_interventions, describe, holds_under_kv_cache, intervened, plan_interventions
 from posym.runs import layout
 from posym.runs.tables import INTERVENTION, with_intervention
 from posym.verbs import Outputs, VerbResult, figure_paths
@@ -44,10 +44,13 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
     from posym.lengthgen.llm_eval import short_label, table_markdown, table_title
     from posym.report.llm_figures import plot_llm_lengthgen
 
-    texts = [describe(s) for s in plan_interventions(intervene, layers)]  # a bad spec: one line, first
+    specs = plan_interventions(intervene, layers)  # a bad spec: one line, first
+    texts = [describe(s) for s in specs]
+    cache_ok = [t for s, t in zip(specs, texts) if holds_under_kv_cache(s)]
     if kwargs.get("out") is not None:  # refuse an unwritable output folder before loading any model
         Outputs(figure_paths(layout.figure(kwargs["out"], layout.FIG_LLM)), force=True).check()
-    res = run_eval(model=model, gguf=gguf, progress=progress, intervene=texts, apply=intervened, **kwargs)
+    res = run_eval(model=model, gguf=gguf, progress=progress, intervene=texts, apply=intervened,
+                   kv_cache_ok=cache_ok, **kwargs)
     outputs = Outputs(figure_paths(layout.figure(res.out_dir, layout.FIG_LLM)), force=True)
     several = len(texts) > 1  # one line style per intervention, the model in the title
     drawn = res.table.assign(model=res.table[INTERVENTION] if several else res.model)
