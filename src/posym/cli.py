@@ -155,6 +155,18 @@ def pe_type(text: str) -> str:
 STEP_HELP = "checkpoint of a run: a step, 'last' or 'best' (default: the model the run stands for)"
 
 
+def _add_intervene_args(parser: argparse.ArgumentParser) -> None:
+    """``--intervene SPEC`` (repeatable) and ``--layers L[,L…]`` of every measuring verb
+    (docs/interventions.md); the verb parses and checks them (posym.interventions.plan_interventions)
+    before any work, so building the parser imports no torch."""
+    parser.add_argument("--intervene", action="append", default=None, metavar="SPEC",
+                        help="measure under an inference-time intervention, e.g. temperature:beta=1, ntk:kappa=4, "
+                             "interpolate:n_train=17, freq-mask:keep=1+2+3, none (repeatable: one measurement "
+                             "each; the tables' intervention column; docs/interventions.md)")
+    parser.add_argument("--layers", type=int_list, default=None, metavar="L[,L...]",
+                        help="layers the temperature / freq-mask interventions act on (default: all)")
+
+
 def _reading():
     """``posym.heads.reading`` (HOW_TO_READ, MIN_MASS) loaded from its file, so that building the
     parser does not import ``posym.heads`` (torch): the module imports nothing."""
@@ -249,13 +261,13 @@ def _cmd_scores(a):
             raise PosymError(f"--text / --ids score one model: give --model MODEL{f', not {clash[0]}' if clash else ''}")
         _show(scores(a.model, out=a.out, force=a.force, text=a.text, ids=a.ids, blocks=a.blocks,
                      taus=a.tau or [1e-4], per_prompt=a.per_prompt, swap_exclude=a.swap_exclude or "bos",
-                     batch_size=a.batch_size, device=a.device))
+                     batch_size=a.batch_size, device=a.device, intervene=a.intervene, layers=a.layers))
         return
     if a.blocks is not None:
         raise PosymError("--blocks applies to --text / --ids (task prompts are scored with token swaps)")
     _show(scores(target, series=a.series, out=a.out, force=a.force, task=a.task, prompts=a.prompts, n_prompts=a.n,
                  taus=a.tau or [1e-4], per_prompt=a.per_prompt, steps=a.steps, seed=a.seed, device=a.device,
-                 swap_exclude=a.swap_exclude or "none"))
+                 swap_exclude=a.swap_exclude or "none", intervene=a.intervene, layers=a.layers))
 
 
 def _cmd_dynamics(a):
@@ -277,7 +289,7 @@ def _cmd_ablate(a):
 def _cmd_freqs(a):
     from posym.verbs.freqs import freqs
     _show(freqs(a.path, task=a.task, n=a.n, out=a.out, layer_geometry=a.layer, step=a.step, scores=not a.no_scores,
-                weighting=a.weighting, force=a.force))
+                weighting=a.weighting, force=a.force, intervene=a.intervene, layers=a.layers))
 
 
 def _cmd_theory_discrepancy(a):
@@ -308,7 +320,7 @@ def _cmd_llm_eval(a):
                    concurrency=a.concurrency, max_retries=a.max_retries, timeout=a.timeout, device_map=a.device_map,
                    dtype=a.dtype, device=a.device, batch_size=a.batch_size, max_new_tokens=a.max_new_tokens,
                    n_examples=a.n_examples, offload_folder=a.offload_folder, threads=a.threads,
-                   protocol=a.protocol, progress=not a.quiet, **kw))
+                   protocol=a.protocol, progress=not a.quiet, intervene=a.intervene, layers=a.layers, **kw))
 
 
 def _cmd_llm_heads(a):
@@ -316,7 +328,8 @@ def _cmd_llm_heads(a):
     _show(llm_heads(a.model, a.gguf, prompts=a.prompts, n=a.n, seed=a.seed, length=a.length, n_entities=a.entities,
                     n_examples=a.n_examples, tau=a.tau, centred=a.centred, min_mass=a.min_mass, out=a.out,
                     device=a.device, dtype=a.dtype, batch_size=a.batch_size, threads=a.threads,
-                    progress=not a.quiet, force=a.force, swap_exclude=a.swap_exclude))
+                    progress=not a.quiet, force=a.force, swap_exclude=a.swap_exclude, intervene=a.intervene,
+                    layers=a.layers))
 
 
 def _cmd_head_types(a):
@@ -498,6 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--out", default=None, help="CSV file (default: RUN_DIR/scores.csv; ./runs/scores/<model name>/"
                     "scores.csv for --model FOLDER, never inside it; FOLDER/checkpoint_scores.csv for --series FOLDER; "
                     "needed for several --series folders)")
+    _add_intervene_args(sc)
     _force(sc)
     sc.set_defaults(func=_cmd_scores)
 
@@ -544,6 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
     fq.add_argument("--weighting", default="max_abs", choices=["max_abs", "centered"])
     fq.add_argument("--no-scores", action="store_true", help="skip per-frequency positional/symbolic scores")
     fq.add_argument("--out", default=None, help="output directory (default: the given path)")
+    _add_intervene_args(fq)
     _force(fq)
     fq.set_defaults(func=_cmd_freqs)
 
@@ -610,6 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
     le.add_argument("--threads", type=threads_type, default=None)
     le.add_argument("--out", default=None, help="output directory (answers are cached there; reruns resume; "
                                                  "a folder holding the other protocol's tables is refused)")
+    _add_intervene_args(le)
     le.set_defaults(func=_cmd_llm_eval)
     lh = lsub.add_parser("heads", help="s_POS/s_SYM (block swaps), entropy, frequency use of every head (SPEC §3, §6)",
                          epilog=f"{reading.HOW_TO_READ}\n\n{reading.HEADS_RECIPE}",
@@ -639,6 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
     lh.add_argument("--out", default=None,
                     help="output directory (default: runs/llm-heads/<model>/ under the current folder)")
     lh.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_intervene_args(lh)
     _force(lh)
     lh.set_defaults(func=_cmd_llm_heads)
 
@@ -693,11 +710,7 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--resume", action="store_true",
                     help="keep the points of an existing table measured the same way, evaluate the rest, "
                          "and save after each point (extends a grid; an interrupted run loses nothing)")
-    lg.add_argument("--intervene", action="append", default=None, metavar="NAME:KEY=VALUE[,...]",
-                    help="measure under an inference-time intervention (repeatable; docs/interventions.md), "
-                         "e.g. temperature:beta=1, ntk:kappa=4, interpolate:n_train=17, freq-mask:keep=1+2+3, none")
-    lg.add_argument("--layers", type=int_list, default=None,
-                    help="layers a temperature or freq-mask intervention acts on (default: all), e.g. 0,3")
+    _add_intervene_args(lg)
     _force(lg)
     lg.set_defaults(func=_cmd_lengthgen)
 

@@ -320,7 +320,8 @@ def tiny_checkpoint(tmp_path_factory):
 def test_run_freqs_writes_tables_and_figures(tiny_checkpoint, tmp_path):
     out = tmp_path / "out"
     table = freqs(tiny_checkpoint, n=16, out=out, geometry_prompts=8, progress=False).table
-    assert list(table.columns) == ["step"] + TABLE_COLUMNS and len(table) == 2  # the analysed step first
+    assert list(table.columns) == ["step"] + TABLE_COLUMNS + ["intervention"] and len(table) == 2  # step first
+    assert (table["intervention"] == "none").all()  # measured on the untouched model (docs/interventions.md)
     assert table.attrs["task"] == "number" and table.attrs["step"] == 7
     layer = table.attrs["geometry_layer"]
     assert layer == int(table.loc[table["weighted_id"].idxmin(), "layer"])

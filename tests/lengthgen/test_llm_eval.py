@@ -48,7 +48,8 @@ def test_tables_cache_and_rerun(tmp_path):
     assert t.loc[("letter", 30), "mean"] == 1.0 and t.loc[("number", 4), "mean"] == 1.0
     assert t.loc[("number", 12), "mean"] == 0.0
     assert (res.table["runs"] == 3).all() and (res.table["n"] == 5).all() and (res.table["sd"] == 0).all()
-    assert list(res.runs.columns) == ["task", "length", "run", "n", "correct", "accuracy"]
+    assert list(res.runs.columns) == ["task", "length", "run", "n", "correct", "accuracy", "intervention"]
+    assert (res.runs["intervention"] == "none").all()
     for name in ("llm_runs.csv", "llm_table.csv", "llm_table.md", "llm_eval.json", "answers.jsonl"):
         assert (tmp_path / name).is_file()
     md = (tmp_path / "llm_table.md").read_text()

@@ -74,3 +74,16 @@ def test_dynamics_without_any_accuracy_leaves_panel_a_out_and_says_so(tmp_path):
     assert res.data["accuracy_source"].startswith("left out")
     assert "panel A left out" in res.summary and "no metrics.csv" in res.summary
     assert (tmp_path / "figures/fig2_gamma0.1.png").is_file()
+
+
+def test_dynamics_refuses_scores_of_several_interventions(tmp_path):
+    """A scores.csv of two interventions (posym scores --intervene ... twice) is one line, not mixed curves;
+    one intervention's table reads as before."""
+    t = _table()
+    both = pd.concat([t.assign(intervention="none"), t.assign(intervention="temperature:beta=1,n_train=17")])
+    both.to_csv(tmp_path / "scores.csv", index=False)
+    with pytest.raises(PosymError, match="measured under 2 interventions"):
+        dynamics(tmp_path, gammas=[0.1])
+    assert not (tmp_path / "purity_gamma0.1.csv").exists()
+    t.assign(intervention="none").to_csv(tmp_path / "scores.csv", index=False)
+    assert list(dynamics(tmp_path, gammas=[0.1]).table["kind"]) == ["positional", "symbolic", "mixed"]

@@ -416,7 +416,8 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, token
               length: int = DEFAULT_LENGTH, n_entities: int = DEFAULT_N_ENTITIES,
               n_examples: int = DEFAULT_N_EXAMPLES, tau: float = DEFAULT_TAU, centred: bool = False,
               device: str | None = None, dtype: Any = None, batch_size: int = 8,
-              threads: int | None = None, progress: bool = True, swap_exclude: str = "none") -> pd.DataFrame:
+              threads: int | None = None, progress: bool = True, swap_exclude: str = "none",
+              label: str | None = None) -> pd.DataFrame:
     """s_POS, s_SYM (block swaps), entropy and frequency use of every head of a RoPE LLM (SPEC §3, §4, §6).
 
     ``model``/``gguf``: as :func:`posym.model.llm.load_llm` (default SmolLM2-135M-Instruct
@@ -426,7 +427,8 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, token
     ``n_entities`` = facts per binding prompt; ``n_examples`` = worked examples in 1-hop prompts;
     ``centred``: centred cosines (module doc; default off = Paper B's metric); ``threads``: torch CPU
     threads (``torch.set_num_threads``; None leaves them as they are); ``swap_exclude``: keys kept out
-    of the swaps (:func:`score_prompt_set`; default ``"none"`` = SPEC §3).
+    of the swaps (:func:`score_prompt_set`; default ``"none"`` = SPEC §3); ``label``: the model's name
+    in the table's attrs (default: its path or, in memory, its ``name_or_path``).
 
     Returns one row per (prompt_set, layer, head) with :data:`TABLE_COLUMNS`; ``attrs``: ``model``,
     ``accuracy`` and ``chance`` (:func:`chance_level`) per set, ``freq_use`` (per layer, head,
@@ -444,7 +446,8 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, token
     parse_swap_exclude(swap_exclude)  # the form, before anything is loaded
     if threads is not None:
         torch.set_num_threads(_positive("threads", threads))
-    lm, tok, label = _load(model, gguf, tokenizer, device, dtype)
+    lm, tok, name = _load(model, gguf, tokenizer, device, dtype)
+    label = label or name
     ad = get_adapter(lm)
     built = {s: build_prompts(tok, s, n, seed, length=length, n_entities=n_entities, n_examples=n_examples)
              for s in sets}

@@ -7,7 +7,9 @@ from posym.interventions.interpolate import Interpolate, interpolate, interpolat
 from posym.interventions.rope import ROPE_FAMILIES, RopeBase, ntk, ntk_theta, rope_base
 from posym.interventions.spec import NONE, Intervention, describe, parse_intervention
 from posym.interventions.apply import intervened, with_layers
+from posym.interventions.plan import check_interventions, holds_under_kv_cache, plan_interventions
 
 __all__ = ["TEMPERATURE_FAMILIES", "Temperature", "temperature", "temperature_scale", "describe", "NONE",
            "Intervention", "parse_intervention", "ROPE_FAMILIES", "RopeBase", "ntk", "ntk_theta", "rope_base",
-           "FreqMask", "freq_mask", "Interpolate", "interpolate", "interpolation_scale", "intervened", "with_layers"]
+           "FreqMask", "freq_mask", "Interpolate", "interpolate", "interpolation_scale", "intervened", "with_layers",
+           "plan_interventions", "check_interventions", "holds_under_kv_cache"]

@@ -10,12 +10,13 @@ from posym.interventions.freq_mask import FreqMask
 from posym.interventions.interpolate import Interpolate, check_interpolate
 from posym.interventions.rope import RopeBase, check_kappa, check_theta
 from posym.interventions.temperature import FORMS, Temperature, check_temperature
+from posym.runs.tables import NO_INTERVENTION
 
 NAMES: tuple[str, ...] = ("none", "temperature", "rope-base", "ntk", "interpolate", "freq-mask")
 KEYS: dict[str, tuple[str, ...]] = {"none": (), "temperature": ("beta", "n_train", "form", "layers"),
                                     "rope-base": ("theta",), "ntk": ("kappa",), "interpolate": ("factor", "n_train"),
                                     "freq-mask": ("keep", "layers")}
-NONE = "none"  # the canonical string of the untouched model
+NONE = NO_INTERVENTION  # the canonical string of the untouched model (one home: posym.runs.tables)
 Intervention = Temperature | RopeBase | Interpolate | FreqMask
 DEFAULT_N_TRAIN = 17  # the training length of posym runs (SPEC §1)
 

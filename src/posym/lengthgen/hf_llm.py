@@ -59,10 +59,12 @@ class HFChat:
 
     Prompts are batched (``batch_size``, left padding) and generation stops at the end-of-turn /
     eos token or after ``max_new_tokens``; the decoded continuation (special tokens removed) is
-    returned raw — parse it with :func:`posym.tasks.prompts.parse_answer`.
+    returned raw — parse it with :func:`posym.tasks.prompts.parse_answer`. ``cache=False``: every
+    decoding step is a full forward of the sequence so far (no KV cache; with ``batch_size=1`` no
+    padding either), what a length-dependent intervention needs (docs/interventions.md).
     """
 
-    def __init__(self, model, tokenizer, *, max_new_tokens: int = 8, batch_size: int = 8):
+    def __init__(self, model, tokenizer, *, max_new_tokens: int = 8, batch_size: int = 8, cache: bool = True):
         import torch
         from transformers import GenerationConfig
 
@@ -77,7 +79,7 @@ class HFChat:
         self.gen_config = GenerationConfig(
             max_new_tokens=int(max_new_tokens), do_sample=False, num_beams=1,
             pad_token_id=tokenizer.pad_token_id, eos_token_id=eos or None,
-            temperature=None, top_p=None, top_k=None)
+            temperature=None, top_p=None, top_k=None, **({} if cache else {"use_cache": False}))
         self._torch = torch
 
     def __call__(self, prompts: Sequence[Sequence[dict[str, str]]]) -> list[str]:
@@ -133,15 +135,19 @@ class HFChoice:
     (their tokens but the last; candidates with the same inputs share a row), which, right-padded to
     equal length, go through one forward (chunked so that the repeated cache stays under
     ``max_cache_bytes``). Right padding needs no attention mask: under causal attention a real token
-    never sees the pads after it, and pad positions are not scored.
+    never sees the pads after it, and pad positions are not scored. ``cache=False``
+    (:meth:`_score_full`): no KV cache and no padding — every forward is a full sequence from position
+    0 (the prompt, then prompt + each distinct candidate prefix, batched by equal length), what a
+    position-dependent intervention needs (docs/interventions.md).
     """
 
-    def __init__(self, model, tokenizer, *, max_cache_bytes: int = CHOICE_CACHE_BYTES):
+    def __init__(self, model, tokenizer, *, max_cache_bytes: int = CHOICE_CACHE_BYTES, cache: bool = True):
         import torch
 
         self.model, self.tokenizer = model, tokenizer
         self.chat_template = has_chat_template(tokenizer)
         self.max_cache_bytes = int(max_cache_bytes)
+        self.cache = bool(cache)
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         params = inspect.signature(model.forward).parameters
         self._keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
@@ -158,7 +164,8 @@ class HFChoice:
 
     def __call__(self, prompts: Sequence[Sequence[dict[str, str]]],
                  answers: Sequence[Sequence[str]]) -> list[list[float]]:
-        return [self._score(*self.encode(m, a)) for m, a in zip(prompts, answers)]
+        score = self._score if self.cache else self._score_full
+        return [score(*self.encode(m, a)) for m, a in zip(prompts, answers)]
 
     def reference(self, prompts: Sequence[Sequence[dict[str, str]]],
                   answers: Sequence[Sequence[str]]) -> list[list[float]]:
@@ -176,6 +183,37 @@ class HFChoice:
                 row.append(float(logp[pos, torch.tensor(c, device=logp.device)].sum()))
             out.append(row)
         return out
+
+    def _score_full(self, prompt: list[int], conts: list[list[int]]) -> list[float]:
+        """:meth:`_score` without KV cache or padding: the prompt's forward scores every first token; the
+        distinct prefixes ``c[:-1]`` of the longer candidates follow the prompt in full forwards, rows of
+        one length batched (at most ``max_cache_bytes`` of activations' worth of rows, like the cache)."""
+        torch, dev = self._torch, input_device(self.model)
+        P = len(prompt)
+        with torch.inference_mode():
+            res = self.model(input_ids=torch.tensor([prompt], device=dev), use_cache=False, **self._keep_last)
+            first = res.logits[0, -1].float().log_softmax(-1)
+            scores = [first[c[0]] for c in conts]
+            users: dict[tuple[int, ...], list[int]] = {}
+            for i, c in enumerate(conts):
+                if len(c) > 1:
+                    users.setdefault(tuple(c[:-1]), []).append(i)
+            by_len: dict[int, list[tuple[int, ...]]] = {}
+            for row in users:
+                by_len.setdefault(len(row), []).append(row)
+            cfg = getattr(self.model.config, "text_config", None) or self.model.config
+            width = int(getattr(cfg, "hidden_size", 1024)) * max(1, int(getattr(cfg, "num_hidden_layers", 1)))
+            for n, rows in by_len.items():
+                step = max(1, self.max_cache_bytes // max(1, 4 * (P + n) * width))
+                for s in range(0, len(rows), step):
+                    chunk = rows[s:s + step]
+                    ids = torch.tensor([prompt + list(r) for r in chunk], device=dev)
+                    logp = self.model(input_ids=ids, use_cache=False).logits[:, P:].float().log_softmax(-1)
+                    for r, row in enumerate(chunk):
+                        for i in users[row]:
+                            nxt = torch.tensor(conts[i][1:], device=logp.device)
+                            scores[i] = scores[i] + logp[r, torch.arange(n, device=logp.device), nxt].sum()
+        return [float(x) for x in scores]
 
     def _score(self, prompt: list[int], conts: list[list[int]]) -> list[float]:
         torch, dev = self._torch, input_device(self.model)

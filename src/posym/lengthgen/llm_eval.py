@@ -12,14 +12,15 @@ OpenAI-compatible endpoint (:mod:`posym.lengthgen.api`) every sample of
 
 It writes to ``out``:
 
-* ``answers.jsonl`` — one line per answered sample (protocol, model, task, length, run, index,
-  prompt digest, target, prediction, correct, wall seconds per prompt of its call; ``generate``: the
-  raw output; ``choice``: chance, candidate log-probs, the target's rank). It is the cache: a rerun
-  (or a resumed, interrupted run) asks only for the samples whose ``(protocol, model, task, length,
-  run, index, prompt digest)`` is not there yet (a record without a protocol is a ``generate`` one);
-  lines are flushed as answers arrive, and a torn last line is ignored.
-* ``llm_runs.csv`` — accuracy (and, for ``choice``, chance) per (task, length, run);
-* ``llm_table.csv`` / ``llm_table.md`` — Table 3 style: mean (sd) over runs per (task, length);
+* ``answers.jsonl`` — one line per answered sample (protocol, intervention, model, task, length, run,
+  index, prompt digest, target, prediction, correct, wall seconds per prompt of its call;
+  ``generate``: the raw output; ``choice``: chance, candidate log-probs, the target's rank). It is
+  the cache: a rerun (or a resumed, interrupted run) asks only for the samples whose ``(protocol,
+  intervention, model, task, length, run, index, prompt digest)`` is not there yet (a record without
+  a protocol is a ``generate`` one, without an intervention a ``none`` one); lines are flushed as
+  answers arrive, and a torn last line is ignored.
+* ``llm_runs.csv`` — accuracy (and, for ``choice``, chance) per (intervention, task, length, run);
+* ``llm_table.csv`` / ``llm_table.md`` — Table 3 style: mean (sd) over runs per (intervention, task, length);
   sd is the sample standard deviation (ddof = 1) of the per-run accuracies; ``choice`` adds the
   chance level (mean over samples of ``1 / candidates``);
 * ``llm_eval.json`` — the settings, versions, counts and timings.
@@ -27,6 +28,15 @@ It writes to ``out``:
 Both protocols may share a cache, but the tables have one protocol: a folder whose tables hold the
 other protocol is refused (:func:`check_out`) rather than overwritten. The default ``out`` is
 ``runs/llm/<model>`` (generate) and ``runs/llm/<model>-choice`` (choice).
+
+**Interventions** (docs/interventions.md): ``intervene`` names inference-time changes of a local
+model, one measurement each, applied by the ``apply`` context the verb passes in (the analyses of one
+floor do not import each other). Under an intervention other than ``none`` that the verb does not name
+in ``kv_cache_ok`` (temperature and interpolate read the forward's token indices or length), every
+forward is a full sequence from position 0, one prompt at a time, without KV cache or padding:
+``generate`` decodes without cache, ``choice`` scores with ``HFChoice(cache=False)`` (the prompt
+once, then the candidates' distinct prefixes after it, full forwards batched by length); the others
+(rope-base, ntk, freq-mask) use the cached answerers as ``none`` does.
 
 The figure (accuracy vs length) is drawn by :func:`posym.report.llm_figures.plot_llm_lengthgen`
 from ``llm_table.csv`` (the report layer reads tables; this module draws nothing).
@@ -38,16 +48,17 @@ import json
 import os
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import pandas as pd
 
 from posym.errors import PosymError
 from posym.runs import layout
 from posym.runs.layout import safe_name
-from posym.runs.tables import write_table
+from posym.runs.tables import INTERVENTION, NO_INTERVENTION, write_table
 from posym.tasks.prompts import (
     DEFAULT_LENGTHS,
     PROMPT_VERSION,
@@ -72,6 +83,15 @@ AnswerFn = Callable[[list[list[dict[str, str]]]], list[str]]
 ScoreFn = Callable[[list[list[dict[str, str]]], list[list[str]]], list[list[float]]]
 
 
+class Measurement(NamedTuple):
+    """One intervention of a protocol run: its canonical string, the context that applies it while its
+    samples are asked, and the answerer used under it (None: :func:`run_protocol`'s ``answer_fn``)."""
+
+    intervention: str = NO_INTERVENTION
+    context: Callable[[], AbstractContextManager] = nullcontext
+    answer_fn: AnswerFn | ScoreFn | None = None
+
+
 @dataclass
 class LLMEvalResult:
     """What :func:`llm_eval` / :func:`run_protocol` produced."""
@@ -88,17 +108,21 @@ class LLMEvalResult:
 
 
 # --- cache -----------------------------------------------------------------------------------------
-def _key(protocol: str, model: str, task: str, length: int, run: int, index: int, digest: str) -> tuple:
-    return (protocol, model, task, int(length), int(run), int(index), digest)
+def _key(protocol: str, intervention: str, model: str, task: str, length: int, run: int, index: int,
+         digest: str) -> tuple:
+    return (protocol, intervention, model, task, int(length), int(run), int(index), digest)
 
 
 def _record_key(r: dict) -> tuple:
-    # records written before the choice protocol existed carry no protocol: they are generate answers
-    return _key(r.get("protocol", "generate"), r["model"], r["task"], r["length"], r["run"], r["index"], r["digest"])
+    # records written before the choice protocol existed carry no protocol: they are generate answers;
+    # records written before interventions existed carry none: they are answers of the untouched model
+    return _key(r.get("protocol", "generate"), r.get(INTERVENTION, NO_INTERVENTION), r["model"], r["task"],
+                r["length"], r["run"], r["index"], r["digest"])
 
 
 def load_cache(path: str | os.PathLike) -> dict[tuple, dict]:
-    """Records of an ``answers.jsonl`` keyed by ``(protocol, model, task, length, run, index, digest)``.
+    """Records of an ``answers.jsonl`` keyed by ``(protocol, intervention, model, task, length, run,
+    index, digest)``.
 
     Lines that do not parse (a line torn by an interrupted write) are skipped.
     """
@@ -157,10 +181,12 @@ def _check_grid(tasks: Sequence[str], lengths: Sequence[int], runs: int, n: int,
         raise PosymError(f"n must be >= 1, got {n}")
 
 
-def _record(protocol: str, model: str, digest: str, sample: PromptSample, out: Any, seconds: float) -> dict:
+def _record(protocol: str, model: str, digest: str, sample: PromptSample, out: Any, seconds: float,
+            intervention: str = NO_INTERVENTION) -> dict:
     """The cache record of one answered sample: ``out`` is the raw reply (generate) or the
     log-probs of :func:`~posym.tasks.prompts.candidates` (choice; the first maximum is the prediction)."""
-    rec: dict[str, Any] = {"protocol": protocol, "model": model, "task": sample.task, "length": sample.length,
+    rec: dict[str, Any] = {"protocol": protocol, INTERVENTION: intervention, "model": model, "task": sample.task,
+                           "length": sample.length,
                            "run": sample.run, "index": sample.index, "digest": digest,
                            "answer": sample.answer, "answer_pos": sample.answer_pos}
     if protocol == "choice":
@@ -184,7 +210,8 @@ def run_protocol(answer_fn: AnswerFn | ScoreFn, model: str, out: str | os.PathLi
                  tasks: Sequence[str] = TASKS, lengths: Sequence[int] = DEFAULT_LENGTHS,
                  runs: int = DEFAULT_RUNS, n: int = DEFAULT_N, n_examples: int = 3,
                  batch_size: int = 8, concurrency: int = 1, progress: bool = True,
-                 meta: dict[str, Any] | None = None, protocol: str = "generate") -> LLMEvalResult:
+                 meta: dict[str, Any] | None = None, protocol: str = "generate",
+                 measurements: Sequence[Measurement] | None = None) -> LLMEvalResult:
     """Ask ``answer_fn`` every missing sample, cache, and tabulate (SPEC §1.5, Paper A Table 3).
 
     ``protocol="generate"``: ``answer_fn(prompts) -> raw replies``; ``"choice"``:
@@ -192,33 +219,43 @@ def run_protocol(answer_fn: AnswerFn | ScoreFn, model: str, out: str | os.PathLi
     ``model`` is the cache identity of ``answer_fn``. Consecutive samples of one (task, length, run)
     are sent ``batch_size`` at a time; with ``concurrency > 1`` up to that many calls run in
     threads (API endpoints). Each answer is appended to the cache as soon as its call returns, so
-    an interrupted run (Ctrl-C, an API failure) resumes where it stopped.
+    an interrupted run (Ctrl-C, an API failure) resumes where it stopped. ``measurements``: the
+    interventions to run the grid under, in order (default: the untouched model only); each one's
+    samples are asked inside its context and cached under its canonical string.
     """
     tasks, lengths = tuple(tasks), tuple(int(x) for x in lengths)
     _check_grid(tasks, lengths, runs, n, protocol)
+    plan = [m._replace(answer_fn=m.answer_fn or answer_fn) for m in (measurements or [Measurement()])]
+    labels = [m.intervention for m in plan]
+    if len(set(labels)) != len(labels):
+        raise PosymError(f"an intervention is given twice: {labels}; give each once")
     out_dir = Path(out)
     check_out(out_dir, protocol)
     cache_path = out_dir / CACHE_NAME
     cache = load_cache(cache_path)
     t0, c0 = time.perf_counter(), time.process_time()
 
-    # every sample of the grid, grouped into calls of <= batch_size within a (task, length, run)
+    # every sample of the grid under each intervention, grouped into calls of <= batch_size within a
+    # (task, length, run)
     keys: list[tuple] = []
-    todo: list[list[tuple]] = []
-    for task in tasks:
-        for length in lengths:
-            for run in range(int(runs)):
-                group: list[tuple] = []
-                for i in range(int(n)):
-                    sample = make_sample(task, length, run, i)
-                    msgs = build_messages(sample, n_examples)
-                    key = _key(protocol, model, task, length, run, i, prompt_digest(msgs))
-                    keys.append(key)
-                    if key not in cache:
-                        group.append((key, sample, msgs))
-                for s in range(0, len(group), max(1, int(batch_size))):
-                    todo.append(group[s:s + max(1, int(batch_size))])
-    n_cached = len(keys) - sum(len(b) for b in todo)
+    todos: list[list[list[tuple]]] = []
+    for label in labels:
+        todo: list[list[tuple]] = []
+        for task in tasks:
+            for length in lengths:
+                for run in range(int(runs)):
+                    group: list[tuple] = []
+                    for i in range(int(n)):
+                        sample = make_sample(task, length, run, i)
+                        msgs = build_messages(sample, n_examples)
+                        key = _key(protocol, label, model, task, length, run, i, prompt_digest(msgs))
+                        keys.append(key)
+                        if key not in cache:
+                            group.append((key, sample, msgs))
+                    for s in range(0, len(group), max(1, int(batch_size))):
+                        todo.append(group[s:s + max(1, int(batch_size))])
+        todos.append(todo)
+    n_cached = len(keys) - sum(len(b) for todo in todos for b in todo)
 
     bar = None
     if progress:
@@ -227,19 +264,19 @@ def run_protocol(answer_fn: AnswerFn | ScoreFn, model: str, out: str | os.PathLi
         bar = tqdm(total=len(keys), initial=n_cached, desc=f"llm {protocol} ({short_label(model)})", unit="q",
                    dynamic_ncols=True)
 
-    def ask(batch: list[tuple]) -> list[dict]:
+    def ask(batch: list[tuple], fn: AnswerFn | ScoreFn, label: str) -> list[dict]:
         t = time.perf_counter()
         prompts = [m for _, _, m in batch]
         if protocol == "choice":
-            outs = answer_fn(prompts, [candidates(s) for _, s, _ in batch])  # type: ignore[call-arg]
+            outs = fn(prompts, [candidates(s) for _, s, _ in batch])  # type: ignore[call-arg]
         else:
-            outs = answer_fn(prompts)  # type: ignore[call-arg]
+            outs = fn(prompts)  # type: ignore[call-arg]
         secs = round((time.perf_counter() - t) / max(1, len(batch)), 4)
         if len(outs) != len(batch):
             raise PosymError(f"model returned {len(outs)} answers for {len(batch)} prompts")
-        return [_record(protocol, model, key[-1], sample, o, secs) for (key, sample, _), o in zip(batch, outs)]
+        return [_record(protocol, model, key[-1], sample, o, secs, label) for (key, sample, _), o in zip(batch, outs)]
 
-    writer = _CacheWriter(cache_path) if todo else None
+    writer = _CacheWriter(cache_path) if any(todos) else None
     n_new = 0
 
     def done(recs: list[dict]) -> None:
@@ -251,10 +288,10 @@ def run_protocol(answer_fn: AnswerFn | ScoreFn, model: str, out: str | os.PathLi
         if bar is not None:
             bar.update(len(recs))
 
-    try:
+    def run_all(todo: list[list[tuple]], fn: AnswerFn | ScoreFn, label: str) -> None:
         if int(concurrency) <= 1:
             for batch in todo:
-                done(ask(batch))
+                done(ask(batch, fn, label))
         elif todo:
             pool = ThreadPoolExecutor(max_workers=int(concurrency))
 
@@ -271,7 +308,7 @@ def run_protocol(answer_fn: AnswerFn | ScoreFn, model: str, out: str | os.PathLi
             pending: set = set()
             try:
                 for batch in todo:  # keep at most 2*concurrency calls queued
-                    pending.add(pool.submit(ask, batch))
+                    pending.add(pool.submit(ask, batch, fn, label))
                     if len(pending) >= 2 * int(concurrency):
                         finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                         drain(finished)
@@ -286,6 +323,12 @@ def run_protocol(answer_fn: AnswerFn | ScoreFn, model: str, out: str | os.PathLi
                         done(f.result())
                 raise
             pool.shutdown(wait=True)
+
+    try:
+        for m, todo in zip(plan, todos):
+            if todo:
+                with m.context():
+                    run_all(todo, m.answer_fn, m.intervention)
     finally:
         if writer is not None:
             writer.close()
@@ -296,7 +339,8 @@ def run_protocol(answer_fn: AnswerFn | ScoreFn, model: str, out: str | os.PathLi
     runs_df, table = summarize(records)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     paths = write_tables(out_dir, runs_df, table, model, protocol)
-    info = {"protocol": protocol, "model": model, "tasks": list(tasks), "lengths": list(lengths), "runs": int(runs),
+    info = {"protocol": protocol, "model": model, "interventions": labels, "tasks": list(tasks),
+            "lengths": list(lengths), "runs": int(runs),
             "n": int(n), "n_examples": int(n_examples), "prompt_version": PROMPT_VERSION,
             "n_new": n_new, "n_cached": n_cached, "seconds": round(seconds, 2),
             "seconds_per_new_answer": round(seconds / n_new, 4) if n_new else None,
@@ -332,7 +376,8 @@ def check_out(out_dir: str | os.PathLike, protocol: str) -> None:
 
 
 def summarize(records: Sequence[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per-run accuracies and the mean (sd over runs) table from answer records.
+    """Per-run accuracies and the mean (sd over runs) table from answer records, per intervention
+    (a last ``intervention`` column; records without one are ``none``).
 
     Records with a ``chance`` field (choice protocol) add a ``chance`` column to both: the mean over
     the samples of the run, resp. of all runs of the (task, length).
@@ -342,30 +387,40 @@ def summarize(records: Sequence[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     df = pd.DataFrame.from_records(records, columns=cols)
     if df.empty:
         raise PosymError("no answers to summarise")
+    df[INTERVENTION] = [r.get(INTERVENTION, NO_INTERVENTION) for r in records]
     df["correct"] = df["correct"].astype(bool)
-    runs_df = (df.groupby(["task", "length", "run"], sort=False)["correct"]
+    by_run, by_point = [INTERVENTION, "task", "length", "run"], [INTERVENTION, "task", "length"]
+    runs_df = (df.groupby(by_run, sort=False)["correct"]
                .agg(n="size", correct="sum").reset_index())
     runs_df["accuracy"] = runs_df["correct"] / runs_df["n"]
-    table = (runs_df.groupby(["task", "length"], sort=False)
+    table = (runs_df.groupby(by_point, sort=False)
              .agg(mean=("accuracy", "mean"), sd=("accuracy", "std"), runs=("run", "size"),
                   n=("n", "min")).reset_index())
     if chance:
-        runs_df["chance"] = df.groupby(["task", "length", "run"], sort=False)["chance"].mean().to_numpy()
-        table["chance"] = df.groupby(["task", "length"], sort=False)["chance"].mean().to_numpy()
-    return runs_df, table
+        runs_df["chance"] = df.groupby(by_run, sort=False)["chance"].mean().to_numpy()
+        table["chance"] = df.groupby(by_point, sort=False)["chance"].mean().to_numpy()
+    last = lambda t: t[[c for c in t.columns if c != INTERVENTION] + [INTERVENTION]]
+    return last(runs_df), last(table)
 
 
 def table_markdown(table: pd.DataFrame, title: str | None = None, digits: int = 2) -> str:
     """Table 3 layout: one row per task, one column per target-window length, ``mean (sd)``; a
-    table with a ``chance`` column (choice protocol) gets a ``<task> chance`` row under each task."""
+    table with a ``chance`` column (choice protocol) gets a ``<task> chance`` row under each task. A
+    table of several interventions gets one row per (task, intervention): ``<task> · <intervention>``."""
     lengths = sorted(table["length"].unique())
     lines = []
     if title:
         lines += [f"**{title}**", ""]
     lines.append("| task | " + " | ".join(str(x) for x in lengths) + " |")
     lines.append("|---|" + "---|" * len(lengths))
-    for task in dict.fromkeys(table["task"]):
-        g = table[table["task"] == task].set_index("length")
+    ivs = list(dict.fromkeys(table[INTERVENTION])) if INTERVENTION in table else [None]
+    rows = [(task, iv) for task in dict.fromkeys(table["task"]) for iv in ivs]
+    for task, iv in rows:
+        g = table[(table["task"] == task) & ((table[INTERVENTION] == iv) if iv is not None else True)]
+        if g.empty:
+            continue
+        g = g.set_index("length")
+        name = task if len(ivs) == 1 else f"{task} · {iv}"
         cells, chance = [], []
         for x in lengths:
             if x not in g.index:
@@ -375,9 +430,9 @@ def table_markdown(table: pd.DataFrame, title: str | None = None, digits: int = 
             m, s = g.loc[x, "mean"], g.loc[x, "sd"]
             cells.append(f"{m:.{digits}f}" + ("" if pd.isna(s) else f" ({s:.{digits}f})"))
             chance.append(f"{g.loc[x, 'chance']:.{digits}f}" if "chance" in g else "")
-        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
         if "chance" in g:
-            lines.append(f"| {task} chance | " + " | ".join(chance) + " |")
+            lines.append(f"| {name} chance | " + " | ".join(chance) + " |")
     runs, n = int(table["runs"].min()), int(table["n"].min())
     lines += ["", f"mean (sd) accuracy over {runs} run{'s' if runs != 1 else ''} of {n} prompts each"]
     if "chance" in table:
@@ -392,12 +447,20 @@ def table_title(model: str, protocol: str = "generate") -> str:
 
 def write_tables(out_dir: str | os.PathLike, runs_df: pd.DataFrame, table: pd.DataFrame,
                  model: str, protocol: str = "generate") -> dict[str, Path]:
-    """``llm_runs.csv``, ``llm_table.csv`` (with ``model`` and ``protocol`` columns) and ``llm_table.md``."""
+    """``llm_runs.csv``, ``llm_table.csv`` (with ``model``, ``protocol`` and, last, ``intervention``
+    columns) and ``llm_table.md``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"runs": out / layout.LLM_RUNS, "table": out / layout.LLM_TABLE, "markdown": out / layout.LLM_TABLE_MD}
-    write_table(runs_df.assign(model=model, protocol=protocol), paths["runs"])
-    write_table(table.assign(model=model, protocol=protocol), paths["table"])
+
+    def tagged(t: pd.DataFrame) -> pd.DataFrame:
+        t = t.assign(model=model, protocol=protocol)
+        if INTERVENTION not in t:
+            t[INTERVENTION] = NO_INTERVENTION
+        return t[[c for c in t.columns if c != INTERVENTION] + [INTERVENTION]]
+
+    write_table(tagged(runs_df), paths["runs"])
+    write_table(tagged(table), paths["table"])
     paths["markdown"].write_text(table_markdown(table, title=table_title(model, protocol)))
     return paths
 
@@ -457,7 +520,10 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
              max_memory: dict | None = None, offload_folder: str | os.PathLike | None = None,
              max_per_second: float | None = None, max_per_minute: float | None = None,
              max_retries: int = 6, backoff: float = 1.0, timeout: float = 60.0, concurrency: int = 1,
-             threads: int | None = None, progress: bool = True, protocol: str = "generate") -> LLMEvalResult:
+             threads: int | None = None, progress: bool = True, protocol: str = "generate",
+             intervene: Sequence[str] | None = None,
+             apply: Callable[[Any, str], AbstractContextManager] | None = None,
+             kv_cache_ok: Sequence[str] = ()) -> LLMEvalResult:
     """Paper A Table 3 protocol (SPEC §1.5) on a local HF model or an OpenAI-compatible API.
 
     Local: ``model`` (directory / cached hub name / ``.gguf`` file) and/or ``gguf``; with neither
@@ -468,8 +534,20 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
     answers are cached there, so a rerun or a resumed run only asks for the missing samples.
     ``batch_size`` defaults to 8 prompts per forward (local generate), 1 prompt per call (choice:
     each prompt's candidates are one batch) and 1 (API, where ``concurrency`` requests run in
-    parallel under the ``max_per_second`` / ``max_per_minute`` limits).
+    parallel under the ``max_per_second`` / ``max_per_minute`` limits). ``intervene``: canonical
+    intervention strings (default ``none`` only), one measurement each, applied by ``apply(model,
+    text)`` (a context manager: :func:`posym.interventions.intervened`, which the verb passes); each is
+    entered once on the loaded model before any question, so one that does not fit fails first;
+    ``kv_cache_ok``: those of them exact under a KV cache and padding (the others are measured with
+    full forwards, module docstring).
     """
+    intervene = list(intervene) if intervene else [NO_INTERVENTION]
+    changed = [t for t in intervene if t != NO_INTERVENTION]
+    if changed and api_base is not None:
+        raise PosymError(f"--intervene {changed[0]} changes a local model's attention; an API model cannot be "
+                         "intervened: use --model/--gguf")
+    if changed and apply is None:
+        raise PosymError("interventions need apply= (posym.interventions.intervened); use posym.verbs.llm.llm_eval")
     if (api_base is None) != (api_model is None):
         raise PosymError("an API run needs both --api-base URL and --api-model NAME")
     if api_base is not None and (model is not None or gguf is not None):
@@ -511,6 +589,15 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
             answer_fn = HFChat(lm, tok, max_new_tokens=max_new_tokens, batch_size=batch_size or 8)
             bs = batch_size or 8
         _check_context(answer_fn, lm, tasks, lengths, n_examples, max_new_tokens, protocol)
+        for text in changed:  # a spec the model does not support: one line before any question
+            with apply(lm, text):  # type: ignore[misc]
+                pass
+        full_for = [t for t in changed if t not in set(kv_cache_ok)]
+        full = (HFChoice(lm, tok, cache=False) if protocol == "choice"
+                else HFChat(lm, tok, max_new_tokens=max_new_tokens, batch_size=1, cache=False)) if full_for else None
+        measurements = [Measurement() if t == NO_INTERVENTION else
+                        Measurement(t, (lambda t=t: apply(lm, t)),  # type: ignore[misc]
+                                    full if t in full_for else None) for t in intervene]
         concurrency = 1
         meta.update(dtype=str(next(lm.parameters()).dtype), chat_template=answer_fn.chat_template,
                     device_map=getattr(lm, "hf_device_map", None), load_seconds=None)
@@ -524,9 +611,13 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
         except Exception:  # noqa: BLE001
             pass
     out_dir = Path(out) if out is not None else default_out(label, protocol)
+    if api_base is not None:
+        measurements = [Measurement()]
+    if changed and api_base is None:
+        meta["full_forwards"] = full_for  # one prompt at a time, full sequence, no KV cache (docs/interventions.md)
     return run_protocol(answer_fn, label, out_dir, tasks=tasks, lengths=lengths, runs=runs, n=n,
                         n_examples=n_examples, batch_size=bs, concurrency=concurrency,
-                        progress=progress, meta=meta, protocol=protocol)
+                        progress=progress, meta=meta, protocol=protocol, measurements=measurements)
 
 
 def default_out(label: str, protocol: str = "generate") -> Path:

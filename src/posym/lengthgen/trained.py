@@ -21,6 +21,7 @@ from posym.resources import require_memory
 from posym.model.gptj import extend_positions
 from posym.tasks import DEFAULT_HOPS, generate
 from posym.tasks._common import make_layout
+from posym.runs.tables import INTERVENTION
 from posym.train.evaluate import accuracy_table, predict
 
 #: Paper A's grid of added tokens: 0, 10, ..., 100, 200, ..., 1000, 1500, ..., 5000.
@@ -116,13 +117,13 @@ def _sorted_rows(rows: list[dict]) -> pd.DataFrame:
 def summarize_lengthgen(table: pd.DataFrame) -> pd.DataFrame:
     """Mean and sd over seeds per added length: extra_tokens, acc_mean, acc_sd, acc_hop{h}_mean, n_seeds;
     per intervention (a first column ``intervention``) when the table has that column."""
-    if "intervention" in table.columns:
+    if INTERVENTION in table.columns:
         parts = []
-        for name, part in table.groupby("intervention", sort=False):
-            s = summarize_lengthgen(part.drop(columns="intervention"))
-            s.insert(0, "intervention", name)
+        for name, part in table.groupby(INTERVENTION, sort=False):
+            s = summarize_lengthgen(part.drop(columns=INTERVENTION))
+            s.insert(0, INTERVENTION, name)
             parts.append(s)
-        return pd.concat(parts, ignore_index=True) if parts else summarize_lengthgen(table.drop(columns="intervention"))
+        return pd.concat(parts, ignore_index=True) if parts else summarize_lengthgen(table.drop(columns=INTERVENTION))
     cols = ["acc"] + [c for c in table.columns if c.startswith("acc_hop")]
     g = table.groupby("extra_tokens")
     out = pd.DataFrame({"extra_tokens": sorted(table["extra_tokens"].unique())})

@@ -38,13 +38,22 @@ class TableSchema:
     kinds: Mapping[str, str] = field(default_factory=dict)
 
 
+#: The column every measuring verb adds (docs/interventions.md): the canonical string of the
+#: inference-time intervention the row was measured under; :data:`NO_INTERVENTION` for the untouched
+#: model (also what a table written before the column existed stands for).
+INTERVENTION = "intervention"
+NO_INTERVENTION = "none"
+_INTERVENTION_DOC = "canonical string of the inference-time intervention (`none`: the untouched model; docs/interventions.md)"
+
 _HOPS = {f"acc_hop{h}": f"accuracy on {h}-hop samples (fraction)" for h in range(1, 5)}
 
 _SCORE_COLUMNS = {
     "step": "optimizer step of the scored model", "layer": "layer index (0-based)", "head": "head index",
     "tau": "temperature τ of the swap weights", "s_pos": "positional score s_POS in [-1, 1]",
     "s_sym": "symbolic score s_SYM in [-1, 1]", "entropy": "attention entropy H / ln n of the query in [0, 1] (1 = uniform)",
-    "swap_mass": "the query's attention on the swapped keys (fraction)", "n_prompts": "prompts averaged"}
+    "swap_mass": "the query's attention on the swapped keys (fraction)", "n_prompts": "prompts averaged",
+    INTERVENTION: _INTERVENTION_DOC + "; absent from the tables head tracking, the callback and the hook append "
+                  "(the untouched model)"}
 
 #: The tables of a run directory (SPEC §2–§5), by the name :func:`load_run` gives them.
 RUN_TABLES: dict[str, TableSchema] = {
@@ -55,11 +64,12 @@ RUN_TABLES: dict[str, TableSchema] = {
         **_HOPS, "time_s": "wall seconds since the start of training"}, "posym train", ("split", "step")),
     "scores": TableSchema(layout.SCORES, "head, step and softmax temperature (SPEC §3)", _SCORE_COLUMNS,
         "head tracking, posym scores, the callback and the hook",
-        ("step", "layer", "head", "tau"), ("swap_mass", "n_prompts")),
+        ("step", "layer", "head", "tau", INTERVENTION), ("swap_mass", "n_prompts", INTERVENTION)),
     "checkpoint_scores": TableSchema(layout.CHECKPOINT_SCORES, "checkpoint of an HF `Trainer` output_dir, head and τ "
                                      "(`posym scores --series OUTPUT_DIR`; the callback's denser table is `scores.csv`)",
-                                     _SCORE_COLUMNS, "posym scores --series", ("step", "layer", "head", "tau"),
-                                     ("swap_mass", "n_prompts")),
+                                     _SCORE_COLUMNS, "posym scores --series",
+                                     ("step", "layer", "head", "tau", INTERVENTION),
+                                     ("swap_mass", "n_prompts", INTERVENTION)),
     "purity": TableSchema("purity_gamma{gamma}.csv", "head: its kind at the last step (SPEC §3 purity rule)", {
         "layer": "layer index", "head": "head index", "kind": "`positional`, `symbolic` or `mixed`",
         "pure_from": "first step from which the head stays pure (empty if mixed)",
@@ -77,44 +87,46 @@ RUN_TABLES: dict[str, TableSchema] = {
         "layer": "layer index", "head": "head index", "freq_id": "frequency index k (1 = fastest)",
         "angle": "rotation per position θ_k (radians)", "rotary": "False for the non-rotary term",
         "use": "u_k: mean over prompts of max_j |λ^(k)_{t,j}| (logit units)", "use_frac": "u_k / Σ_k u_k",
-        "n_prompts": "prompts averaged"}, "posym freqs", ("layer", "head", "freq_id")),
+        "n_prompts": "prompts averaged", INTERVENTION: _INTERVENTION_DOC}, "posym freqs",
+        ("layer", "head", "freq_id", INTERVENTION), (INTERVENTION,)),
     "freq_table": TableSchema(layout.FREQ_TABLE, "head: its frequency summary (Paper A Table 1)", {
         "step": "step of the analysed checkpoint (empty if unknown)",
         "layer": "layer index", "head": "head index", "weighted_id": "use-weighted mean frequency index",
         "weighted_angle": "use-weighted mean θ (radians)", "dominant_id": "most used frequency index",
         "dominant_angle": "θ of the dominant frequency (radians)",
-        "nonrotary_share": "share of the non-rotary term in the use"}, "posym freqs", ("layer", "head")),
+        "nonrotary_share": "share of the non-rotary term in the use", INTERVENTION: _INTERVENTION_DOC},
+        "posym freqs", ("layer", "head", INTERVENTION), (INTERVENTION,)),
     "freq_scores": TableSchema(layout.FREQ_SCORES, "frequency of each head: scores with only that frequency kept (SPEC §4)", {
         "step": "step of the analysed checkpoint (empty if unknown)",
         "layer": "layer index", "head": "head index", "freq_id": "frequency index", "angle": "θ_k (radians)",
         "rotary": "False for the non-rotary term", "tau": "temperature τ", "s_pos": "s_POS", "s_sym": "s_SYM",
-        "n_prompts": "prompts averaged"}, "posym freqs", ("layer", "head", "freq_id", "tau")),
+        "n_prompts": "prompts averaged", INTERVENTION: _INTERVENTION_DOC}, "posym freqs",
+        ("layer", "head", "freq_id", "tau", INTERVENTION), (INTERVENTION,)),
     "qk_geometry": TableSchema("qk_geometry_L{layer}.csv", "query or key point of the Fig. 4B geometry", {
         "step": "step of the analysed checkpoint (empty if unknown)",
         "prompt": "prompt index", "kind": "`query` or `key`", "position": "token position", "token": "token",
         "value": "the token's value", "x": "first coordinate of the rotated 2-D pair",
         "y": "second coordinate of the rotated pair", "x_pre": "x before rotation", "y_pre": "y before rotation",
-        "layer": "layer index", "head": "head index", "freq_id": "the frequency plotted", "angle": "θ (radians)"},
-        "posym freqs"),
+        "layer": "layer index", "head": "head index", "freq_id": "the frequency plotted", "angle": "θ (radians)",
+        INTERVENTION: _INTERVENTION_DOC}, "posym freqs", optional=(INTERVENTION,)),
     "lengthgen": TableSchema(layout.LENGTHGEN, "added length and data seed (Fig. 5B)", {
         "task": "`number` or `letter`", "step": "the evaluated checkpoint's step (empty if unknown)",
         "weights": "digest of the evaluated checkpoint's weights (SHA-256, first 16 hex digits)",
         "extra_rule": "what the added tokens are", "distractors": "the letter task's distractor rule of the data",
-        "intervention": "the inference-time intervention (canonical string, `none` = the untouched model; "
-                        "docs/interventions.md)",
+        INTERVENTION: _INTERVENTION_DOC,
         "extra_tokens": "added target-window tokens", "seed": "data seed", "n": "samples",
         "acc": "answer accuracy (fraction)", **{h: f"{m} (empty if no such sample)" for h, m in _HOPS.items()},
         "seconds": "wall seconds of the point", "peak_rss_mb": "peak resident memory so far (MB)"},
-        "posym lengthgen", ("intervention", "extra_tokens", "seed"), ("intervention",), kinds={
+        "posym lengthgen", (INTERVENTION, "extra_tokens", "seed"), (INTERVENTION,), kinds={
             "task": "task", "step": "count?", "weights": "hex", "extra_rule": "name", "distractors": "name",
-            "intervention": "intervention",
+            INTERVENTION: "intervention",
             "extra_tokens": "count", "seed": "count", "n": "positive", "acc": "fraction",
             **{h: "fraction?" for h in _HOPS}, "seconds": "nonnegative", "peak_rss_mb": "nonnegative"}),
     "lengthgen_summary": TableSchema(layout.summary_path(layout.LENGTHGEN).name, "added length, over data seeds", {
-        "intervention": "the inference-time intervention (canonical string)", "extra_tokens": "added tokens", "acc_mean": "mean accuracy", "acc_sd": "sample sd over data seeds",
+        INTERVENTION: _INTERVENTION_DOC, "extra_tokens": "added tokens", "acc_mean": "mean accuracy", "acc_sd": "sample sd over data seeds",
         **{f"acc_hop{h}_{s}": f"{'mean' if s == 'mean' else 'sd'} accuracy on {h}-hop samples"
            for h in range(1, 5) for s in ("mean", "sd")}, "n_seeds": "data seeds"}, "posym lengthgen",
-        ("intervention", "extra_tokens"), ("intervention",)),
+        (INTERVENTION, "extra_tokens"), (INTERVENTION,)),
 }
 
 
@@ -136,7 +148,7 @@ def _cell_ok(kind: str, value: str) -> bool:
         return bool(v) and v.replace("_", "").replace("-", "").isalnum()
     if kind == "intervention":
         name, colon, rest = v.partition(":")
-        return (v == "none" or (bool(colon) and name.replace("-", "").isalpha()
+        return (v == NO_INTERVENTION or (bool(colon) and name.replace("-", "").isalpha()
                                 and all(c.isalnum() or c in "=.,+-_" for c in rest)))
     try:
         x = float(v)
@@ -206,6 +218,15 @@ def with_step(df: pd.DataFrame, step: int | None) -> pd.DataFrame:
     """``df`` with a first column ``step``: the checkpoint step an analysis measured (empty if unknown)."""
     out = df.copy()
     out.insert(0, "step", pd.Series([step] * len(df), index=df.index, dtype="Int64"))
+    out.attrs = dict(df.attrs)
+    return out
+
+
+def with_intervention(df: pd.DataFrame, intervention: str) -> pd.DataFrame:
+    """``df`` with a last column :data:`INTERVENTION` holding ``intervention`` (a canonical string,
+    docs/interventions.md) on every row, so tables measured under several interventions concatenate."""
+    out = df.copy()
+    out[INTERVENTION] = pd.Series([str(intervention)] * len(df), index=df.index, dtype=object)
     out.attrs = dict(df.attrs)
     return out
 
@@ -374,6 +395,6 @@ def schema_markdown() -> str:
     return "\n".join(lines)
 
 
-__all__ = ["KINDS", "RUN_TABLES", "TableSchema", "append_table", "check_columns", "check_rows", "check_unique_keys",
+__all__ = ["INTERVENTION", "KINDS", "NO_INTERVENTION", "RUN_TABLES", "TableSchema", "append_table", "check_columns", "check_rows", "check_unique_keys",
            "load_run", "parquet_available", "parquet_path", "read_scores", "read_table", "refresh_parquet",
-           "schema_markdown", "to_parquet", "with_step", "write_parquet_copy", "write_table"]
+           "schema_markdown", "to_parquet", "with_intervention", "with_step", "write_parquet_copy", "write_table"]

@@ -15,6 +15,7 @@ from posym.heads.dynamics import (accuracy_keys, load_scores, pure_counts, purit
                                   trainer_eval_history)
 from posym.runs import layout
 from posym.runs.lock import in_progress_note
+from posym.runs.tables import INTERVENTION
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
@@ -43,6 +44,10 @@ def dynamics(run: str | os.PathLike, *, gammas: Sequence[float] = (0.1,), tau: f
         files += [out_dir / layout.purity(g), out_dir / layout.pure_counts(g),
                   *figure_paths(layout.figure(out_dir, layout.fig2(g)))]
     scores = select_tau(load_scores(run), tau)
+    if INTERVENTION in scores and scores[INTERVENTION].nunique() > 1:
+        raise PosymError(f"the scores of {run} were measured under {scores[INTERVENTION].nunique()} interventions "
+                         f"({', '.join(map(str, dict.fromkeys(scores[INTERVENTION])))}); Fig. 2 reads one: score "
+                         "each intervention into its own table (posym scores --intervene ... --out)")
     n_layers = int(scores["layer"].max()) + 1
     bad_layers = [lay for lay in layers or () if not 0 <= lay < n_layers]
     if bad_layers:

@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
 
 from posym.errors import PosymError
 from posym.heads.frequencies import (DEFAULT_GEOMETRY_PROMPTS, DEFAULT_N, WEIGHTINGS, frequency_scores, frequency_use,
                                      pick_geometry_head, qk_geometry, weighted_frequency_id)
+from posym.interventions import check_interventions, intervened, plan_interventions
 from posym.model.adapters import get_adapter
 from posym.runs import layout
 from posym.runs.lock import in_progress_note
 from posym.runs.resolve import StepChoice, resolve_model
-from posym.runs.tables import with_step
+from posym.runs.tables import with_intervention, with_step
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
 def freqs(path: str | os.PathLike, *, task: str | None = None, n: int = DEFAULT_N, out: str | os.PathLike | None = None,
           layer_geometry: int | None = None, step: StepChoice = None, seed: int = 0, split: str = "test",
           scores: bool = True, geometry_prompts: int = DEFAULT_GEOMETRY_PROMPTS, batch_size: int = 64,
-          weighting: str = "max_abs", force: bool = False, progress: bool = True) -> VerbResult:
+          weighting: str = "max_abs", force: bool = False, progress: bool = True,
+          intervene: Sequence[str] | None = None, layers: Sequence[int] | None = None) -> VerbResult:
     """Frequency analysis of the model a run stands for (or ``step``), a checkpoint or a plain HF GPT-J
     directory (then ``task`` is required), on the first ``n`` prompts of ``split``.
 
@@ -29,6 +34,12 @@ def freqs(path: str | os.PathLike, *, task: str | None = None, n: int = DEFAULT_
     with ``scores=False``), ``qk_geometry_L{l}.csv`` and the figures ``figures/freq_use`` and
     ``figures/qk_geometry_L{l}`` (geometry on the first ``geometry_prompts`` prompts, layer
     ``layer_geometry`` or the one with the smallest weighted ID, in its dominant plane).
+
+    ``intervene``: canonical intervention strings (docs/interventions.md), one analysis each, in
+    order (``layers`` for temperature / freq-mask); every table gets an ``intervention`` column and
+    holds the rows of all of them; the figures and the geometry head are the first one's. The
+    ``angle`` column stays the model's own θ_k (a base change or interpolation moves the rotation the
+    terms are computed with, not the label).
     """
     from tqdm.auto import tqdm
 
@@ -39,43 +50,59 @@ def freqs(path: str | os.PathLike, *, task: str | None = None, n: int = DEFAULT_
         raise PosymError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
     if isinstance(geometry_prompts, bool) or int(geometry_prompts) < 1:
         raise PosymError(f"geometry_prompts must be a positive integer, got {geometry_prompts!r}")
+    specs = plan_interventions(intervene, layers)
     rm = resolve_model(path, task=task, step=step)
     model, task = rm.model, rm.task
     ad = get_adapter(model)
     if layer_geometry is not None:
         ad.check_layers([layer_geometry])
+    labels = check_interventions(model, specs)
     out_dir = Path(out) if out is not None else Path(path)
     files = [out_dir / layout.FREQ_USE, out_dir / layout.FREQ_TABLE, *figure_paths(layout.figure(out_dir, layout.FIG_FREQ_USE))]
     if scores:
         files.append(out_dir / layout.FREQ_SCORES)
     outputs = Outputs(files, force).check()
     batch = make_split(task, split, seed=seed, n=n)
-    bar = tqdm(total=3 if scores else 2, desc="frequency analysis", disable=not progress)
-    use = frequency_use(ad, batch.input_ids, batch_size=batch_size, weighting=weighting)
-    table = weighted_frequency_id(use)
-    use, table = with_step(use, rm.step), with_step(table, rm.step)
-    bar.update(1)
-    outputs.csv(use, out_dir / layout.FREQ_USE)
-    outputs.csv(table, out_dir / layout.FREQ_TABLE)
+    bar = tqdm(total=(3 if scores else 2) * len(specs), desc="frequency analysis", disable=not progress)
+    uses, tables, fss = [], [], []
+    for spec, text in zip(specs, labels):
+        with intervened(model, spec):
+            use = frequency_use(ad, batch.input_ids, batch_size=batch_size, weighting=weighting)
+            bar.update(1)
+            fs = (frequency_scores(ad, batch.input_ids, batch_size=max(1, batch_size // 2)) if scores else None)
+            bar.update(1 if scores else 0)
+        uses.append(with_intervention(with_step(use, rm.step), text))
+        tables.append(with_intervention(with_step(weighted_frequency_id(use), rm.step), text))
+        if fs is not None:
+            fss.append(with_intervention(with_step(fs, rm.step), text))
+    use, table = uses[0], tables[0]  # the figures and the geometry head: the first intervention's
+    outputs.csv(pd.concat(uses, ignore_index=True), out_dir / layout.FREQ_USE)
+    outputs.csv(pd.concat(tables, ignore_index=True), out_dir / layout.FREQ_TABLE)
     if scores:
-        fs = with_step(frequency_scores(ad, batch.input_ids, batch_size=max(1, batch_size // 2)), rm.step)
-        outputs.csv(fs, out_dir / layout.FREQ_SCORES)
-        bar.update(1)
+        outputs.csv(pd.concat(fss, ignore_index=True), out_dir / layout.FREQ_SCORES)
     label = f"{rm.path.parent.parent.name if rm.path.parent.name == layout.CHECKPOINTS else rm.path.name}"
-    label += f" ({task}" + (f", step {rm.step})" if rm.step is not None else ")")
+    label += f" ({task}" + (f", step {rm.step}" if rm.step is not None else "")
+    label += (f", {labels[0]})" if specs[0] is not None else ")")
     outputs.figure(plot_freq_use(use, title=f"frequency use — {label}"), layout.figure(out_dir, layout.FIG_FREQ_USE))
     layer, head = pick_geometry_head(table, layer_geometry)
     dom = table.loc[(table["layer"] == layer) & (table["head"] == head), "dominant_id"].iloc[0]
-    pts = qk_geometry(ad, batch.input_ids[: int(geometry_prompts)], layer, head,
-                      freq_id=int(dom) if dom > 0 else None, task=task)
     geo = layout.qk_geometry(layer)
     Outputs([out_dir / f"{geo}.csv", *figure_paths(layout.figure(out_dir, geo))], force).check()
-    outputs.csv(with_step(pts, rm.step), out_dir / f"{geo}.csv")
-    outputs.figure(plot_qk_geometry(pts), layout.figure(out_dir, geo))
-    bar.update(1)
+    pts_all = []
+    for spec, text in zip(specs, labels):
+        with intervened(model, spec):
+            pts = qk_geometry(ad, batch.input_ids[: int(geometry_prompts)], layer, head,
+                              freq_id=int(dom) if dom > 0 else None, task=task)
+        pts_all.append(with_intervention(with_step(pts, rm.step), text))
+        bar.update(1)
+    outputs.csv(pd.concat(pts_all, ignore_index=True), out_dir / f"{geo}.csv")
+    outputs.figure(plot_qk_geometry(pts_all[0]), layout.figure(out_dir, geo))
     bar.close()
     table.attrs.update(task=task, step=rm.step, checkpoint=str(rm.path), geometry_layer=layer, geometry_head=head,
                        files=[str(p) for p in outputs.written])
+    if len(specs) > 1:
+        table = pd.concat(tables, ignore_index=True)
+        table.attrs.update(tables[0].attrs)
     text = (table.round(2).to_string(index=False) + f"\nq/k geometry: layer {layer}, head {head}; wrote {len(outputs.written)} "
             f"files under {out_dir}")
     note = in_progress_note(path, rm.step)

@@ -123,7 +123,7 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     :data:`~posym.report.interventions.SEARCH_GRID`), ``"paper"`` or added lengths; ``n`` samples per
     point and data seed; ``heads_lengths`` / ``heads_n``: the head readout (default +0, +100, +1,000 on
     16 prompts; ``[]`` for none)."""
-    from posym.interventions import describe, intervened, parse_intervention
+    from posym.interventions import check_interventions, describe, plan_interventions
     from posym.report.html import interventions_page
     from posym.report.interventions import (HEAD_LENGTHS, index_layers, plot_head_readout,
                                             plot_intervention_curves, prediction_rows, study_grid, study_summary,
@@ -139,7 +139,7 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     out = Path(out)
     grid_values = _grid(grid)
     lengths = list(HEAD_LENGTHS if heads_lengths is None else heads_lengths)
-    given = [describe(parse_intervention(t)) for t in intervene] if intervene else None
+    given = [describe(spec) for spec in plan_interventions(intervene)] if intervene else None
     picked = _best_of(Path(best_of)) if best_of else None
     labels: dict[str, Path] = {}
     tasks = {}
@@ -166,9 +166,7 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
                     if base is not None and task == "number" else []
                 from posym.model.adapters import get_adapter
                 plan = study_grid(get_adapter(model).rotary_dim // 2, found)
-            for interv in plan:  # every intervention applies to this model, before the long work
-                with intervened(model, interv):
-                    pass
+            check_interventions(model, plan)  # every intervention applies to this model, before the long work
             res = lengthgen(run, grid=grid_values, n=n, seeds=seeds, out=folder / layout.LENGTHGEN, device=device,
                             resume=True, progress=progress, intervene=plan)
             if lengths:

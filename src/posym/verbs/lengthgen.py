@@ -15,7 +15,7 @@ from posym.runs import layout
 from posym.runs.digest import weights_digest
 from posym.runs.lock import in_progress_note
 from posym.runs.resolve import StepChoice, resolve_model
-from posym.runs.tables import RUN_TABLES, check_rows
+from posym.runs.tables import INTERVENTION, NO_INTERVENTION, RUN_TABLES, check_rows
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
@@ -46,15 +46,12 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
     are refused unless ``force`` (then they are replaced). A table without the ``intervention`` column
     (older posym) holds untouched-model rows.
     """
-    from posym.interventions import intervened, parse_intervention, with_layers, describe
+    from posym.interventions import check_interventions, intervened, plan_interventions
     from posym.report.figures import plot_lengthgen
     from posym.report.paper import LENGTHGEN
 
     grid_values = parse_grid(grid)
-    specs = [with_layers(parse_intervention(text), layers) for text in (intervene or ["none"])]
-    names = [describe(spec) for spec in specs]
-    if len(set(names)) != len(names):
-        raise PosymError(f"--intervene lists an intervention twice: {', '.join(names)}")
+    specs = plan_interventions(intervene, layers)
     table_path = Path(out) if out else Path(run) / layout.LENGTHGEN
     if table_path.suffix != ".csv":
         raise PosymError(f"--out must be a .csv file, got {table_path}")
@@ -63,9 +60,7 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
                       force or resume).check()
     resolved = resolve_model(run, task=task, step=step)
     model, task, ckpt_step = resolved
-    for spec in specs:  # every intervention applies to this model (family, layers, frequency IDs), before any work
-        with intervened(model, spec):
-            pass
+    names = check_interventions(model, specs)  # family, layers, frequency IDs: before any work
     stored = layout.read_meta(run).get("config") or {}
     distractors = stored.get("distractors", "uniform" if stored else "pool")
     key = {"task": task, "step": ckpt_step, "weights": weights_digest(resolved.path), "extra_rule": extra_rule,
@@ -75,17 +70,17 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
 
     def labelled(t: pd.DataFrame, name: str) -> pd.DataFrame:
         t = t.copy()
-        for i, (col, value) in enumerate({**key, "intervention": name}.items()):
+        for i, (col, value) in enumerate({**key, INTERVENTION: name}.items()):
             t.insert(i, col, value)
         return t
 
-    kept = [] if old is None else [labelled(g.drop(columns="intervention"), name)
-                                   for name, g in old.groupby("intervention", sort=False) if name not in names]
+    kept = [] if old is None else [labelled(g.drop(columns=INTERVENTION), name)
+                                   for name, g in old.groupby(INTERVENTION, sort=False) if name not in names]
     parts: list[pd.DataFrame] = []
     for spec, name in zip(specs, names):
         done = None
         if old is not None:
-            mine = old[old["intervention"] == name].drop(columns="intervention")
+            mine = old[old[INTERVENTION] == name].drop(columns=INTERVENTION)
             done = mine if len(mine) else None
 
         def save(t: pd.DataFrame, name: str = name) -> None:
@@ -100,13 +95,13 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
     summary = summarize_lengthgen(table.drop(columns=list(key)))
     outputs.csv(table, table_path)
     outputs.csv(summary, layout.summary_path(table_path))
-    curves = {task if name == "none" else f"{task} · {name}": g.drop(columns="intervention")
-              for name, g in summary.groupby("intervention", sort=False)}
+    curves = {task if name == NO_INTERVENTION else f"{task} · {name}": g.drop(columns=INTERVENTION)
+              for name, g in summary.groupby(INTERVENTION, sort=False)}
     outputs.figure(plot_lengthgen(curves, paper=LENGTHGEN), fig_stem)
     cols = ["extra_tokens", "acc_mean", "acc_sd"] + [f"acc_hop{h}_mean" for h in range(1, 5)]
     lines = []
-    for name, g in summary.groupby("intervention", sort=False):
-        if len(names) > 1 or name != "none":
+    for name, g in summary.groupby(INTERVENTION, sort=False):
+        if len(names) > 1 or name != NO_INTERVENTION:
             lines.append(f"== {name}")
         lines.append(g[cols].round(3).to_string(index=False))
         lines.append(f"largest added length with accuracy >= 0.9: {largest_length_above(g)}")
@@ -159,8 +154,8 @@ def _rows_to_keep(path: Path, key: dict, n: int, force: bool) -> pd.DataFrame | 
         if force:
             return None
         raise
-    if "intervention" not in old.columns:
-        old.insert(len(key), "intervention", "none")
+    if INTERVENTION not in old.columns:
+        old.insert(len(key), INTERVENTION, NO_INTERVENTION)
     ident = {**key, "n": n}
     same = np.logical_and.reduce([old[c].map(_cell) == _cell(v) for c, v in ident.items()])
     if not same.all() and not force:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
 from posym.heads.llm_heads import DEFAULT_MIN_MASS
+from posym.interventions import check_interventions, describe, holds_under_kv_cache, intervened, plan_interventions
 from posym.runs import layout
+from posym.runs.tables import INTERVENTION, with_intervention
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 #: Root of the default output folders of ``posym llm heads``: ``runs/llm-heads/<model>/``.
@@ -31,19 +33,29 @@ def heads_out(model: Any = None, gguf: str | os.PathLike | None = None) -> Path:
 
 
 def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | None = None, *,
-             progress: bool = True, **kwargs: Any) -> VerbResult:
+             progress: bool = True, intervene: Sequence[str] | None = None, layers: Sequence[int] | None = None,
+             **kwargs: Any) -> VerbResult:
     """:func:`posym.lengthgen.llm_eval.llm_eval` (answers cached in the output folder, so a re-run only
     asks for missing samples; ``protocol="choice"`` scores the candidates by log-likelihood) plus the
-    accuracy-vs-length figure ``figures/llm_lengthgen`` (with chance lines for the choice protocol)."""
+    accuracy-vs-length figure ``figures/llm_lengthgen`` (with chance lines for the choice protocol).
+    ``intervene``: canonical intervention strings (docs/interventions.md), one measurement each
+    (``layers`` for temperature / freq-mask), cached and tabulated under their canonical string."""
     from posym.lengthgen.llm_eval import llm_eval as run_eval
-    from posym.lengthgen.llm_eval import table_markdown, table_title
+    from posym.lengthgen.llm_eval import short_label, table_markdown, table_title
     from posym.report.llm_figures import plot_llm_lengthgen
 
+    specs = plan_interventions(intervene, layers)  # a bad spec: one line, first
+    texts = [describe(s) for s in specs]
+    cache_ok = [t for s, t in zip(specs, texts) if holds_under_kv_cache(s)]
     if kwargs.get("out") is not None:  # refuse an unwritable output folder before loading any model
         Outputs(figure_paths(layout.figure(kwargs["out"], layout.FIG_LLM)), force=True).check()
-    res = run_eval(model=model, gguf=gguf, progress=progress, **kwargs)
+    res = run_eval(model=model, gguf=gguf, progress=progress, intervene=texts, apply=intervened,
+                   kv_cache_ok=cache_ok, **kwargs)
     outputs = Outputs(figure_paths(layout.figure(res.out_dir, layout.FIG_LLM)), force=True)
-    outputs.figure(plot_llm_lengthgen(res.table.assign(model=res.model)), layout.figure(res.out_dir, layout.FIG_LLM))
+    several = len(texts) > 1  # one line style per intervention, the model in the title
+    drawn = res.table.assign(model=res.table[INTERVENTION] if several else res.model)
+    outputs.figure(plot_llm_lengthgen(drawn, title=short_label(res.model) if several else None),
+                   layout.figure(res.out_dir, layout.FIG_LLM))
     text = (table_markdown(res.table, title=table_title(res.model, res.protocol))
             + f"{res.n_new} answered, {res.n_cached} from cache, {res.seconds:.0f} s; output in {res.out_dir}")
     return VerbResult(res.table, [*res.paths.values(), *outputs.written], text, {"result": res})
@@ -71,6 +83,7 @@ def _summary_lines(summary: pd.DataFrame, chance: dict[str, float]) -> str:
 
 def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, out: str | os.PathLike | None = None,
               force: bool = False, min_mass: float = DEFAULT_MIN_MASS, progress: bool = True,
+              intervene: Sequence[str] | None = None, layers: Sequence[int] | None = None,
               **kwargs: Any) -> VerbResult:
     """:func:`posym.heads.llm_heads.llm_heads`, written to ``out`` (default :func:`heads_out`:
     ``runs/llm-heads/<model>/``, printed to stderr at the start unless ``progress=False``):
@@ -81,7 +94,10 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, out: 
     with ``block_mass < min_mass`` are left out of the medians and r of the three summary files
     (their count is reported); the heads table keeps them. The printed summary ends with
     :func:`posym.heads.llm_heads.reading_warnings` and a pointer to the reading of the scores
-    (:data:`posym.heads.reading.HOW_TO_READ`)."""
+    (:data:`posym.heads.reading.HOW_TO_READ`). ``intervene``: canonical intervention strings
+    (docs/interventions.md), one scoring each (``layers`` for temperature / freq-mask), checked on the
+    loaded model first; every CSV gets an ``intervention`` column and holds all of them, the figures
+    are the first one's."""
     import sys
 
     from posym.heads.llm_heads import (check_min_mass, group_medians, layer_medians, reading_warnings,
@@ -91,43 +107,70 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, out: 
     from posym.report.llm_heads_figures import plot_llm_heads_layers, plot_llm_heads_plane
 
     min_mass = check_min_mass(min_mass)
+    specs = plan_interventions(intervene, layers)
     out = Path(out) if out is not None else heads_out(model, gguf)
     stems = [layout.figure(out, layout.FIG_LLM_HEADS), layout.figure(out, layout.FIG_LLM_HEADS_LAYERS)]
     names = (layout.LLM_HEADS, layout.LLM_HEADS_FREQ_USE, layout.LLM_HEADS_LAYERS, layout.LLM_HEADS_SUMMARY,
              layout.LLM_HEADS_GROUPS, layout.LLM_HEADS_JSON)
     outputs = Outputs([out / n for n in names] + [p for s in stems for p in figure_paths(s)], force).check()
+    label = None
     if model is None or isinstance(model, (str, os.PathLike)):
-        from posym.model.llm import check_llm_model
+        from posym.model.llm import check_llm_model, load_llm, model_label
 
         check_llm_model(model, gguf)  # a missing folder or one without a tokenizer: one line, nothing loaded
+        if specs != (None,):  # loaded here, once, so that every intervention applies to the same model
+            label = model_label(model, gguf)
+            model, kwargs["tokenizer"] = load_llm(model, gguf, device=kwargs.pop("device", None),
+                                                  dtype=kwargs.pop("dtype", None))
+            gguf = None
+    texts = check_interventions(model, specs) if specs != (None,) else [describe(None)]
     if progress:
         print(f"llm heads: output folder {out}{os.sep}", file=sys.stderr, flush=True)
-    table = score_llm(model, gguf, progress=progress, **kwargs)
-    layers, summary = layer_medians(table, min_mass=min_mass), summarize_llm_heads(table, min_mass=min_mass)
-    groups = group_medians(table, min_mass=min_mass)
-    warnings = reading_warnings(table)
-    outputs.csv(table, out / layout.LLM_HEADS)
-    outputs.csv(table.attrs["freq_use"], out / layout.LLM_HEADS_FREQ_USE)
-    outputs.csv(layers, out / layout.LLM_HEADS_LAYERS)
-    outputs.csv(summary, out / layout.LLM_HEADS_SUMMARY)
-    outputs.csv(groups, out / layout.LLM_HEADS_GROUPS)
-    outputs.json({**table.attrs["meta"], "min_mass": min_mass, "warnings": warnings}, out / layout.LLM_HEADS_JSON)
+    parts = []
+    for spec, text in zip(specs, texts):
+        with intervened(model, spec):
+            table = score_llm(model, gguf, progress=progress, label=label, **kwargs)
+        parts.append((text, table, layer_medians(table, min_mass=min_mass),
+                      summarize_llm_heads(table, min_mass=min_mass), group_medians(table, min_mass=min_mass),
+                      reading_warnings(table)))
+    def cat(pick) -> pd.DataFrame:  # one table of every intervention, each tagged with its canonical string
+        frames = [with_intervention(pick(p), p[0]) for p in parts]
+        for f in frames:
+            f.attrs = {}  # side tables live in attrs; pandas compares attrs when it concatenates
+        return pd.concat(frames, ignore_index=True)
+
+    table = parts[0][1]
+    heads = cat(lambda p: p[1])
+    heads.attrs.update(table.attrs)
+    outputs.csv(heads, out / layout.LLM_HEADS)
+    outputs.csv(cat(lambda p: p[1].attrs["freq_use"]), out / layout.LLM_HEADS_FREQ_USE)
+    outputs.csv(cat(lambda p: p[2]), out / layout.LLM_HEADS_LAYERS)
+    outputs.csv(cat(lambda p: p[3]), out / layout.LLM_HEADS_SUMMARY)
+    outputs.csv(cat(lambda p: p[4]), out / layout.LLM_HEADS_GROUPS)
+    meta = {**table.attrs["meta"], "min_mass": min_mass, "warnings": parts[0][5], INTERVENTION: texts}
+    if len(parts) > 1:
+        meta["warnings_by_intervention"] = {p[0]: p[5] for p in parts}
+        meta["accuracy_by_intervention"] = {p[0]: p[1].attrs["accuracy"] for p in parts}
+    outputs.json(meta, out / layout.LLM_HEADS_JSON)
     title = str(table.attrs["model"]) + (" (centred)" if table.attrs["meta"].get("centred") else "")
-    outputs.figure(plot_llm_heads_plane(table, title=title), stems[0])
-    outputs.figure(plot_llm_heads_layers(layers, title=title), stems[1])
-    med = layers.pivot(index="layer", columns="prompt_set", values=["s_pos", "s_sym"])
-    grid = groups[groups["depth"].isin(["all", "half 1", "half 2"])].pivot(
-        index=["layer_type", "depth"], columns="prompt_set", values=["median_s_pos", "median_s_sym"])
+    fig_title = title + (f" · {texts[0]}" if specs[0] is not None else "")
+    outputs.figure(plot_llm_heads_plane(table, title=fig_title), stems[0])
+    outputs.figure(plot_llm_heads_layers(parts[0][2], title=fig_title), stems[1])
     kept = (f"heads with block_mass >= {min_mass:g}" if min_mass > 0 else "all heads (--min-mass 0)")
-    text = "\n".join([f"model: {title}",
-                      f"swap-exclude: {table.attrs['meta'].get('swap_exclude', 'none')} (keys kept out of the swaps; "
-                      "docs/spec.md §3)",
-                      f"median over {kept}, per layer:", med.round(3).to_string(),
-                      "medians by layer type and depth:", grid.round(3).to_string(),
-                      "summary (1st/2nd: first/second half of the layers; kept: heads in the medians):",
-                      _summary_lines(summary, table.attrs.get("chance", {})),
-                      *warnings, f"wrote {len(outputs.written)} files to {out}{os.sep}", READ_POINTER])
-    return VerbResult(table, outputs.written, text)
+    lines = [f"model: {title}",
+             f"swap-exclude: {table.attrs['meta'].get('swap_exclude', 'none')} (keys kept out of the swaps; "
+             "docs/spec.md §3)"]
+    for text, t, lay, summary, groups, warnings in parts:
+        med = lay.pivot(index="layer", columns="prompt_set", values=["s_pos", "s_sym"])
+        grid = groups[groups["depth"].isin(["all", "half 1", "half 2"])].pivot(
+            index=["layer_type", "depth"], columns="prompt_set", values=["median_s_pos", "median_s_sym"])
+        lines += ([f"intervention: {text}"] if len(parts) > 1 else []) + [
+            f"median over {kept}, per layer:", med.round(3).to_string(),
+            "medians by layer type and depth:", grid.round(3).to_string(),
+            "summary (1st/2nd: first/second half of the layers; kept: heads in the medians):",
+            _summary_lines(summary, t.attrs.get("chance", {})), *warnings]
+    lines += [f"wrote {len(outputs.written)} files to {out}{os.sep}", READ_POINTER]
+    return VerbResult(heads, outputs.written, "\n".join(lines))
 
 
 __all__ = ["HEADS_OUT_ROOT", "heads_out", "llm_eval", "llm_heads"]

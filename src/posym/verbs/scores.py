@@ -14,8 +14,10 @@ from posym.errors import PosymError
 from posym.heads.reading import READ_POINTER
 from posym.heads.scores import DEFAULT_TAU
 from posym.heads.tracking import score_table
+from posym.interventions import Intervention, check_interventions, intervened, plan_interventions
 from posym.runs import layout
 from posym.runs.lock import in_progress_note
+from posym.runs.tables import INTERVENTION, with_intervention
 from posym.verbs import Outputs, VerbResult
 
 
@@ -57,8 +59,10 @@ def check_targets(targets: list[tuple[int | None, Path]], task: str) -> None:
 
 
 def _score_targets(targets: list[tuple[int | None, Path]], task: str, ids, taus: Sequence[float], per_prompt: bool,
-                   progress: bool, device: str, swap_exclude: str = "none") -> pd.DataFrame:
-    """One block of rows per (step, model folder); a ``step`` column unless the only step is None."""
+                   progress: bool, device: str, swap_exclude: str = "none",
+                   specs: Sequence[Intervention | None] = (None,)) -> pd.DataFrame:
+    """One block of rows per (step, model folder) and intervention (``specs``, checked on the first
+    model before any scoring); a ``step`` column unless the only step is None."""
     from tqdm.auto import tqdm
 
     from posym.heads.swaps import parse_swap_exclude
@@ -69,22 +73,31 @@ def _score_targets(targets: list[tuple[int | None, Path]], task: str, ids, taus:
     exclude = parse_swap_exclude(swap_exclude, ids)
     check_targets(targets, task)
     frames = []
-    for step, p in tqdm(targets, desc="scoring checkpoints", disable=not progress or len(targets) == 1):
-        model, _, _ = resolve_model(p, task=task, device=device, any_family=True)
-        frames.append(score_table(model, ids, taus, step=step, per_prompt=per_prompt, exclude_keys=exclude))
+    first, _, _ = resolve_model(targets[0][1], task=task, device=device, any_family=True)
+    check_interventions(first, specs)  # one architecture (check_targets): the first model answers for all
+    for i, (step, p) in enumerate(tqdm(targets, desc="scoring checkpoints", disable=not progress or len(targets) == 1)):
+        model = first if i == 0 else resolve_model(p, task=task, device=device, any_family=True).model
+        for spec in specs:
+            with intervened(model, spec) as text:
+                df = score_table(model, ids, taus, step=step, per_prompt=per_prompt, exclude_keys=exclude)
+            frames.append(with_intervention(df, text))
     return pd.concat(frames, ignore_index=True)
 
 
 def score_checkpoints(path: str | os.PathLike, task: str | None = None, prompts: str | os.PathLike | None = None,
                       n_prompts: int = 512, taus: Sequence[float] = (DEFAULT_TAU,), per_prompt: bool = False,
                       steps: Sequence[int] | None = None, seed: int = 0, progress: bool = True,
-                      device: str = "cpu", swap_exclude: str = "none") -> pd.DataFrame:
+                      device: str = "cpu", swap_exclude: str = "none", intervene: Sequence[str] | None = None,
+                      layers: Sequence[int] | None = None) -> pd.DataFrame:
     """Scores of every checkpoint of a run directory (one block of rows per ``step``), or of one HF
     checkpoint directory of any supported RoPE family (GPT-J, Llama, Gemma, ...; docs/models.md; no
     ``step`` column). Prompts: a JSONL file, else the first
     ``n_prompts`` validation prompts of the task (the set head tracking uses). ``device``: where the
     models run (e.g. "cuda"); scores are float32/float64 on every device. ``swap_exclude``: keys kept
-    out of the swaps, ``none`` (SPEC §3) | ``bos`` | ``first:K`` (docs/spec.md §3)."""
+    out of the swaps, ``none`` (SPEC §3) | ``bos`` | ``first:K`` (docs/spec.md §3). ``intervene``: canonical intervention strings (docs/interventions.md), one
+    measurement each, in order, with ``layers`` for temperature / freq-mask; the ``intervention`` column
+    holds the canonical string (``none``: the untouched model, the default)."""
+    specs = plan_interventions(intervene, layers)
     path = Path(path)
     if not path.is_dir():
         raise PosymError(f"no such run or model directory: {path}" if not path.exists() else f"{path} is not a folder")
@@ -99,17 +112,20 @@ def score_checkpoints(path: str | os.PathLike, task: str | None = None, prompts:
     if task is None:
         raise PosymError(f"cannot tell the task of {path}: pass --task number|letter")
     return _score_targets(targets, task, _prompt_ids(task, prompts, n_prompts, seed), taus, per_prompt, progress,
-                          device, swap_exclude)
+                          device, swap_exclude, specs)
 
 
 def score_series(folders: Sequence[str | os.PathLike], task: str | None = None,
                  prompts: str | os.PathLike | None = None, n_prompts: int = 512,
                  taus: Sequence[float] = (DEFAULT_TAU,), per_prompt: bool = False, steps: Sequence[int] | None = None,
-                 seed: int = 0, progress: bool = True, device: str = "cpu", swap_exclude: str = "none") -> pd.DataFrame:
+                 seed: int = 0, progress: bool = True, device: str = "cpu", swap_exclude: str = "none",
+                 intervene: Sequence[str] | None = None, layers: Sequence[int] | None = None) -> pd.DataFrame:
     """Scores of every checkpoint of a series (:func:`posym.runs.layout.checkpoint_series`: the
     ``checkpoint-N/`` folders of an HF ``Trainer`` run, or a list of model folders), any supported
     family, as one tidy table with a ``step`` column — the ``scores.csv`` that ``posym dynamics`` turns
-    into Fig. 2 curves and pure-head steps (SPEC §3). Each block equals scoring its folder alone."""
+    into Fig. 2 curves and pure-head steps (SPEC §3). Each block equals scoring its folder alone.
+    ``intervene``, ``layers``: as :func:`score_checkpoints`."""
+    specs = plan_interventions(intervene, layers)
     series = layout.checkpoint_series(list(folders))
     if steps is not None:
         wanted = set(steps)
@@ -120,7 +136,7 @@ def score_series(folders: Sequence[str | os.PathLike], task: str | None = None,
     if task is None:
         raise PosymError("cannot tell the task of the series: pass --task number|letter")
     return _score_targets(series, task, _prompt_ids(task, prompts, n_prompts, seed), taus, per_prompt, progress,
-                          device, swap_exclude)
+                          device, swap_exclude, specs)
 
 
 def _sequence_model(model: str | os.PathLike, text: bool, device: str):
@@ -150,7 +166,8 @@ def _sequence_model(model: str | os.PathLike, text: bool, device: str):
 def score_sequences(model: str | os.PathLike, *, text: str | os.PathLike | None = None,
                     ids: str | os.PathLike | None = None, blocks: int | None = None,
                     taus: Sequence[float] = (DEFAULT_TAU,), per_prompt: bool = False, swap_exclude: str = "bos",
-                    batch_size: int = 64, device: str = "cpu", progress: bool = True) -> pd.DataFrame:
+                    batch_size: int = 64, device: str = "cpu", progress: bool = True,
+                    intervene: Sequence[str] | None = None, layers: Sequence[int] | None = None) -> pd.DataFrame:
     """Scores of every head of a model on a researcher's own sequences (SPEC §3; query = each
     sequence's last token): ``text`` (one text per line, tokenized with the model's tokenizer, a start
     token as the tokenizer adds it) or ``ids`` (one sequence of the model's token ids per line;
@@ -162,7 +179,8 @@ def score_sequences(model: str | os.PathLike, *, text: str | os.PathLike | None 
     head (docs/llm.md, "Head types side by side").
     ``model``: a model folder (with its tokenizer for ``text``), a ``.gguf`` file or a bundled name.
     Returns the ``scores.csv`` table (mean over sequences, ``n_prompts``) or, with ``per_prompt``,
-    one row per sequence (``prompt`` = its index among the file's non-blank lines)."""
+    one row per sequence (``prompt`` = its index among the file's non-blank lines). ``intervene``,
+    ``layers``: as :func:`score_checkpoints` (checked on the loaded model before any scoring)."""
     from tqdm.auto import tqdm
 
     from posym.heads.scores import head_scores, vocab_size
@@ -170,6 +188,7 @@ def score_sequences(model: str | os.PathLike, *, text: str | os.PathLike | None 
     from posym.tasks.sequences import check_sequences, group_by_length, read_id_sequences, read_text_lines
 
     parse_swap_exclude(swap_exclude)  # a bad form: one line before anything is read or loaded
+    specs = plan_interventions(intervene, layers)
     if (text is None) == (ids is None):
         raise PosymError("give exactly one of text= (a text file) or ids= (a token-id file)")
     if blocks is not None and (isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 2):
@@ -192,22 +211,27 @@ def score_sequences(model: str | os.PathLike, *, text: str | os.PathLike | None 
     if blocks is not None and min(len(s) for s in seqs) - 1 < 2 * blocks:
         raise PosymError(f"{source}: a sequence of {min(len(s) for s in seqs)} tokens cannot hold {blocks} blocks "
                          "of two keys or more; use fewer --blocks")
-    frames = []
+    check_interventions(lm, specs)
     groups = group_by_length(seqs)
-    for length, idx in tqdm(groups.items(), desc="scoring sequences", disable=not progress or len(groups) == 1):
-        batch = torch.tensor([seqs[i] for i in idx], dtype=torch.long, device=device)
-        with torch.no_grad():
-            res = head_scores(lm, batch, taus, blocks=blocks, batch_size=batch_size,
-                              exclude_keys=parse_swap_exclude(swap_exclude, batch))
-        df = res.to_frame(mean_over_prompts=False)
-        df["prompt"] = np.asarray(idx)[df["prompt"].to_numpy()]
-        frames.append(df)
-    df = pd.concat(frames, ignore_index=True).sort_values(["prompt", "layer", "head", "tau"], ignore_index=True)
-    if per_prompt:
-        return df
-    mean = df.groupby(["layer", "head", "tau"], as_index=False)[["s_pos", "s_sym", "entropy", "swap_mass"]].mean()
-    mean["n_prompts"] = len(seqs)
-    return mean
+    tables = []
+    for spec in specs:
+        frames = []
+        with intervened(lm, spec) as label:
+            for length, idx in tqdm(groups.items(), desc="scoring sequences",
+                                    disable=not progress or len(groups) * len(specs) == 1):
+                batch = torch.tensor([seqs[i] for i in idx], dtype=torch.long, device=device)
+                with torch.no_grad():
+                    res = head_scores(lm, batch, taus, blocks=blocks, batch_size=batch_size,
+                                      exclude_keys=parse_swap_exclude(swap_exclude, batch))
+                df = res.to_frame(mean_over_prompts=False)
+                df["prompt"] = np.asarray(idx)[df["prompt"].to_numpy()]
+                frames.append(df)
+        df = pd.concat(frames, ignore_index=True).sort_values(["prompt", "layer", "head", "tau"], ignore_index=True)
+        if not per_prompt:
+            df = df.groupby(["layer", "head", "tau"], as_index=False)[["s_pos", "s_sym", "entropy", "swap_mass"]].mean()
+            df["n_prompts"] = len(seqs)
+        tables.append(with_intervention(df, label))
+    return pd.concat(tables, ignore_index=True)
 
 
 def default_out(path: str | os.PathLike | None = None, series: Sequence[str | os.PathLike] | None = None) -> Path:
@@ -230,13 +254,15 @@ def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.P
            out: str | os.PathLike | None = None, force: bool = False, **kwargs) -> VerbResult:
     """:func:`score_checkpoints` of ``path``, :func:`score_series` of ``series`` or (``text=`` /
     ``ids=`` in ``kwargs``) :func:`score_sequences` of the model ``path``, written to ``out``
-    (default: :func:`default_out`); the summary is the last step's table."""
+    (default: :func:`default_out`); the summary is the last step's table (per intervention when
+    ``intervene=`` in ``kwargs`` names several: docs/interventions.md)."""
     if (path is None) == (series is None):
         raise PosymError("give exactly one of a run/model folder or a series of checkpoint folders")
     series = None if series is None else list(series)
     own = kwargs.get("text") is not None or kwargs.get("ids") is not None
     if own and series is not None:
         raise PosymError("--text / --ids score one model: give --model MODEL, not --series")
+    plan_interventions(kwargs.get("intervene"), kwargs.get("layers"))  # a bad spec: one line before anything
     out = Path(out) if out else default_out(path, series)
     outputs = Outputs([out], force).check()
     if own:
@@ -245,7 +271,9 @@ def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.P
         df = score_series(series, **kwargs) if series is not None else score_checkpoints(path, **kwargs)
     outputs.csv(df, out)
     last = df[df["step"] == df["step"].max()] if "step" in df else df
-    cols = [c for c in ("layer", "head", "tau", "s_pos", "s_sym", "entropy") if c in last]
+    several = df[INTERVENTION].nunique() > 1  # then one block per intervention, in the order given
+    by = ([INTERVENTION] if several else []) + ["layer", "head", "tau"]
+    cols = [c for c in (*by, "s_pos", "s_sym", "entropy") if c in last]
     steps = f" at {df['step'].nunique()} steps" if "step" in df else ""
     note = in_progress_note(path, int(df["step"].max()) if "step" in df else None) if path is not None and not own else ""
     if own:
@@ -253,7 +281,7 @@ def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.P
         blocks = kwargs.get("blocks")
         note = (f"{n} sequences of {kwargs.get('text') or kwargs.get('ids')}, "
                 f"{f'{blocks} blocks' if blocks else 'token swaps'}")
-    text = (last[cols].groupby(["layer", "head", "tau"]).mean().round(3).to_string()
+    text = (last[cols].groupby(by, sort=not several).mean().round(3).to_string()
             + f"\nwrote {len(df)} rows{steps} to {out}" + (f"\n{note}" if note else ""))
     excluded = kwargs.get("swap_exclude", "bos" if own else "none")
     text += f"\nswap-exclude: {excluded} (keys kept out of the swaps; docs/spec.md §3)"

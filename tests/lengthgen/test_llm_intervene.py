@@ -1,0 +1,167 @@
+"""``--intervene`` in ``posym llm eval`` (both protocols) and ``posym llm heads`` on a tiny random
+Llama (``tiny_dirs`` in conftest.py): rows per intervention with the canonical string, ``none`` rows
+equal to the plain call's, the answers cache keyed on the intervention (never reused across
+interventions; old records without the key are ``none``), intervened forwards cache-free."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from posym.errors import PosymError
+from posym.lengthgen.llm_eval import load_cache
+from posym.verbs.llm import llm_eval, llm_heads
+
+GRID = dict(lengths=[4, 8], runs=1, n=2, progress=False, threads=1)
+TEMP = "temperature:beta=1,n_train=17"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def _plain_records(out):
+    return {(r["task"], r["length"], r["run"], r["index"]): r for r in load_cache(out / "answers.jsonl").values()}
+
+
+@pytest.mark.parametrize("protocol", ["choice", "generate"])
+def test_llm_eval_two_interventions_none_rows_equal_plain_and_cache_keyed(protocol, tiny_dirs, tmp_path):
+    model = str(tiny_dirs["chat"])
+    plain = llm_eval(model, out=tmp_path / "plain", protocol=protocol, **GRID).data["result"]
+    assert (plain.table["intervention"] == "none").all() and plain.table.columns[-1] == "intervention"
+    out = tmp_path / "iv"
+    first = llm_eval(model, out=out, protocol=protocol, intervene=["none"], **GRID).data["result"]
+    # another intervention into the same folder: nothing of the none answers is reused for it
+    res = llm_eval(model, out=out, protocol=protocol, intervene=["none", "temperature:beta=1"], **GRID).data["result"]
+    assert first.n_new == 8 and res.n_cached == 8 and res.n_new == 8
+    assert list(dict.fromkeys(res.table["intervention"])) == ["none", TEMP]
+    none = res.table[res.table["intervention"] == "none"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(none, plain.table, check_exact=True)
+    recs = list(load_cache(out / "answers.jsonl").values())
+    assert sorted(r["intervention"] for r in recs) == ["none"] * 8 + [TEMP] * 8
+    plain_recs = _plain_records(tmp_path / "plain")
+    for r in recs:
+        if r["intervention"] == "none":  # the none answers are the plain call's
+            p = plain_recs[(r["task"], r["length"], r["run"], r["index"])]
+            assert r["prediction"] == p["prediction"] and r.get("logprobs") == p.get("logprobs")
+    # a rerun asks nothing; the tables and llm_table.md carry both interventions
+    again = llm_eval(model, out=out, protocol=protocol, intervene=["temperature:beta=1", "none"], **GRID)
+    assert again.data["result"].n_new == 0
+    assert f"| number · {TEMP} |" in (out / "llm_table.md").read_text()
+    csv = pd.read_csv(out / "llm_runs.csv")
+    assert set(csv["intervention"]) == {"none", TEMP} and list(csv.columns[-3:]) == ["model", "protocol",
+                                                                                      "intervention"]
+    meta = json.loads((out / "llm_eval.json").read_text())
+    assert meta["interventions"] == [TEMP, "none"] and meta["full_forwards"] == [TEMP]
+
+
+def test_identity_intervention_through_the_cache_free_path_answers_as_none(tiny_dirs, tmp_path):
+    """temperature β = 0 is an exact no-op, so its cache-free (reference) log-probs match the cached none ones."""
+    res = llm_eval(str(tiny_dirs["chat"]), out=tmp_path / "o", protocol="choice",
+                   intervene=["none", "temperature:beta=0"], **GRID).data["result"]
+    recs = list(load_cache(tmp_path / "o" / "answers.jsonl").values())
+    by = {}
+    for r in recs:
+        by.setdefault((r["task"], r["length"], r["index"]), {})[r["intervention"]] = r
+    assert len(by) == 8
+    for pair in by.values():
+        a, b = pair["none"], pair["temperature:beta=0,n_train=17"]
+        assert a["prediction"] == b["prediction"]
+        assert a["logprobs"] == pytest.approx(b["logprobs"], abs=1e-4)
+    assert res.n_new == 16
+
+
+def test_records_without_an_intervention_are_none(tiny_dirs, tmp_path):
+    out = tmp_path / "old"
+    llm_eval(str(tiny_dirs["chat"]), out=out, protocol="choice", **GRID)
+    lines = [json.loads(x) for x in (out / "answers.jsonl").read_text().splitlines()]
+    (out / "answers.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "intervention"}) + "\n"
+                                               for r in lines))
+    again = llm_eval(str(tiny_dirs["chat"]), out=out, protocol="choice", **GRID).data["result"]
+    assert again.n_new == 0 and again.n_cached == 8
+
+
+def test_llm_eval_bad_specs_fail_before_the_model_loads(tiny_dirs, tmp_path):
+    for iv, layers, needle in ((["bogus"], None, "unknown intervention"),
+                               (["ntk:kappa=4"], [0], "--layers applies to temperature and freq-mask only"),
+                               (["temperature:beta=1"], [9], "layer")):
+        with pytest.raises(PosymError, match=needle):
+            llm_eval(str(tiny_dirs["chat"]), out=tmp_path / "x", protocol="choice", intervene=iv, layers=layers,
+                     **GRID)
+    assert not (tmp_path / "x" / "answers.jsonl").exists()
+    with pytest.raises(PosymError, match="API model cannot be intervened"):
+        llm_eval(api_base="http://127.0.0.1:9/v1", api_model="m", out=tmp_path / "y", intervene=["ntk:kappa=2"],
+                 **GRID)
+
+
+def test_llm_heads_two_interventions_none_rows_equal_plain(tiny_dirs, tmp_path):
+    kw = dict(prompts="number", n=2, length=5, n_examples=1, batch_size=2, progress=False)
+    model = str(tiny_dirs["chat"])
+    plain = llm_heads(model, out=tmp_path / "plain", **kw)
+    both = llm_heads(model, out=tmp_path / "both", intervene=["none", "freq-mask:keep=1+2"], layers=[0], **kw)
+    for name in ("llm_heads.csv", "llm_heads_freq_use.csv", "llm_heads_layers.csv", "llm_heads_summary.csv",
+                 "llm_heads_groups.csv"):
+        a, b = pd.read_csv(tmp_path / "plain" / name), pd.read_csv(tmp_path / "both" / name)
+        assert list(dict.fromkeys(b["intervention"])) == ["none", "freq-mask:keep=1+2,layers=0"], name
+        pd.testing.assert_frame_equal(b[b["intervention"] == "none"].reset_index(drop=True), a, check_exact=True)
+    use = pd.read_csv(tmp_path / "both" / "llm_heads_freq_use.csv")
+    masked = use[(use["intervention"] != "none") & (use["layer"] == 0)]
+    assert (masked.loc[masked["freq_id"] > 2, "use"] == 0.0).all() and (masked["use"] > 0).any()
+    assert (plain.table["intervention"] == "none").all() and len(both.table) == 2 * len(plain.table)
+    meta = json.loads((tmp_path / "both" / "llm_heads.json").read_text())
+    assert meta["intervention"] == ["none", "freq-mask:keep=1+2,layers=0"]
+
+
+@pytest.mark.parametrize("spec", ["none", "temperature:beta=1", "freq-mask:keep=1+2"])
+def test_cache_free_choice_scores_equal_the_reference(spec, tiny_dirs):
+    """The scorer used under an intervention (no KV cache, no padding; prefixes batched by length) gives
+    the per-candidate full-forward reference's log-probs, with and without an intervention applied."""
+    from posym.interventions import intervened
+    from posym.lengthgen.hf_llm import HFChoice
+    from posym.model.llm import load_llm
+    from posym.tasks.prompts import build_messages, candidates, make_sample
+
+    lm, tok = load_llm(str(tiny_dirs["chat"]), dtype="float32")
+    samples = [make_sample(t, 8, 0, i) for t in ("number", "letter") for i in range(2)]
+    # candidates of 1 to 3 tokens; "a b c" and "a b d" share their prefix row ("a b"), rows of two lengths
+    prompts = [build_messages(s, 1) for s in samples]
+    cands = [candidates(s) + ["a b c", "a b d", "a b", "x y"] for s in samples]
+    scorer = HFChoice(lm, tok, cache=False)
+    assert {len(c) for c in scorer.encode(prompts[0], cands[0])[1]} == {1, 2, 3}
+    with intervened(lm, spec):
+        got, ref = scorer(prompts, cands), scorer.reference(prompts, cands)
+        chunked = HFChoice(lm, tok, cache=False, max_cache_bytes=1)(prompts, cands)  # one row per forward
+    for g, r, c in zip(got, ref, chunked):
+        assert g == pytest.approx(r, abs=1e-4) and g == pytest.approx(c, abs=1e-5) and len(set(g)) > 1
+
+
+def test_kv_cache_safe_interventions_use_the_cached_path_and_agree_with_full_forwards(tiny_dirs, tmp_path):
+    """rope-base / ntk / freq-mask act at absolute positions: measured with the KV cache, their
+    log-probs equal the cache-free scorer's under the same intervention; temperature and interpolate
+    read the forward's length and are never measured with a cache."""
+    from posym.interventions import holds_under_kv_cache, intervened, parse_intervention
+    from posym.lengthgen.hf_llm import HFChoice
+    from posym.model.llm import load_llm
+    from posym.tasks.prompts import build_messages, candidates, make_sample
+
+    assert [holds_under_kv_cache(parse_intervention(t)) for t in
+            ("none", "ntk:kappa=2", "rope-base:theta=500", "freq-mask:keep=1", "temperature:beta=0",
+             "interpolate:factor=2", "interpolate:n_train=17")] == [True] * 4 + [False] * 3
+    ivs = ["ntk:kappa=2", "freq-mask:keep=1+2"]
+    res = llm_eval(str(tiny_dirs["chat"]), out=tmp_path / "o", protocol="choice", intervene=ivs, **GRID)
+    assert json.loads((tmp_path / "o" / "llm_eval.json").read_text())["full_forwards"] == []
+    recs = list(load_cache(tmp_path / "o" / "answers.jsonl").values())
+    lm, tok = load_llm(str(tiny_dirs["chat"]), dtype="float32")
+    for iv in ivs:
+        mine = [r for r in recs if r["intervention"] == iv]
+        samples = [make_sample(r["task"], r["length"], r["run"], r["index"]) for r in mine]
+        with intervened(lm, iv):
+            full = HFChoice(lm, tok, cache=False)([build_messages(x, 3) for x in samples],
+                                                   [candidates(x) for x in samples])
+        for r, f in zip(mine, full):
+            assert list(r["logprobs"].values()) == pytest.approx(f, abs=1e-4)
+    assert res.data["result"].n_new == 16
