@@ -13,7 +13,7 @@ import pytest
 
 from posym.cli import main
 from posym.errors import PosymError
-from posym.report.pe_study import (Q_DOMINANT, Q_REACH, Q_SEEDS, Q_TEST, Q_UNROTATED, dominant_ids, dominant_text,
+from posym.report.pe_study import (Q_DOMINANT, Q_DOMINANT_POSITIONAL, Q_REACH, Q_SEEDS, Q_TEST, Q_UNROTATED, dominant_ids, dominant_text,
                                    goal_line, pure_count_curves, q_accuracy, q_milestone, q_pure, seed_reaches,
                                    study_markdown, study_table, unrotated_share, variant_pe)
 from posym.runs import layout
@@ -37,7 +37,7 @@ def make_run(root: Path, task: str, seed: int, pe: str | None, *, test_acc: floa
            for s in steps]
     for r in val:
         r["acc"] = sum(r[h] for h in HOPS) / 4
-    test = {"split": "test", "step": 500, "acc": test_acc, **{h: test_acc for h in HOPS}}
+    test = {"split": "test", "step": 500, "acc": test_acc, **{h: test_acc / 2 for h in HOPS}}  # global != per hop
     pd.DataFrame(val + [test]).to_csv(run / layout.METRICS, index=False)
     if kinds:
         pd.DataFrame({"layer": range(len(kinds)), "head": 0, "kind": list(kinds),
@@ -107,6 +107,10 @@ def test_study_table_known_answers(study):
     assert cell(t, "rope", "number", Q_DOMINANT).cell == "ID 37 ×3, 12 ×2, 38 ×1"
     assert cell(t, "nope", "number", Q_DOMINANT).cell == "6 heads on angle-0 pairs"  # no frequency ID at all
     assert cell(t, "prope", "number", Q_DOMINANT).cell == "ID 1 ×2; 4 heads on angle-0 pairs"
+    # pure positional heads: rope seed 0 layer 0 (ID 37), seed 1 layers 0, 1 (IDs 37, 12); prope layer 0 (ID 1)
+    assert cell(t, "rope", "number", Q_DOMINANT_POSITIONAL).cell == "ID 37 ×2, 12 ×1"
+    assert cell(t, "prope", "number", Q_DOMINANT_POSITIONAL).cell == "ID 1 ×2"
+    assert cell(t, "nope", "number", Q_DOMINANT_POSITIONAL).cell == "no such heads"
     assert cell(t, "rope", "number", Q_UNROTATED)["mean"] == 0.0
     assert cell(t, "nope", "number", Q_UNROTATED)["mean"] == 1.0
     assert cell(t, "prope", "number", Q_UNROTATED)["mean"] == pytest.approx(0.75)

@@ -9,10 +9,10 @@ aggregation, :mod:`posym.report.aggregate`):
 * test accuracy, and the first validation step at which each hop's accuracy reaches 0.9 (the
   milestones of Fig. 2);
 * pure positional / symbolic heads at the end of training (γ = 0.1, SPEC §3);
-* the dominant frequency IDs of the heads (``freq_table.csv``), over rotating pairs only: a pair with
-  angle 0 (p-RoPE's slow pairs, every pair under NoPE) carries no position, so a head whose most used
-  pair has angle 0 is counted as such and gets no frequency ID; beside it the share of the heads'
-  frequency use on angle-0 pairs (``freq_use.csv``);
+* the dominant frequency IDs of all heads and of the pure positional ones (``freq_table.csv``), over
+  rotating pairs only: a pair with angle 0 (p-RoPE's slow pairs, every pair under NoPE) carries no
+  position, so a head whose most used pair has angle 0 is counted as such and gets no frequency ID;
+  beside it the share of the heads' frequency use on angle-0 pairs (``freq_use.csv``);
 * Fig. 5B at Paper A's points and the largest added length with accuracy >= 0.9 there and at every
   shorter grid point (the reach, per model).
 
@@ -50,6 +50,7 @@ BASELINE_PE = DEFAULT_PE
 Q_SEEDS = "models (seeds)"
 Q_TEST = "test accuracy"
 Q_DOMINANT = "dominant frequency IDs (heads)"
+Q_DOMINANT_POSITIONAL = "dominant frequency IDs (pure positional heads)"
 Q_UNROTATED = "frequency use on angle-0 pairs"
 Q_REACH = f"largest added length ≥ {THRESHOLD:g}"
 
@@ -199,7 +200,10 @@ def variant_rows(name: str, pe: str, directory: str | os.PathLike) -> list[dict]
                          n_missing=n_missing, grid_end=grid_end, cell=cell))
 
     def from_summary(task: str, table: pd.DataFrame, source: str, quantity: str, digits: int, what: str) -> None:
-        r = table[(table["task"] == task) & table["quantity"].astype(str).str.startswith(source)] if len(table) else table
+        """The row of ``table`` whose quantity is ``source`` (pure heads: ``source (of N)``)."""
+        names = table["quantity"].astype(str) if len(table) else None
+        r = table[(table["task"] == task) & ((names == source) | names.str.startswith(source + " (of "))] \
+            if len(table) else table
         if not len(r):
             add(task, quantity, math.nan, math.nan, 0, "—")
             return
@@ -218,9 +222,18 @@ def variant_rows(name: str, pe: str, directory: str | os.PathLike) -> list[dict]
             from_summary(task, training, f"first step acc_hop{h} >= {THRESHOLD:g}", q_milestone(h), 0, "never")
         for kind in ("positional", "symbolic"):
             from_summary(task, pure, f"{kind} heads", q_pure(kind), 1, "without dynamics")
-        freq = [t for t in (_read(d / layout.FREQ_TABLE) for d in seeds.values()) if t is not None]
-        ids, unrot, unused = dominant_ids(freq)
+        freq = {s: t for s, t in ((s, _read(d / layout.FREQ_TABLE)) for s, d in seeds.items()) if t is not None}
+        ids, unrot, unused = dominant_ids(list(freq.values()))
         add(task, Q_DOMINANT, math.nan, math.nan, len(freq), dominant_text(ids, unrot, unused) if freq else "—")
+        positional = []  # the freq_table rows of each seed's pure positional heads (the Index heads of Paper A)
+        for s, t in freq.items():
+            kinds = _read(seeds[s] / layout.purity(GAMMA))
+            if kinds is not None:
+                keep = kinds.loc[kinds["kind"] == "positional", ["layer", "head"]]
+                positional.append(t.merge(keep, on=["layer", "head"]))
+        ids, unrot, unused = dominant_ids(positional)
+        add(task, Q_DOMINANT_POSITIONAL, math.nan, math.nan, len(positional),
+            (dominant_text(ids, unrot, unused) if ids or unrot or unused else "no such heads") if positional else "—")
         shares = [unrotated_share(t) for t in (_read(d / layout.FREQ_USE) for d in seeds.values()) if t is not None]
         m, s, n = mean_sd(shares)
         add(task, Q_UNROTATED, m, s, n, _cell(m, s, n, 2))
@@ -374,7 +387,7 @@ def plot_pure_count_curves(curves: pd.DataFrame, labels: Mapping[str, str] | Non
     return fig
 
 
-__all__ = ["BASELINE_PE", "COLUMNS", "GAMMA", "GOAL_ACCURACY", "GOAL_FACTOR", "Q_DOMINANT", "Q_REACH", "Q_SEEDS",
-           "Q_TEST", "Q_UNROTATED", "check_variants", "dominant_ids", "dominant_text", "fig5b_curves", "goal_line",
+__all__ = ["BASELINE_PE", "COLUMNS", "GAMMA", "GOAL_ACCURACY", "GOAL_FACTOR", "Q_DOMINANT", "Q_DOMINANT_POSITIONAL",
+           "Q_REACH", "Q_SEEDS", "Q_TEST", "Q_UNROTATED", "check_variants", "dominant_ids", "dominant_text", "fig5b_curves", "goal_line",
            "plot_pure_count_curves", "pure_count_curves", "q_accuracy", "q_milestone", "q_pure", "seed_reaches",
            "study_markdown", "study_rows", "study_table", "unrotated_share", "variant_pe", "variant_rows"]
