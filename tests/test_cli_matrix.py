@@ -271,6 +271,8 @@ MISC_BAD_VALUES = [
     (["train", "--task", "number", "--out", "ROOT/run", "--resume", "--force", *TINY], "exclude each other"),
     (["sensitivity", "a=ROOT/nope", "--out", "ROOT/se"], "no such directory: "),
     (["sensitivity", "a=ROOT/run", "b=ROOT/run/", "--out", "ROOT/se"], "are the same"),
+    (["pe-study", "a=ROOT/nope", "--out", "ROOT/pe"], "no such directory: "),
+    (["pe-study", "a=ROOT/run", "--out", "ROOT/pe"], "holds no finished run"),
     (["data", "export", "--task", "number", "--n", "3", "--out", "ROOT/run"], "is a folder; give a file path"),
     (["data", "export", "--task", "number", "--n", "3", "--out", "ROOT/run", "--force"], "is a folder; give a file"),
     (["data", "show", "--task", "number", "--n", "5", "--extra-tokens", "1000000000"], "needs about"),

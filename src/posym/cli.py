@@ -359,6 +359,17 @@ def _cmd_sensitivity(a):
     _show(sensitivity(variants, a.out, predict=not a.no_predict, n=a.n, force=a.force))
 
 
+def _cmd_pe_study(a):
+    from posym.verbs.pe_study import pe_study
+
+    variants: dict[str, str] = {}
+    for name, path in a.variants:
+        if name in variants:
+            raise PosymError(f"variant {name!r} given twice")
+        variants[name] = path
+    _show(pe_study(variants, a.out, force=a.force))
+
+
 def _cmd_reproduce(a):
     from posym.verbs.reproduce import overrides_from_pairs, reproduce
     from posym.verbs.slurm import slurm_options
@@ -743,6 +754,14 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--no-predict", action="store_true", help="only the sensitivity table (no model is loaded)")
     _force(sv)
     sv.set_defaults(func=_cmd_sensitivity)
+
+    pe = sub.add_parser("pe-study", help="reproductions trained with different positional encodings (--pe) side "
+                                         "by side: accuracy, milestones, pure heads, frequencies, Fig. 5B, the goal")
+    pe.add_argument("variants", nargs="+", type=_variant, metavar="NAME=DIR",
+                    help="a variant name and its reproduction directory (posym reproduce --set train.pe=...)")
+    pe.add_argument("--out", required=True, help="output directory (pe_study.csv/.md/.html, fig2_variants, fig5b_variants)")
+    _force(pe)
+    pe.set_defaults(func=_cmd_pe_study)
 
     rp = sub.add_parser("reproduce", help="one command: train, analyse and report Paper A (resumable stages)")
     rp.add_argument("--preset", default="quick", choices=["quick", "paper", "tiny"],

@@ -573,6 +573,27 @@ def sensitivity_page(out_dir: str | os.PathLike, variants: dict[str, str], heade
     return _page("posym — sensitivity study", body)
 
 
+def pe_study_page(out_dir: str | os.PathLike, variants: dict[str, str], header: Sequence[str],
+                  rows: Sequence[Sequence[Any]], goal: str, figures: dict[str, Path]) -> str:
+    """The training-time encodings study (docs/interventions.md) as a self-contained HTML page: the
+    variants and their directories, the table, the goal line and the figures of all variants."""
+    out = Path(out_dir)
+    when = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+    body = ["<h1>posym — training-time positional encodings</h1>",
+            '<p class="sub">Which encoding the model is trained with, what it learns (heads, milestones, '
+            f"frequencies) and how far it extrapolates (docs/interventions.md). Written {_e(when)}.</p>",
+            _note("How to read: mean ± sd over each variant's seeds. Milestones: the first validation step at "
+                  "which that hop's accuracy reaches 0.9. Dominant frequency IDs count heads by their most used "
+                  "rotating pair; a head whose most used pair has angle 0 (p-RoPE's unrotated pairs, NoPE) is "
+                  "counted apart: that pair carries no position. Reach: the largest added length with accuracy "
+                  "≥ 0.9 there and at every shorter grid point, per model."),
+            "<h2>Variants</h2>",
+            _table(["variant", "reproduction directory"], [[k, str(v)] for k, v in variants.items()]),
+            "<h2>The variants side by side</h2>", _table(header, rows), f"<p><b>{_e(goal)}</b></p>",
+            "<h2>Figures</h2>", *[_img(path, caption, out) for caption, path in figures.items()]]
+    return _page("posym — training-time encodings", body)
+
+
 def interventions_page(out_dir: str | os.PathLike, header: Sequence[str], rows: Sequence[Sequence[Any]],
                        prediction: tuple[Sequence[str], Sequence[Sequence[Any]]], figures: dict[str, Path],
                        settings: dict) -> str:

@@ -1,0 +1,50 @@
+"""``posym pe-study``: reproductions trained with different positional encodings side by side
+(:mod:`posym.report.pe_study`; docs/interventions.md, "Training-time encodings")."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+from posym.report.html import pe_study_page
+from posym.report.pe_study import (check_variants, fig5b_curves, goal_line, plot_pure_count_curves,
+                                   pure_count_curves, study_markdown, study_rows, study_table)
+from posym.report.sensitivity import plot_variant_curves
+from posym.runs import layout
+from posym.verbs import Outputs, VerbResult, figure_paths
+
+
+def pe_study(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, *, force: bool = False) -> VerbResult:
+    """Write ``OUT/pe_study.csv`` (one row per variant, task and quantity) + ``.md`` (the table and the
+    goal line) + ``.html`` (the page), Fig. 2's pure-head counts of every variant
+    (``OUT/fig2_variants.csv`` + ``.png|pdf``) and Fig. 5B of every variant (``OUT/fig5b_variants.csv`` +
+    ``.png|pdf``). Every variant is checked (a reproduction directory whose runs agree on ``--pe``) and
+    every output is checked before anything is read or written."""
+    pes = check_variants(variants)
+    out = Path(out)
+    files = [out / layout.PE_STUDY, out / layout.PE_STUDY_MD, out / layout.PE_STUDY_HTML,
+             out / layout.PE_PURE_COUNTS, *figure_paths(out / layout.FIG_PE_PURE_COUNTS),
+             out / layout.VARIANT_CURVES, *figure_paths(out / layout.FIG_VARIANT_CURVES)]
+    outputs = Outputs(files, force).check()
+    table = study_table(variants, pes)
+    goal = goal_line(table)
+    md = study_markdown(table, goal)
+    counts, curves = pure_count_curves(variants), fig5b_curves(variants)
+    labels = {v: (v if v == pe else f"{v} ({pe})") for v, pe in pes.items()}
+    outputs.csv(table, out / layout.PE_STUDY)
+    outputs.text(md + "\n", out / layout.PE_STUDY_MD)
+    outputs.csv(counts, out / layout.PE_PURE_COUNTS)
+    outputs.figure(plot_pure_count_curves(counts, labels), out / layout.FIG_PE_PURE_COUNTS)
+    outputs.csv(curves, out / layout.VARIANT_CURVES)
+    outputs.figure(plot_variant_curves(curves.assign(variant=curves["variant"].map(labels))),
+                   out / layout.FIG_VARIANT_CURVES)
+    header, rows = study_rows(table)
+    figures = {"Fig. 2C of every variant: pure heads over training (γ = 0.1)": out / f"{layout.FIG_PE_PURE_COUNTS}.png",
+               "Fig. 5B of every variant, Paper A's points as circles": out / f"{layout.FIG_VARIANT_CURVES}.png"}
+    outputs.text(pe_study_page(out, {k: str(v) for k, v in variants.items()}, header, rows, goal, figures),
+                 out / layout.PE_STUDY_HTML)
+    return VerbResult(table, outputs.written, "\n".join([md, f"wrote {out}"]), {"goal": goal, "pe": pes})
+
+
+__all__ = ["pe_study"]
