@@ -345,7 +345,8 @@ def _cmd_interventions(a):
     from posym.verbs.interventions import interventions
 
     _show(interventions(a.runs, a.out, intervene=a.intervene, best_of=a.best_of, grid=a.grid, n=a.n, seeds=a.seeds,
-                        heads_lengths=a.heads_lengths, heads_n=a.heads_n, device=a.device, progress=not a.quiet))
+                        heads_lengths=[] if a.no_heads else a.heads_lengths, heads_n=a.heads_n, device=a.device,
+                        progress=not a.quiet))
 
 
 def _cmd_sensitivity(a):
@@ -740,6 +741,7 @@ def build_parser() -> argparse.ArgumentParser:
     iv.add_argument("--heads-lengths", type=int_list, default=None,
                     help="added lengths of the head readout (default 0,100,1000)")
     iv.add_argument("--heads-n", type=positive_int, default=16, help="prompts of the head readout")
+    iv.add_argument("--no-heads", action="store_true", help="no head readout (e.g. for the full grid after a search)")
     iv.add_argument("--device", type=device_type, default="cpu")
     iv.add_argument("--quiet", action="store_true", help="no progress bars")
     iv.set_defaults(func=_cmd_interventions)

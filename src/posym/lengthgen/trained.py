@@ -71,7 +71,7 @@ def lengthgen(model: torch.nn.Module, task: str, grid: Sequence[int] = PAPER_GRI
               seeds: int | Sequence[int] = 1, token_budget: int = 32768, device: str | torch.device = "cpu",
               progress: bool = True, extra_rule: str = "window", distractors: str = "pool",
               done: pd.DataFrame | None = None,
-              on_point: Callable[[pd.DataFrame], None] | None = None) -> pd.DataFrame:
+              on_point: Callable[[pd.DataFrame], None] | None = None, label: str | None = None) -> pd.DataFrame:
     """Accuracy vs added target-window tokens (Fig. 5B). One row per (extra_tokens, seed) with columns
     extra_tokens, seed, n, acc, acc_hop1..4, seconds, peak_rss_mb. Data seeds are disjoint from the
     training/val/test split seeds (``1_000_000 + s``). ``extra_rule``: what the added tokens are
@@ -80,7 +80,8 @@ def lengthgen(model: torch.nn.Module, task: str, grid: Sequence[int] = PAPER_GRI
     Resuming: ``done`` holds rows already measured with the same model, ``n`` and rules; its
     (extra_tokens, seed) points are not evaluated again (a point's data depend only on its length,
     seed, ``n`` and rules, so the rows are the ones this call would compute) and are returned first.
-    ``on_point(table)`` is called with the table so far after each new point (to save progress)."""
+    ``on_point(table)`` is called with the table so far after each new point (to save progress);
+    ``label`` is added to the progress bar's description (e.g. the intervention)."""
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     if n < 1 or not seed_list:
         raise PosymError("need n >= 1 and at least one seed")
@@ -92,7 +93,7 @@ def lengthgen(model: torch.nn.Module, task: str, grid: Sequence[int] = PAPER_GRI
         check_memory(model, max(e for e, _ in todo), token_budget)
     model = model.to(device).eval()
     bar = tqdm(total=len(grid) * len(seed_list), initial=len(grid) * len(seed_list) - len(todo),
-               desc=f"lengthgen {task}", disable=not progress, unit="pt")
+               desc=f"lengthgen {task}" + (f" {label}" if label else ""), disable=not progress, unit="pt")
     for extra, s in todo:
         t0 = time.perf_counter()
         acc = evaluate_length(model, task, extra, n, 1_000_000 + s, token_budget, device, extra_rule, distractors)

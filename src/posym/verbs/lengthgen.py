@@ -89,7 +89,7 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
         with intervened(model, spec):
             t = lengthgen_table(model, task, grid_values, n=n, seeds=seeds, device=device, progress=progress,
                                 extra_rule=extra_rule, distractors=distractors, done=done,
-                                on_point=save if resume else None)
+                                on_point=save if resume else None, label=None if name == NO_INTERVENTION else name)
         parts.append(labelled(t, name))
     table = pd.concat(kept + parts, ignore_index=True)
     summary = summarize_lengthgen(table.drop(columns=list(key)))
