@@ -143,6 +143,20 @@ def test_gemma3_one_theta_for_two_bases_and_other_rope_types_are_refused():
         assert "\n" not in str(e.value) and _same(snap, _snapshot(model))
 
 
+def test_a_table_whose_base_is_not_the_configs_is_refused():
+    """A rotary table built with another base than the config's rope_theta (as Gemma-3's second module
+    on transformers 4.x): its base is unknown, so ntk and rope-base refuse it in one line."""
+    model = MODELS["llama"]()
+    emb = model.model.rotary_emb
+    emb.inv_freq = 1.0 / (500.0 ** (torch.arange(0, 16, 2, dtype=torch.float) / 16))
+    snap = _snapshot(model)
+    for call in (lambda: ntk(model, 2.0), lambda: rope_base(model, 100.0)):
+        with pytest.raises(PosymError, match="does not match the config's rope_theta=10000") as e:
+            with call():
+                pass
+        assert "\n" not in str(e.value) and _same(snap, _snapshot(model))
+
+
 def test_ntk_rule():
     assert ntk_theta(10000.0, 4.0, 16) == pytest.approx(10000.0 * 4.0 ** (16 / 14))
     assert ntk_theta(10000.0, 1.0, 16) == 10000.0

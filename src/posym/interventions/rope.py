@@ -135,10 +135,16 @@ def model_thetas(model: nn.Module) -> dict[str | None, float]:
     if mt == "gptj":
         return {None: float(config_pe(inner.config).theta)}
     out: dict[str | None, float] = {}
-    for _, _, lt in _rope_tables(inner):
+    for m, attr, lt in _rope_tables(inner):
+        where = f" for {lt} layers" if lt else ""
         theta = _config_theta(inner.config, lt)
         if theta is None:
-            raise PosymError(f"rope-base: {mt} config has no rope_theta" + (f" for {lt} layers" if lt else ""))
+            raise PosymError(f"rope-base: {mt} config has no rope_theta{where}")
+        table = getattr(m, attr).detach().float().cpu()
+        if not torch.allclose(table, _default_inv_freq(theta, 2 * table.numel()), rtol=1e-2, atol=0):
+            # e.g. a second rotary module with its own base (Gemma-3 on transformers 4.x)
+            raise PosymError(f"rope-base: a rotary table of {mt}{where} does not match the config's "
+                             f"rope_theta={theta:g}, so its base is unknown; use a model whose rotaries follow its config")
         out[lt] = theta
     return out
 
