@@ -26,7 +26,9 @@ def _llama():
     return build_family("llama", vocab_size=31).eval()
 
 
-MODELS = {"gptj": _gptj, "llama": _llama}
+#: GPT-J and Llama (hooks on q_proj/k_proj), Qwen3 and Gemma-3 (on the q/k norms' outputs).
+MODELS = {"gptj": _gptj, "llama": _llama, **{f: (lambda f=f: build_family(f, vocab_size=31).eval())
+                                            for f in ("qwen3", "gemma3_text")}}
 
 
 def _ids(T=12, B=3):
@@ -70,14 +72,21 @@ def test_dropped_ids_are_zero_in_captured_q_and_k(name):
         assert (cap[0][t].abs().amax() > 0)
 
 
-def test_no_id_kept_gives_uniform_causal_attention_on_llama():
-    model, ids = _llama(), _ids(T=8)
+@pytest.mark.parametrize("name", ["llama", "qwen3", "gemma3_text"])
+def test_no_id_kept_gives_uniform_causal_attention(name):
+    """Full rotary, no ID kept: q·k = 0, so every allowed key gets the same weight (Gemma-3's sliding
+    layers: the keys inside the window)."""
+    model, ids = MODELS[name](), _ids(T=8)
+    ad = get_adapter(model)
     with freq_mask(model, []), torch.no_grad():
         att = model(ids, output_attentions=True).attentions
     T = ids.shape[1]
-    expected = torch.tril(torch.ones(T, T)) / torch.arange(1, T + 1)[:, None]
-    for a in att:
-        assert torch.allclose(a.float(), expected.expand_as(a), atol=1e-6)
+    diff = torch.arange(T)[:, None] - torch.arange(T)[None, :]
+    for layer, a in enumerate(att):
+        win = ad.sliding_window(layer)
+        allowed = ((diff >= 0) & (diff < (win or T))).float()
+        expected = allowed / allowed.sum(-1, keepdim=True)
+        assert torch.allclose(a.float(), expected.expand_as(a), atol=1e-6), layer
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -98,8 +107,14 @@ def test_bad_masks_are_one_line_errors_and_canonical_strings():
                 pass
         assert "\n" not in str(e.value)
     with pytest.raises(PosymError, match="not supported"):
-        with freq_mask(build_family("qwen3"), [1]):
+        with freq_mask(build_family("gemma2"), [1]):
             pass
+    capped = build_family("gemma3_text")
+    capped.config.attn_logit_softcapping = 3.0
+    with pytest.raises(PosymError, match="soft-capping") as e:
+        with freq_mask(capped, [1]):
+            pass
+    assert "\n" not in str(e.value)
     assert not any(m._forward_hooks for m in model.modules())
     assert describe(FreqMask((1, 2, 3), (0,))) == "freq-mask:keep=1+2+3,layers=0"
     assert parse_intervention("freq-mask:keep=3+1+2,layers=0") == FreqMask((1, 2, 3), (0,))

@@ -26,7 +26,9 @@ def _gptj():
     return m.eval()
 
 
-MODELS = {"gptj": _gptj, "llama": lambda: build_family("llama", vocab_size=31).eval()}
+#: GPT-J (rotary table), Llama and Qwen3 (one rotary), Gemma-3 (one rotary called per layer type).
+MODELS = {"gptj": _gptj, **{f: (lambda f=f: build_family(f, vocab_size=31).eval())
+                            for f in ("llama", "qwen3", "gemma3_text")}}
 
 
 def _ids(T=12, B=3):
@@ -74,17 +76,23 @@ def test_gptj_table_rows_are_the_fractional_positions():
                        __import__("transformers").models.gptj.modeling_gptj.create_sinusoidal_positions(50, dim))
 
 
-def test_llama_factor_equals_a_model_with_frequencies_divided():
-    model, ids = MODELS["llama"](), _ids()
+@pytest.mark.parametrize("name", ["llama", "gemma3_text"])
+def test_factor_equals_a_model_with_frequencies_divided(name):
+    """Positions p/F equal every table's frequencies divided by F (Gemma-3: both layer types')."""
+    model, ids = MODELS[name](), _ids()
     with interpolate(model, factor=3):
         got = _logits(model, ids)
     emb = model.model.rotary_emb
-    saved = emb.inv_freq
-    emb.inv_freq = saved / 3
+    names = [n for n, _ in emb.named_buffers() if n.endswith("inv_freq") and "original" not in n]
+    assert names == (["inv_freq"] if name == "llama" else ["full_attention_inv_freq", "sliding_attention_inv_freq"])
+    saved = {n: getattr(emb, n) for n in names}
+    for n in names:
+        setattr(emb, n, saved[n] / 3)
     try:
         want = _logits(model, ids)
     finally:
-        emb.inv_freq = saved
+        for n in names:
+            setattr(emb, n, saved[n])
     assert torch.allclose(got, want, atol=1e-5)
     assert not torch.allclose(got, _logits(model, ids), atol=1e-4)
 

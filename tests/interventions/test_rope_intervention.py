@@ -11,9 +11,10 @@ import torch
 
 from posym.errors import PosymError
 from posym.heads.scores import scores_fast, scores_reference
-from posym.interventions import RopeBase, describe, ntk, ntk_theta, parse_intervention, rope_base
-from posym.interventions.rope import model_theta, rotary_dim
+from posym.interventions import RopeBase, describe, interpolate, ntk, ntk_theta, parse_intervention, rope_base
+from posym.interventions.rope import model_theta, model_thetas, rotary_dim
 from posym.model import build_model, model_config
+from posym.model.adapters import get_adapter
 
 from family_models import build_family
 
@@ -24,7 +25,18 @@ def _gptj():
     return m.eval()
 
 
-MODELS = {"gptj": _gptj, "llama": lambda: build_family("llama", vocab_size=31).eval()}
+#: GPT-J (rotary table), Llama and Qwen3 (one inv_freq), Gemma-3 (sliding/full layers: bases 10,000 / 1,000,000).
+MODELS = {"gptj": _gptj, **{f: (lambda f=f: build_family(f, vocab_size=31).eval())
+                            for f in ("llama", "qwen3", "gemma3_text")}}
+
+
+def _one_base(model) -> bool:
+    return len(set(model_thetas(model).values())) == 1
+
+
+def _another_base(model, scale: float = 1.0):
+    """θ′ = 37 where the model has one base; the NTK rule (κ = 64) on each base where it has several."""
+    return rope_base(model, 37.0 * scale) if _one_base(model) else ntk(model, 64.0 * scale)
 
 
 def _ids(T=12, B=3):
@@ -50,19 +62,20 @@ def _same(a, b):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_identity_base_and_kappa_one_are_bit_identical(name):
     model, ids = MODELS[name](), _ids()
-    before = _logits(model, ids)
-    with rope_base(model, model_theta(model)):
-        assert torch.equal(_logits(model, ids), before)
+    before, snap = _logits(model, ids), _snapshot(model)
+    if _one_base(model):
+        with rope_base(model, model_theta(model)):
+            assert torch.equal(_logits(model, ids), before)
     with ntk(model, 1.0) as applied:
-        assert applied.theta == model_theta(model)
-        assert torch.equal(_logits(model, ids), before)
+        assert applied.theta == (model_theta(model) if _one_base(model) else None)
+        assert torch.equal(_logits(model, ids), before) and _same(snap, _snapshot(model))
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_another_base_changes_the_logits_and_is_restored(name):
     model, ids = MODELS[name](), _ids()
     before, snap = _logits(model, ids), _snapshot(model)
-    with rope_base(model, 37.0):
+    with _another_base(model):
         changed = _logits(model, ids)
         assert not _same(snap, _snapshot(model))  # a rotary buffer really was replaced
     assert not torch.allclose(changed, before, atol=1e-4)
@@ -90,6 +103,60 @@ def test_llama_base_matches_a_model_built_with_that_base():
         assert torch.equal(model.model.rotary_emb.inv_freq, expected)
 
 
+def test_gemma3_ntk_scales_each_layer_type_base():
+    """Gemma-3 under ntk:κ: each layer type's inv_freq is the one transformers builds for a config whose
+    base of that type is θ_type·κ^{d/(d−2)}; the adapter (head scores) reads each layer's own."""
+    import copy
+
+    model, kappa = MODELS["gemma3_text"](), 4.0
+    d = rotary_dim(model)
+    thetas = model_thetas(model)
+    assert thetas == {"full_attention": 1e6, "sliding_attention": 1e4}
+    cfg = copy.deepcopy(model.config)
+    cfg.rope_parameters = {lt: {**p, "rope_theta": ntk_theta(p["rope_theta"], kappa, d)}
+                           for lt, p in cfg.rope_parameters.items()}
+    emb = model.model.rotary_emb
+    expected = type(emb)(cfg)
+    ad = get_adapter(model)
+    with ntk(model, kappa) as applied:
+        assert applied == RopeBase(theta=None, kappa=kappa)
+        for lt in thetas:
+            assert torch.equal(getattr(emb, f"{lt}_inv_freq"), getattr(expected, f"{lt}_inv_freq"))
+        for layer, lt in enumerate(model.config.layer_types):
+            assert torch.equal(ad.layer_inv_freq(layer), getattr(expected, f"{lt}_inv_freq").double())
+    for lt in thetas:  # the original tables are back
+        assert torch.equal(getattr(emb, f"{lt}_inv_freq"), getattr(type(emb)(model.config), f"{lt}_inv_freq"))
+
+
+def test_gemma3_one_theta_for_two_bases_and_other_rope_types_are_refused():
+    model = MODELS["gemma3_text"]()
+    snap = _snapshot(model)
+    with pytest.raises(PosymError, match="2 RoPE bases.*ntk:kappa") as e:
+        with rope_base(model, 20000.0):
+            pass
+    assert "\n" not in str(e.value) and _same(snap, _snapshot(model))
+    model.model.rotary_emb.rope_type["full_attention"] = "linear"
+    for call in (lambda: ntk(model, 2.0), lambda: interpolate(model, factor=2)):
+        with pytest.raises(PosymError, match="rope_type='linear' on full_attention layers") as e:
+            with call():
+                pass
+        assert "\n" not in str(e.value) and _same(snap, _snapshot(model))
+
+
+def test_a_table_whose_base_is_not_the_configs_is_refused():
+    """A rotary table built with another base than the config's rope_theta (as Gemma-3's second module
+    on transformers 4.x): its base is unknown, so ntk and rope-base refuse it in one line."""
+    model = MODELS["llama"]()
+    emb = model.model.rotary_emb
+    emb.inv_freq = 1.0 / (500.0 ** (torch.arange(0, 16, 2, dtype=torch.float) / 16))
+    snap = _snapshot(model)
+    for call in (lambda: ntk(model, 2.0), lambda: rope_base(model, 100.0)):
+        with pytest.raises(PosymError, match="does not match the config's rope_theta=10000") as e:
+            with call():
+                pass
+        assert "\n" not in str(e.value) and _same(snap, _snapshot(model))
+
+
 def test_ntk_rule():
     assert ntk_theta(10000.0, 4.0, 16) == pytest.approx(10000.0 * 4.0 ** (16 / 14))
     assert ntk_theta(10000.0, 1.0, 16) == 10000.0
@@ -100,7 +167,7 @@ def test_ntk_rule():
 def test_fast_and_reference_scores_agree_under_a_base_change(name):
     model, ids = MODELS[name](), _ids(T=10, B=2)
     plain = scores_fast(model, ids, query_pos=8)
-    with rope_base(model, 37.0):
+    with _another_base(model):
         fast = scores_fast(model, ids, query_pos=8)
         ref = scores_reference(model, ids, query_pos=8)
     for field in ("s_pos", "s_sym"):
@@ -114,7 +181,7 @@ def test_fast_and_reference_scores_agree_under_a_base_change(name):
                                        (lambda m: rope_base(m, 100.0, layers=[0]), "per-layer"),
                                        (lambda m: ntk(m, 0.5), ">= 1"),
                                        (lambda m: ntk(m, "x"), "not a number"),
-                                       (lambda m: rope_base(build_family("qwen3"), 100.0), "not supported")])
+                                       (lambda m: rope_base(build_family("gemma"), 100.0), "not supported")])
 def test_bad_parameters_are_one_line_errors(call, msg):
     model = _gptj()
     snap = _snapshot(model)

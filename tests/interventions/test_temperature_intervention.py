@@ -13,6 +13,7 @@ from posym.errors import PosymError
 from posym.heads.scores import scores_fast, scores_reference
 from posym.interventions import Temperature, describe, parse_intervention, temperature, temperature_scale
 from posym.model import build_model, model_config
+from posym.model.adapters import get_adapter
 
 from family_models import build_family
 
@@ -26,7 +27,10 @@ def _gptj():
     return m.eval()
 
 
-MODELS = {"gptj": _gptj, "llama": lambda: build_family("llama", vocab_size=31).eval()}
+#: GPT-J and Llama (hooks on q_proj), Qwen3 and Gemma-3 (q/k norms: hooks on the q norm's output;
+#: Gemma-3's norm output is [B, H, T, hd], Qwen3's [B, T, H, hd]).
+MODELS = {"gptj": _gptj, **{f: (lambda f=f: build_family(f, vocab_size=31).eval())
+                            for f in ("llama", "qwen3", "gemma3_text")}}
 
 
 def _ids(T=12, B=3, seed=1):
@@ -58,9 +62,9 @@ def test_beta_scales_each_query_row_of_logits(name):
     model: the log of the weights (a logit up to a row constant) is multiplied by s row by row."""
     model, ids = MODELS[name](), _ids()
     base = _logits(model, ids)
-    a0 = _attn(model, ids)[0][0, 0].double()  # layer 0, batch 0, head 0: [T, T]
-    with temperature(model, 1.0, n_train=N_TRAIN, layers=[0]):
-        a1 = _attn(model, ids)[0][0, 0].double()
+    a0 = _attn(model, ids)[1][0, 0].double()  # layer 1 (Gemma-3: a full-attention layer), batch 0, head 0: [T, T]
+    with temperature(model, 1.0, n_train=N_TRAIN, layers=[1]):
+        a1 = _attn(model, ids)[1][0, 0].double()
         changed = _logits(model, ids)
     assert not torch.allclose(base, changed, atol=1e-4)
     s = temperature_scale(torch.arange(1, ids.shape[1] + 1), 1.0, N_TRAIN)
@@ -89,8 +93,8 @@ def test_restored_after_exit_and_after_an_exception(name):
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_fast_and_reference_scores_agree_under_temperature(name):
-    """The score engine's q capture sits on the same q_proj as the intervention's hook, so both paths
-    see the scaled logits; and the scores do change."""
+    """The score engine's q capture sits on the same module as the intervention's hook (q_proj or the
+    q norm), so both paths see the scaled logits; and the scores do change."""
     model, ids = MODELS[name](), _ids(T=10, B=2)
     plain = scores_fast(model, ids, query_pos=8)
     with temperature(model, 1.5, n_train=N_TRAIN):
@@ -102,10 +106,32 @@ def test_fast_and_reference_scores_agree_under_temperature(name):
     assert not torch.allclose(torch.as_tensor(plain.s_pos), torch.as_tensor(fast.s_pos), atol=1e-6)
 
 
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_hook_runs_before_a_capture_hook_registered_earlier(name):
+    """The adapter's capture hook, registered before the intervention, still sees the scaled q: q of
+    position p times s(p+1), k unchanged."""
+    model, ids = MODELS[name](), _ids(T=9, B=2)
+    ad = get_adapter(model)
+    plain = ad.capture(ids, [0])[0]
+    s = temperature_scale(torch.arange(1, 10), 1.0, N_TRAIN).float()
+    with ad.capturing([0]) as stores, temperature(model, 1.0, n_train=N_TRAIN, layers=[0]):
+        ad.run(ad.check_ids(ids), stop_after=0)
+    assert torch.allclose(stores[0]["q"], plain["q"] * s[:, None], atol=1e-6)
+    assert torch.equal(stores[0]["k"], plain["k"])
+
+
+def _softcapped():
+    """A Gemma-3 whose attention logits are soft-capped (as Gemma-2's are)."""
+    model = build_family("gemma3_text", vocab_size=31).eval()
+    model.config.attn_logit_softcapping = 3.0
+    return model
+
+
 def test_unsupported_family_and_bad_parameters_are_one_line_errors():
     model = _gptj()
-    qwen3 = build_family("qwen3")  # q/k norms: the logit is not linear in q_proj
-    cases = [(qwen3, 1.0, N_TRAIN, "log", None, "not supported"),
+    cases = [(build_family("gemma"), 1.0, N_TRAIN, "log", None, "not supported"),
+             (build_family("gemma2"), 1.0, N_TRAIN, "log", None, "not supported"),
+             (_softcapped(), 1.0, N_TRAIN, "log", None, "soft-capping"),
              (model, math.nan, N_TRAIN, "log", None, "finite"),
              (model, "x", N_TRAIN, "log", None, "not a number"),
              (model, 1.0, 0, "log", None, "n_train"),

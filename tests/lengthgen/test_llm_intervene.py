@@ -165,3 +165,26 @@ def test_kv_cache_safe_interventions_use_the_cached_path_and_agree_with_full_for
         for r, f in zip(mine, full):
             assert list(r["logprobs"].values()) == pytest.approx(f, abs=1e-4)
     assert res.data["result"].n_new == 16
+
+
+def test_cache_free_prefix_forwards_compute_only_the_scored_logits(tiny_dirs):
+    """The cache-free scorer's prefix forwards ask the model for the logits of the continuation's
+    positions only (``logits_to_keep``), not for every prompt position, and score as before."""
+    from posym.lengthgen.hf_llm import HFChoice
+    from posym.model.llm import load_llm
+    from posym.tasks.prompts import build_messages, candidates, make_sample
+
+    lm, tok = load_llm(str(tiny_dirs["chat"]), dtype="float32")
+    sample = make_sample("letter", 8, 0, 0)
+    prompts, cands = [build_messages(sample, 1)], [candidates(sample) + ["a b c", "x y"]]
+    seen: list[tuple[int, int]] = []
+    handle = lm.register_forward_hook(lambda m, args, kwargs, out: seen.append(
+        (kwargs["input_ids"].shape[1], out.logits.shape[1])), with_kwargs=True)
+    try:
+        got = HFChoice(lm, tok, cache=False)(prompts, cands)
+    finally:
+        handle.remove()
+    P = len(HFChoice(lm, tok).encode(prompts[0], cands[0])[0])
+    prefix = [(T, L) for T, L in seen if T > P]
+    assert prefix and all(L == T - P for T, L in prefix), seen
+    assert got[0] == pytest.approx(HFChoice(lm, tok, cache=False).reference(prompts, cands)[0], abs=1e-4)

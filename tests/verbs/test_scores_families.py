@@ -75,3 +75,29 @@ def test_load_causal_lm_refuses_weights_that_do_not_match(tmp_path):
     cfg.write_text(cfg.read_text().replace('"num_hidden_layers": 4', '"num_hidden_layers": 5'))
     with pytest.raises(PosymError, match="does not match its config.json: .* missing"):
         load_causal_lm(tmp_path / "m")
+
+
+def test_scores_cli_gemma3_under_interventions_and_refusals(prompts, tmp_path, capsys):
+    """A Gemma-3 checkpoint (q/k norms, two RoPE bases) scored under ntk and temperature: one row block
+    per intervention, the `none` rows equal the plain call; one theta for two bases and a soft-capped
+    family are refused in one line before anything is written."""
+    _save("gemma3_text", tmp_path / "g3")
+    base = ["scores", "--model", str(tmp_path / "g3"), "--task", "number", "--prompts", str(prompts)]
+    assert main(base + ["--out", str(tmp_path / "plain.csv")]) == 0, capsys.readouterr().err
+    out = tmp_path / "iv.csv"
+    assert main(base + ["--out", str(out), "--intervene", "none", "--intervene", "ntk:kappa=4",
+                        "--intervene", "temperature:beta=1,n_train=5"]) == 0, capsys.readouterr().err
+    df, plain = pd.read_csv(out), pd.read_csv(tmp_path / "plain.csv")
+    assert list(dict.fromkeys(df["intervention"])) == ["none", "ntk:kappa=4", "temperature:beta=1,n_train=5"]
+    none = df[df["intervention"] == "none"].reset_index(drop=True)
+    np.testing.assert_array_equal(none[["s_pos", "s_sym"]].to_numpy(), plain[["s_pos", "s_sym"]].to_numpy())
+    for iv in ("ntk:kappa=4", "temperature:beta=1,n_train=5"):
+        assert not np.allclose(df[df["intervention"] == iv]["s_pos"].to_numpy(), none["s_pos"].to_numpy(), atol=1e-6)
+    capsys.readouterr()
+    _save("gemma2", tmp_path / "g2")
+    for model, spec, msg in [("g3", "rope-base:theta=20000", "2 RoPE bases"), ("g2", "temperature:beta=1", "not supported")]:
+        bad = tmp_path / f"bad-{model}.csv"
+        assert main(["scores", "--model", str(tmp_path / model), "--task", "number", "--prompts", str(prompts),
+                     "--out", str(bad), "--intervene", spec]) == 2
+        err = _err(capsys)
+        assert len(err) == 1 and msg in err[0] and not bad.exists(), err

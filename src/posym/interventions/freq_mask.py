@@ -1,9 +1,10 @@
 """Frequency masks at inference: keep only a set of RoPE frequency IDs (1 = fastest, the numbering of
 ``theory/restricted.py`` and Paper B) in q and k of the chosen layers; the dropped rotary pairs are
-zeroed right after ``q_proj``/``k_proj``, so they contribute nothing to the logit (p-RoPE at
-inference: keep the fastest IDs; a band: keep a range). The non-rotary dims of a partial rotary are
-untouched. Exact for the families of :data:`~posym.interventions.temperature.TEMPERATURE_FAMILIES`
-(nothing non-linear between the projections and the logit); restored on exit by removing the hooks.
+zeroed where the adapter captures q and k (``q_proj``/``k_proj``, or the q/k norms of Qwen3 / Gemma-3,
+after which q and k are linear up to the logit; :mod:`posym.interventions.sites`), so they contribute
+nothing to the logit (p-RoPE at inference: keep the fastest IDs; a band: keep a range). The
+non-rotary dims of a partial rotary are untouched. Exact for the families of
+:data:`~posym.interventions.sites.LINEAR_QK_FAMILIES`; restored on exit by removing the hooks.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from posym.errors import PosymError
-from posym.interventions.temperature import TEMPERATURE_FAMILIES
-from posym.model.adapters import get_adapter, unwrap_model
+from posym.interventions.sites import linear_sites, prepend_hook, scale_dims
 from posym.model.rope import expand_pairs
 
 
@@ -41,17 +41,17 @@ def check_keep(keep: Iterable[int], n_freq: int) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def _dim_mask(keep: tuple[int, ...], n_heads: int, head_dim: int, rotary_dim: int, convention: str) -> Tensor:
-    """[n_heads·head_dim] of 1 (kept or non-rotary) and 0 (dropped rotary pair) in the projection's layout."""
+def _head_mask(keep: tuple[int, ...], head_dim: int, rotary_dim: int, convention: str) -> Tensor:
+    """[head_dim] of 1 (kept or non-rotary) and 0 (dropped rotary pair), in the pair convention."""
     per_pair = torch.tensor([float(i + 1 in keep) for i in range(rotary_dim // 2)])
     head = torch.ones(head_dim)
     head[:rotary_dim] = expand_pairs(per_pair, convention)
-    return head.repeat(n_heads)
+    return head
 
 
-def _mask_hook(mask: Tensor):
+def _mask_hook(mask: Tensor, n_heads: int):
     def hook(module: nn.Module, args, out: Tensor) -> Tensor:
-        return out * mask.to(out.device, out.dtype)
+        return scale_dims(out, mask, n_heads)
     return hook
 
 
@@ -59,26 +59,17 @@ def _mask_hook(mask: Tensor):
 def freq_mask(model: nn.Module, keep: Iterable[int], *, layers: Sequence[int] | None = None) -> Iterator[FreqMask]:
     """Context manager: only RoPE frequency IDs ``keep`` (1 = fastest) of q and k in ``layers`` (None =
     all) for the duration; all IDs kept multiplies by exactly 1.0 (a bit-for-bit no-op)."""
-    inner = unwrap_model(model)
-    mt = getattr(getattr(inner, "config", None), "model_type", None)
-    if mt not in TEMPERATURE_FAMILIES:
-        raise PosymError(f"freq-mask: model_type={mt!r} is not supported; supported: {', '.join(TEMPERATURE_FAMILIES)}")
-    ad = get_adapter(inner)
+    ad, sites = linear_sites(model, layers, "freq-mask")
     keep = check_keep(keep, ad.rotary_dim // 2)
-    chosen = ad.check_layers(layers)
-    qm = _dim_mask(keep, ad.n_heads, ad.head_dim, ad.rotary_dim, ad.pair_convention)
-    km = _dim_mask(keep, ad.n_kv_heads, ad.head_dim, ad.rotary_dim, ad.pair_convention)
-    projections = []
-    for layer in chosen:
-        attn = ad.attention_module(layer)
-        q, k = getattr(attn, "q_proj", None), getattr(attn, "k_proj", None)
-        if not isinstance(q, nn.Module) or not isinstance(k, nn.Module):
-            raise PosymError(f"freq-mask: layer {layer} of {mt} has no q_proj/k_proj")
-        projections += [(q, qm), (k, km)]
+    chosen = [layer for layer, *_ in sites]
+    mask = _head_mask(keep, ad.head_dim, ad.rotary_dim, ad.pair_convention)
+    hooks = []
+    for _, q, k, _ in sites:
+        hooks += [(q, _mask_hook(mask, ad.n_heads)), (k, _mask_hook(mask, ad.n_kv_heads))]
     handles = []
     try:
-        for proj, mask in projections:
-            handles.append(proj.register_forward_hook(_mask_hook(mask)))
+        for module, hook in hooks:
+            handles.append(prepend_hook(module, hook))
         yield FreqMask(keep, None if layers is None else tuple(chosen))
     finally:
         for h in handles:

@@ -11,7 +11,8 @@ variant, :mod:`posym.model.pe`) is rebuilt with the positions ``p·c`` (transfor
 float positions, so ``c = 1`` is bit-identical) by a
 forward pre-hook on the model, before every forward whose ``c`` or length the table does not cover;
 the adapter's ``cos_sin`` (head scores) reads the same table. Llama-like families: a forward pre-hook
-on the rotary module multiplies its ``position_ids`` by ``c``. The original tensors are put back on
+on the rotary module multiplies its ``position_ids`` by ``c`` (Gemma-3's one module, called as
+``(x, position_ids, layer_type)`` once per layer type, so both types' positions scale alike). The original tensors are put back on
 exit, also after an exception. Positions are the token indices of the forward's input (a full
 sequence, no KV cache, no left padding).
 """

@@ -1,13 +1,15 @@
 """Another RoPE base for the duration: ``rope_base`` rebuilds the rotary tables with θ′, ``ntk`` with
 the NTK-aware rule θ′ = θ·κ^{d/(d−2)} (d = rotary dim). The weights are untouched; the rotary
-tables (GPT-J's ``embed_positions``, the ``inv_freq`` of a Llama-like family's default RoPE) are
+tables (GPT-J's ``embed_positions``, the ``inv_freq`` of a Llama-like family's default RoPE, and the
+``{layer_type}_inv_freq`` of a per-layer-type rotary such as Gemma-3's sliding/full layers) are
 replaced by new tensors and the original tensors put back on exit, also after an exception.
 
 Covers GPT-J (HF's base 10,000, or the base of a posym run trained with ``--pe rope-base:θ``; the
-pairs a p-RoPE / NoPE run does not rotate stay unrotated) and the single default-RoPE module of :data:`ROPE_FAMILIES`; the
-base is the model's, for every layer (per-layer bases are not yet supported). A GPT-J table replaced
-inside the context (``extend_positions`` past the training length) is rebuilt with θ′ before the
-next forward reads it, so a length sweep inside the context stays at θ′. Note: the GPT-J
+pairs a p-RoPE / NoPE run does not rotate stay unrotated) and the default-RoPE rotaries of
+:data:`ROPE_FAMILIES`. With several bases (Gemma-3: 10,000 on sliding, 1,000,000 on full layers)
+``ntk`` scales each base by the NTK rule, while one θ′ for all is ambiguous and refused. A GPT-J table
+replaced inside the context (``extend_positions`` past the training length) is rebuilt with θ′ before
+the next forward reads it, so a length sweep inside the context stays at θ′. Note: the GPT-J
 adapter's ``inv_freq`` (used by frequency analyses) is fixed at base 10,000; the rotation itself
 (``cos_sin``, hence the head scores) reads the rebuilt table.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -26,8 +28,9 @@ from posym.errors import PosymError
 from posym.model.adapters import unwrap_model
 from posym.model.pe import GPTJ_BASE, config_pe, gptj_rotary_table
 
-#: model_type values whose RoPE base this module can change (one default-RoPE module for all layers).
-ROPE_FAMILIES: tuple[str, ...] = ("gptj", "llama", "mistral", "qwen2")
+#: model_type values whose RoPE base and positions this module can change (default RoPE: one base for
+#: all layers, or one per layer type).
+ROPE_FAMILIES: tuple[str, ...] = ("gptj", "llama", "mistral", "qwen2", "qwen3", "gemma3_text")
 
 
 @dataclass(frozen=True)
@@ -83,29 +86,79 @@ def _gptj_tables(model: nn.Module) -> list[nn.Module]:
     return mods
 
 
-def _rope_modules(model: nn.Module) -> list[nn.Module]:
-    mods = [m for m in model.modules() if isinstance(getattr(m, "inv_freq", None), Tensor)]
-    if not mods:
+def _rope_tables(model: nn.Module) -> list[tuple[nn.Module, str, str | None]]:
+    """``(rotary module, inv_freq buffer name, layer type or None)`` of every default-RoPE table of a
+    Llama-like model: ``inv_freq``, or ``{layer_type}_inv_freq`` of a per-layer-type rotary (Gemma-3).
+    One-line PosymError when there is none or one is not ``rope_type="default"``."""
+    out: list[tuple[nn.Module, str, str | None]] = []
+    for m in model.modules():
+        if isinstance(getattr(m, "inv_freq", None), Tensor):
+            out.append((m, "inv_freq", None))
+        types = getattr(m, "layer_types", None)
+        if isinstance(types, (list, tuple)):
+            out += [(m, f"{lt}_inv_freq", str(lt)) for lt in types if isinstance(getattr(m, f"{lt}_inv_freq", None), Tensor)]
+    if not out:
         raise PosymError("rope-base: no rotary module with inv_freq found")
-    bad = [getattr(m, "rope_type", None) for m in mods if getattr(m, "rope_type", "default") != "default"]
-    if bad:
-        raise PosymError(f"rope-base: rope_type={bad[0]!r} is not supported (only the default RoPE); "
-                         "change the base of a model with plain RoPE")
+    for m, _, lt in out:
+        rt = getattr(m, "rope_type", "default")
+        rt = rt.get(lt, "default") if isinstance(rt, dict) else rt
+        if rt != "default":
+            where = f" on {lt} layers" if lt else ""
+            raise PosymError(f"rope-base: rope_type={rt!r}{where} is not supported (only the default RoPE); "
+                             "change the base of a model with plain RoPE")
+    return out
+
+
+def _rope_modules(model: nn.Module) -> list[nn.Module]:
+    """The rotary modules of :func:`_rope_tables` (each once)."""
+    mods: list[nn.Module] = []
+    for m, _, _ in _rope_tables(model):
+        if not any(m is x for x in mods):
+            mods.append(m)
     return mods
+
+
+def _config_theta(cfg, layer_type: str | None) -> float | None:
+    params = getattr(cfg, "rope_parameters", None)
+    if isinstance(params, dict) and layer_type is not None and isinstance(params.get(layer_type), dict):
+        params = params[layer_type]
+    theta = params.get("rope_theta") if isinstance(params, dict) else None
+    if theta is None and layer_type is None:
+        theta = getattr(cfg, "rope_theta", None)
+    return None if theta is None else float(theta)
+
+
+def model_thetas(model: nn.Module) -> dict[str | None, float]:
+    """The model's RoPE base per layer type (``{None: θ}`` for one rotary for all layers, Gemma-3:
+    ``{"sliding_attention": 1e4, "full_attention": 1e6}``); a posym GPT-J's is its variant base."""
+    inner, mt = _family(model)
+    if mt == "gptj":
+        return {None: float(config_pe(inner.config).theta)}
+    out: dict[str | None, float] = {}
+    for m, attr, lt in _rope_tables(inner):
+        where = f" for {lt} layers" if lt else ""
+        theta = _config_theta(inner.config, lt)
+        if theta is None:
+            raise PosymError(f"rope-base: {mt} config has no rope_theta{where}")
+        table = getattr(m, attr).detach().float().cpu()
+        if not torch.allclose(table, _default_inv_freq(theta, 2 * table.numel()), rtol=1e-2, atol=0):
+            # e.g. a second rotary module with its own base (Gemma-3 on transformers 4.x)
+            raise PosymError(f"rope-base: a rotary table of {mt}{where} does not match the config's "
+                             f"rope_theta={theta:g}, so its base is unknown; use a model whose rotaries follow its config")
+        out[lt] = theta
+    return out
 
 
 def model_theta(model: nn.Module) -> float:
     """The model's RoPE base θ: a posym GPT-J's variant base (10,000 unless trained with
-    ``--pe rope-base:θ``), else the config's ``rope_theta``."""
-    inner, mt = _family(model)
-    if mt == "gptj":
-        return float(config_pe(inner.config).theta)
-    cfg = inner.config
-    params = getattr(cfg, "rope_parameters", None)
-    theta = params.get("rope_theta") if isinstance(params, dict) else getattr(cfg, "rope_theta", None)
-    if theta is None:
-        raise PosymError(f"rope-base: {mt} config has no rope_theta")
-    return float(theta)
+    ``--pe rope-base:θ``), else the config's ``rope_theta``; one-line PosymError for a model with
+    several bases (:func:`model_thetas`)."""
+    thetas = model_thetas(model)
+    if len(set(thetas.values())) > 1:
+        bases = ", ".join(f"{lt} {t:g}" for lt, t in thetas.items())
+        raise PosymError(f"rope-base: the model has {len(thetas)} RoPE bases ({bases}), so one theta is ambiguous; "
+                         "use ntk:kappa=K, which scales each base")
+    return next(iter(thetas.values()))
 
 
 def rotary_dim(model: nn.Module) -> int:
@@ -113,7 +166,8 @@ def rotary_dim(model: nn.Module) -> int:
     inner, mt = _family(model)
     if mt == "gptj":
         return int(_gptj_tables(inner)[0].embed_positions.shape[1])
-    return 2 * int(_rope_modules(inner)[0].inv_freq.numel())
+    m, name, _ = _rope_tables(inner)[0]
+    return 2 * int(getattr(m, name).numel())
 
 
 def gptj_table(model: nn.Module, n_pos: int, dim: int, *, theta: float | None = None, position_scale: float = 1.0) -> Tensor:
@@ -129,39 +183,41 @@ def _default_inv_freq(theta: float, dim: int) -> Tensor:
 
 
 @contextmanager
-def rope_base(model: nn.Module, theta: float, *, layers: Sequence[int] | None = None) -> Iterator[RopeBase]:
-    """Context manager: every layer's RoPE base set to θ′ = ``theta`` (rotary tables rebuilt, weights
-    untouched); the original tables restored on exit. ``layers`` must be None (all layers) for now."""
-    theta = check_theta(theta)
-    if layers is not None:
-        raise PosymError("rope-base: per-layer bases are not supported yet; leave layers unset (all layers)")
+def _bases(model: nn.Module, theta_of: Callable[[float], float]) -> Iterator[None]:
+    """Every rotary table rebuilt with the base ``theta_of(θ)`` of its own base θ (a table whose base
+    does not change keeps its tensor); the original tensors restored on exit."""
     inner, mt = _family(model)
     if mt == "gptj":
+        theta = theta_of(model_theta(inner))
         mods = _gptj_tables(inner)
         saved = [(m, "embed_positions", m.embed_positions) for m in mods]
         new = [gptj_table(inner, t.shape[0], t.shape[1], theta=theta).to(t.device, t.dtype) for _, _, t in saved]
     else:
-        mods = _rope_modules(inner)
-        saved = [(m, "inv_freq", m.inv_freq) for m in mods]
-        new = [_default_inv_freq(theta, 2 * t.numel()).to(t.device, t.dtype) for _, _, t in saved]
-    current = {id(m): t for (m, _, _), t in zip(saved, new)}
+        thetas = model_thetas(inner)
+        saved, new = [], []
+        for m, attr, lt in _rope_tables(inner):
+            t = getattr(m, attr)
+            theta = theta_of(thetas[lt])
+            saved.append((m, attr, t))
+            new.append(t if theta == thetas[lt] else _default_inv_freq(theta, 2 * t.numel()).to(t.device, t.dtype))
+    current = {(id(m), attr): t for (m, attr, _), t in zip(saved, new)}
 
     def keep_base(module, args, kwargs):
         # A table rebuilt inside the context (e.g. extend_positions past the training length) would use
         # base 10,000 again: rebuild it with θ′ at its new length before the forward reads it.
         for m, attr, _ in saved:
             t = getattr(m, attr)
-            if t is not current[id(m)]:
+            if t is not current[(id(m), attr)]:
                 t = gptj_table(inner, t.shape[0], t.shape[1], theta=theta).to(t.device, t.dtype)
                 setattr(m, attr, t)
-                current[id(m)] = t
+                current[(id(m), attr)] = t
         return None
 
     handle = inner.register_forward_pre_hook(keep_base, with_kwargs=True) if mt == "gptj" else None
     try:
         for (m, attr, _), t in zip(saved, new):
             setattr(m, attr, t)
-        yield RopeBase(theta=theta)
+        yield
     finally:
         if handle is not None:
             handle.remove()
@@ -170,14 +226,29 @@ def rope_base(model: nn.Module, theta: float, *, layers: Sequence[int] | None = 
 
 
 @contextmanager
+def rope_base(model: nn.Module, theta: float, *, layers: Sequence[int] | None = None) -> Iterator[RopeBase]:
+    """Context manager: every layer's RoPE base set to θ′ = ``theta`` (rotary tables rebuilt, weights
+    untouched); the original tables restored on exit. ``layers`` must be None (all layers) for now; a
+    model with several bases (Gemma-3) is refused in one line (use :func:`ntk`)."""
+    theta = check_theta(theta)
+    if layers is not None:
+        raise PosymError("rope-base: per-layer bases are not supported yet; leave layers unset (all layers)")
+    model_theta(model)  # one base, or a one-line error
+    with _bases(model, lambda _: theta):
+        yield RopeBase(theta=theta)
+
+
+@contextmanager
 def ntk(model: nn.Module, kappa: float) -> Iterator[RopeBase]:
-    """Context manager: :func:`rope_base` with the NTK-aware base θ·κ^{d/(d−2)} of the model's θ and
-    rotary dim d; κ = 1 leaves the base (and the logits) unchanged."""
+    """Context manager: every rotary's base θ (each layer type's own, Gemma-3) set to the NTK-aware
+    θ·κ^{d/(d−2)}, d the rotary dim; κ = 1 leaves the tables (and the logits) unchanged. Yields the
+    applied :class:`RopeBase` (its ``theta`` None when the model has several bases)."""
     kappa = check_kappa(kappa)
-    theta = ntk_theta(model_theta(model), kappa, rotary_dim(model))
-    with rope_base(model, theta):
-        yield RopeBase(theta=theta, kappa=kappa)
+    d = rotary_dim(model)
+    thetas = set(model_thetas(model).values())
+    with _bases(model, lambda theta: ntk_theta(theta, kappa, d)):
+        yield RopeBase(theta=ntk_theta(thetas.pop(), kappa, d) if len(thetas) == 1 else None, kappa=kappa)
 
 
-__all__ = ["ROPE_FAMILIES", "GPTJ_BASE", "RopeBase", "check_theta", "check_kappa", "ntk_theta", "model_theta",
+__all__ = ["ROPE_FAMILIES", "GPTJ_BASE", "RopeBase", "check_theta", "check_kappa", "ntk_theta", "model_theta", "model_thetas",
            "rotary_dim", "gptj_table", "rope_base", "ntk"]

@@ -3,14 +3,14 @@
 temperature laws) or ``s(n) = β·ln n`` (``form="ssmax"``, Scalable-Softmax, Nakanishi 2025,
 arXiv 2501.19399).
 
-Exact for the eager path: the query projection's output of position ``p`` is multiplied by ``s(p+1)``
-by a forward hook on ``q_proj``. RoPE rotates q linearly and the logit is linear in q, so the row of
-logits of that query is multiplied by ``s`` and nothing else changes; the same hook feeds the q that
-:mod:`posym.heads.scores` captures, so the fast and the reference score paths see the same change.
-This holds only where nothing non-linear acts on q between ``q_proj`` and the logit (no q/k norm, no
-q clipping, no logit soft-capping): :data:`TEMPERATURE_FAMILIES`. Positions are the token indices of
-the forward's input (a full sequence, no KV cache, no left padding), as posym's scoring and
-length-generalisation runs use.
+Exact for the eager path: the query of position ``p`` is multiplied by ``s(p+1)`` by a forward hook
+where the adapter captures q (``q_proj``, or the q norm of Qwen3 / Gemma-3: after it q is linear up to
+the logit; :mod:`posym.interventions.sites`). RoPE rotates q linearly and the logit is linear in q, so
+the row of logits of that query is multiplied by ``s`` and nothing else changes; the hook runs before
+the capture hook of :mod:`posym.heads.scores`, so the fast and the reference score paths see the same
+change. This holds only where nothing non-linear acts on q after that point (no q clipping, no logit
+soft-capping): :data:`TEMPERATURE_FAMILIES`. Positions are the token indices of the forward's input
+(a full sequence, no KV cache, no left padding), as posym's scoring and length-generalisation runs use.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import torch
 from torch import Tensor, nn
 
 from posym.errors import PosymError
-from posym.model.adapters import get_adapter, unwrap_model
+from posym.interventions.sites import LINEAR_QK_FAMILIES, linear_sites, prepend_hook, scale_tokens, time_axis
 
-#: model_type values whose attention logit is linear in the ``q_proj`` output (see the module docstring).
-TEMPERATURE_FAMILIES: tuple[str, ...] = ("gptj", "llama", "mistral", "qwen2")
+#: model_type values whose attention logit is linear in the captured q (:mod:`posym.interventions.sites`).
+TEMPERATURE_FAMILIES: tuple[str, ...] = LINEAR_QK_FAMILIES
 FORMS: tuple[str, ...] = ("log", "ssmax")
 
 
@@ -65,27 +65,11 @@ def temperature_scale(n: Tensor, beta: float, n_train: int, form: str = "log") -
     return 1.0 + beta * torch.log(n / n_train)
 
 
-def _q_projections(model: nn.Module, layers: Sequence[int] | None) -> list[nn.Module]:
-    inner = unwrap_model(model)
-    mt = getattr(getattr(inner, "config", None), "model_type", None)
-    if mt not in TEMPERATURE_FAMILIES:
-        raise PosymError(f"temperature: model_type={mt!r} is not supported (the logit must be linear in q_proj); "
-                         f"supported: {', '.join(TEMPERATURE_FAMILIES)}")
-    ad = get_adapter(inner)
-    out = []
-    for layer in ad.check_layers(layers):
-        q = getattr(ad.attention_module(layer), "q_proj", None)
-        if not isinstance(q, nn.Module):
-            raise PosymError(f"temperature: layer {layer} of {mt} has no q_proj; supported: {', '.join(TEMPERATURE_FAMILIES)}")
-        out.append(q)
-    return out
-
-
-def _scale_hook(beta: float, n_train: int, form: str):
+def _scale_hook(beta: float, n_train: int, form: str, n_heads: int, heads_first: bool):
     def hook(module: nn.Module, args, out: Tensor) -> Tensor:
-        T = out.shape[-2]
+        T = out.shape[time_axis(out, n_heads, heads_first)]
         s = temperature_scale(torch.arange(1, T + 1, device=out.device), beta, n_train, form)
-        return out * s.to(out.dtype)[:, None]
+        return scale_tokens(out, s, n_heads, heads_first)
     return hook
 
 
@@ -96,12 +80,12 @@ def temperature(model: nn.Module, beta: float, *, n_train: int, layers: Sequence
     for the duration; the hooks are removed on exit, also after an exception. β = 0 with ``form="log"``
     multiplies by exactly 1.0, a bit-for-bit no-op. Yields the :class:`Temperature` applied."""
     beta, n_train, form = check_temperature(beta, n_train, form)
-    projections = _q_projections(model, layers)
+    ad, sites = linear_sites(model, layers, "temperature")
     applied = Temperature(beta, n_train, form, None if layers is None else tuple(int(l) for l in layers))
     handles = []
     try:
-        for q in projections:
-            handles.append(q.register_forward_hook(_scale_hook(beta, n_train, form)))
+        for _, q, _, heads_first in sites:
+            handles.append(prepend_hook(q, _scale_hook(beta, n_train, form, ad.n_heads, heads_first)))
         yield applied
     finally:
         for h in handles:

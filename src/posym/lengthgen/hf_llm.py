@@ -208,7 +208,11 @@ class HFChoice:
                 for s in range(0, len(rows), step):
                     chunk = rows[s:s + step]
                     ids = torch.tensor([prompt + list(r) for r in chunk], device=dev)
-                    logp = self.model(input_ids=ids, use_cache=False).logits[:, P:].float().log_softmax(-1)
+                    # only the n positions after the prompt are scored: skip the vocabulary logits of the
+                    # prompt's positions (a 262k-token vocabulary makes those the bulk of the cost)
+                    keep = {"logits_to_keep": n} if self._keep_last else {}
+                    logits = self.model(input_ids=ids, use_cache=False, **keep).logits
+                    logp = logits[:, -n:].float().log_softmax(-1)
                     for r, row in enumerate(chunk):
                         for i in users[row]:
                             nxt = torch.tensor(conts[i][1:], device=logp.device)

@@ -189,6 +189,12 @@ class RopeAdapter:
         """
         raise NotImplementedError
 
+    def qk_sites(self, layer: int) -> tuple[nn.Module, nn.Module, bool] | None:
+        """``(q module, k module, heads_first)``: the modules whose outputs :meth:`qk_hooks` captures as
+        ``layer``'s pre-rotary q and k (``heads_first``: a 4-D output is ``[B, H, T, hd]`` when
+        ``H == T``), or None when q and k come out of one fused projection."""
+        raise NotImplementedError
+
     def check_layers(self, layers: Sequence[int] | None) -> list[int]:
         """Validated layer indices (None = all layers, in order); PosymError on out-of-range or duplicates."""
         if layers is None:
@@ -348,10 +354,15 @@ def _heads_view(out: Tensor, n: int, hd: int, heads_first: bool = False) -> Tens
     shape; ``heads_first`` decides only when ``n == T`` (then both read alike).
     """
     if out.ndim == 4:
-        first = out.shape[1] == n if out.shape[1] != out.shape[2] else heads_first
-        return out if first else out.transpose(1, 2)
+        return out if heads_first_layout(out, n, heads_first) else out.transpose(1, 2)
     B, T = out.shape[:2]
     return out.reshape(B, T, n, hd).transpose(1, 2)
+
+
+def heads_first_layout(out: Tensor, n: int, heads_first: bool = False) -> bool:
+    """Whether a 4-D projection / q/k-norm output with ``n`` heads is ``[B, n, T, hd]`` (else
+    ``[B, T, n, hd]``), read from the shape; ``heads_first`` decides only when ``n == T``."""
+    return out.shape[1] == n if out.shape[1] != out.shape[2] else heads_first
 
 
 def _store_hook(store: dict, key: str, n: int, hd: int, heads_first: bool = False):
@@ -414,6 +425,10 @@ class GPTJAdapter(RopeAdapter):
         sincos = table[positions].float()
         sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
         return cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+
+    def qk_sites(self, layer: int) -> tuple[nn.Module, nn.Module, bool] | None:
+        attn = self.attention_module(layer)
+        return attn.q_proj, attn.k_proj, False
 
     def qk_hooks(self, layer: int, store: dict) -> list:
         attn = self.attention_module(layer)
@@ -587,17 +602,26 @@ class HFRopeAdapter(RopeAdapter):
                 return q, k
         return None
 
+    def qk_sites(self, layer: int) -> tuple[nn.Module, nn.Module, bool] | None:
+        """``(q module, k module, heads_first)`` whose outputs are the pre-rotary q and k of ``layer``
+        that :meth:`qk_hooks` captures: the q/k norms when the attention has them (their 4-D output
+        read by :func:`heads_first_layout`), else ``q_proj`` / ``k_proj``; None for fused projections."""
+        attn = self.attention_module(layer)
+        norms = self._norms(attn)
+        if norms is not None:  # q/k norms (Qwen3, OLMo2, Gemma-3, Cohere, StableLM, ...) act pre-rotary
+            return norms[0], norms[1], self.spec.norm_heads_first
+        if self.spec.qkv == "separate":
+            return attn.q_proj, attn.k_proj, False
+        return None
+
     def qk_hooks(self, layer: int, store: dict) -> list:
         attn = self.attention_module(layer)
         H, Hkv, hd = self.n_heads, self.n_kv_heads, self.head_dim
-        norms = self._norms(attn)
-        if norms is not None:  # q/k norms (Qwen3, OLMo2, Gemma-3, Cohere, StableLM, ...) act pre-rotary
-            hf = self.spec.norm_heads_first
-            return [norms[0].register_forward_hook(_store_hook(store, "q", H, hd, hf)),
-                    norms[1].register_forward_hook(_store_hook(store, "k", Hkv, hd, hf))]
-        if self.spec.qkv == "separate":
-            return [attn.q_proj.register_forward_hook(_store_hook(store, "q", H, hd)),
-                    attn.k_proj.register_forward_hook(_store_hook(store, "k", Hkv, hd))]
+        sites = self.qk_sites(layer)
+        if sites is not None:
+            q, k, hf = sites
+            return [q.register_forward_hook(_store_hook(store, "q", H, hd, hf)),
+                    k.register_forward_hook(_store_hook(store, "k", Hkv, hd, hf))]
         if self.spec.qkv == "fused":  # Phi-3 qkv_proj: [q (H·hd) | k (Hkv·hd) | v]
             def fused(module, args, out):
                 store["q"] = _heads_view(out[..., : H * hd], H, hd)
@@ -657,4 +681,4 @@ def get_adapter(model: nn.Module) -> RopeAdapter:
 
 
 __all__ = ["RopeAdapter", "GPTJAdapter", "HFRopeAdapter", "SUPPORTED", "get_adapter", "eval_mode", "hook_handles",
-           "supported_families", "unwrap_model"]
+           "heads_first_layout", "supported_families", "unwrap_model"]

@@ -1,0 +1,77 @@
+"""Where temperature and freq-mask change q and k: the adapter's own capture sites
+(:meth:`~posym.model.adapters.RopeAdapter.qk_sites`) — ``q_proj`` / ``k_proj``, or the q/k norms of
+the families that have them (Qwen3, Gemma-3): after the norm, q and k reach the logit through the
+rotation and the scaling only, both linear. So a hook there changes the logit exactly as intended, and
+the score engine (:mod:`posym.heads.scores`) captures the changed q/k: the fast and reference score
+paths see the same change. The intervention's hooks are prepended, so they run before any capture hook
+on the same module, whenever that one was registered.
+
+Exact only where nothing non-linear follows the site (no logit soft-capping, no q clipping, no
+fused projection): :data:`LINEAR_QK_FAMILIES`, and a model with a soft-cap is refused whatever its family.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from posym.errors import PosymError
+from posym.model.adapters import RopeAdapter, get_adapter, heads_first_layout, unwrap_model
+
+#: model_type values whose attention logit is linear in the q (and k) the adapter captures.
+LINEAR_QK_FAMILIES: tuple[str, ...] = ("gptj", "llama", "mistral", "qwen2", "qwen3", "gemma3_text")
+
+
+def linear_sites(model: nn.Module, layers: Sequence[int] | None,
+                 name: str) -> tuple[RopeAdapter, list[tuple[int, nn.Module, nn.Module, bool]]]:
+    """The adapter and ``(layer, q module, k module, heads_first)`` of ``layers`` (None = all); a
+    one-line PosymError (naming intervention ``name``) for a family outside :data:`LINEAR_QK_FAMILIES`,
+    a soft-capped logit or a layer out of range."""
+    inner = unwrap_model(model)
+    mt = getattr(getattr(inner, "config", None), "model_type", None)
+    if mt not in LINEAR_QK_FAMILIES:
+        raise PosymError(f"{name}: model_type={mt!r} is not supported (the logit must be linear in the captured q/k); "
+                         f"supported: {', '.join(LINEAR_QK_FAMILIES)}")
+    ad = get_adapter(inner)
+    if ad.softcap is not None:
+        raise PosymError(f"{name}: {mt} caps its attention logits (attn_logit_softcapping={ad.softcap:g}), "
+                         "so scaling or masking q is not exact; use a model without logit soft-capping")
+    out = []
+    for layer in ad.check_layers(layers):
+        sites = ad.qk_sites(layer)
+        if sites is None:
+            raise PosymError(f"{name}: layer {layer} of {mt} has no separate q/k projections or norms")
+        out.append((layer, *sites))
+    return ad, out
+
+
+def time_axis(out: Tensor, n: int, heads_first: bool) -> int:
+    """The token axis of a site's output with ``n`` heads: ``[B, T, n·hd]`` and ``[B, T, n, hd]`` -> 1,
+    ``[B, n, T, hd]`` -> 2."""
+    if out.ndim == 4 and heads_first_layout(out, n, heads_first):
+        return 2
+    return 1
+
+
+def scale_tokens(out: Tensor, s: Tensor, n: int, heads_first: bool) -> Tensor:
+    """``out`` with token ``t``'s vectors (every head) multiplied by ``s[t]``."""
+    axis = time_axis(out, n, heads_first)
+    shape = [1] * out.ndim
+    shape[axis] = -1
+    return out * s.to(out.device, out.dtype).reshape(shape)
+
+
+def scale_dims(out: Tensor, per_head: Tensor, n: int) -> Tensor:
+    """``out`` with each head's dims multiplied by ``per_head`` [hd] (a 3-D output holds the ``n`` heads side by side)."""
+    m = per_head.to(out.device, out.dtype)
+    return out * (m.repeat(n) if out.ndim == 3 else m)
+
+
+def prepend_hook(module: nn.Module, hook) -> torch.utils.hooks.RemovableHandle:
+    """``hook`` as a forward hook of ``module`` that runs before the module's other forward hooks."""
+    return module.register_forward_hook(hook, prepend=True)
+
+
+__all__ = ["LINEAR_QK_FAMILIES", "linear_sites", "time_axis", "scale_tokens", "scale_dims", "prepend_hook"]
