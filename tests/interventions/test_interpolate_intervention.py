@@ -18,6 +18,7 @@ from posym.model import build_model, model_config
 from posym.model.gptj import extend_positions, rotary_table
 
 from family_models import build_family
+from model_state import logits as _logits, same as _same, seeded_ids as _ids, snapshot as _snapshot
 
 
 def _gptj():
@@ -31,23 +32,12 @@ MODELS = {"gptj": _gptj, **{f: (lambda f=f: build_family(f, vocab_size=31).eval(
                             for f in ("llama", "qwen3", "gemma3_text")}}
 
 
-def _ids(T=12, B=3):
-    return torch.randint(1, 31, (B, T), generator=torch.Generator().manual_seed(1))
 
 
-def _logits(model, ids):
-    with torch.no_grad():
-        return model(ids).logits
 
 
-def _snapshot(model):
-    out = {f"state:{k}": v.clone() for k, v in model.state_dict().items()}
-    out.update({f"buffer:{k}": v.clone() for k, v in model.named_buffers()})
-    return out
 
 
-def _same(a, b):
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

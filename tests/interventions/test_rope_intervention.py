@@ -17,6 +17,7 @@ from posym.model import build_model, model_config
 from posym.model.adapters import get_adapter
 
 from family_models import build_family
+from model_state import logits as _logits, same as _same, seeded_ids as _ids, snapshot as _snapshot
 
 
 def _gptj():
@@ -39,24 +40,12 @@ def _another_base(model, scale: float = 1.0):
     return rope_base(model, 37.0 * scale) if _one_base(model) else ntk(model, 64.0 * scale)
 
 
-def _ids(T=12, B=3):
-    return torch.randint(1, 31, (B, T), generator=torch.Generator().manual_seed(1))
 
 
-def _logits(model, ids):
-    with torch.no_grad():
-        return model(ids).logits
 
 
-def _snapshot(model):
-    """Every state tensor and every buffer (non-persistent rotary tables included), by name."""
-    out = {f"state:{k}": v.clone() for k, v in model.state_dict().items()}
-    out.update({f"buffer:{k}": v.clone() for k, v in model.named_buffers()})
-    return out
 
 
-def _same(a, b):
-    return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
