@@ -99,3 +99,30 @@ def test_bad_interventions_are_refused_before_any_work(model_dir, tmp_path, inte
     with pytest.raises(PosymError, match=msg) as e:
         _run(model_dir, out, intervene=intervene, layers=layers)
     assert "\n" not in str(e.value) and not out.exists()
+
+
+@pytest.mark.parametrize("text", ["temperature:beta=0.5", "interpolate:factor=2", "interpolate:n_train=17",
+                                  "ntk:kappa=4", "freq-mask:keep=1+2+3"])
+def test_evaluation_under_an_intervention_is_the_plain_forward_under_it(model_dir, text):
+    """lengthgen and evaluation use the fast last-token path; under an intervention it must give the
+    plain forward's logits under that intervention — also past the training length, where the rotary
+    table is extended inside the context (the fast path alone calls neither the model's forward nor the
+    last layer's query projection on any row but the last)."""
+    import torch
+
+    from posym.model.fast import last_token_logits
+    from posym.model.gptj import extend_positions
+    from posym.tasks import generate
+
+    model, task, _ = resolve_model(model_dir, task="number")
+    ids = torch.as_tensor(generate("number", 3, 1_000_000, extra_tokens=200).input_ids)  # 217 > 128 positions
+    other, _, _ = resolve_model(model_dir, task="number")
+    with torch.no_grad():
+        plain = last_token_logits(extend_positions(other, ids.shape[1]), ids)
+        with intervened(model, text):
+            extend_positions(model, ids.shape[1])  # as evaluate_length does, inside the context
+            fast = last_token_logits(model, ids)
+            full = model(ids).logits[:, -1]
+        after, want = last_token_logits(model, ids[:, -100:]), last_token_logits(other, ids[:, -100:])
+    assert torch.allclose(fast, full, atol=1e-5) and not torch.allclose(fast, plain, atol=1e-4)
+    assert torch.equal(after, want) and not hasattr(model, "_posym_full_forward")  # restored: the fast path again

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from posym.errors import PosymError
-from posym.interventions.sites import linear_sites, prepend_hook, scale_dims
+from posym.interventions.sites import linear_sites, prepend_hook, scale_dims, with_full_forward
 from posym.model.rope import expand_pairs
 
 
@@ -55,6 +55,7 @@ def _mask_hook(mask: Tensor, n_heads: int):
     return hook
 
 
+@with_full_forward
 @contextmanager
 def freq_mask(model: nn.Module, keep: Iterable[int], *, layers: Sequence[int] | None = None) -> Iterator[FreqMask]:
     """Context manager: only RoPE frequency IDs ``keep`` (1 = fastest) of q and k in ``layers`` (None =

@@ -24,10 +24,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-import torch
 from torch import Tensor, nn
 
 from posym.errors import PosymError
+from posym.interventions.sites import with_full_forward
 from posym.interventions.rope import _family, _gptj_tables, _rope_modules, gptj_table
 
 
@@ -76,6 +76,7 @@ def _length(args: tuple, kwargs: dict) -> int | None:
     return int(emb.shape[-2]) if isinstance(emb, Tensor) else None
 
 
+@with_full_forward
 @contextmanager
 def interpolate(model: nn.Module, *, factor: float | None = None, n_train: int | None = None) -> Iterator[Interpolate]:
     """Context manager: RoPE positions ``p`` → ``p·c`` (module docstring) for the duration; restored on

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from posym.errors import PosymError
+from posym.interventions.sites import with_full_forward
 from posym.model.adapters import unwrap_model
 from posym.model.pe import GPTJ_BASE, config_pe, gptj_rotary_table
 
@@ -225,6 +226,7 @@ def _bases(model: nn.Module, theta_of: Callable[[float], float]) -> Iterator[Non
             setattr(m, attr, t)
 
 
+@with_full_forward
 @contextmanager
 def rope_base(model: nn.Module, theta: float, *, layers: Sequence[int] | None = None) -> Iterator[RopeBase]:
     """Context manager: every layer's RoPE base set to θ′ = ``theta`` (rotary tables rebuilt, weights
@@ -238,6 +240,7 @@ def rope_base(model: nn.Module, theta: float, *, layers: Sequence[int] | None = 
         yield RopeBase(theta=theta)
 
 
+@with_full_forward
 @contextmanager
 def ntk(model: nn.Module, kappa: float) -> Iterator[RopeBase]:
     """Context manager: every rotary's base θ (each layer type's own, Gemma-3) set to the NTK-aware

@@ -12,13 +12,18 @@ fused projection): :data:`LINEAR_QK_FAMILIES`, and a model with a soft-cap is re
 
 from __future__ import annotations
 
-from typing import Sequence
+import functools
+from contextlib import contextmanager
+from typing import Callable, ContextManager, Iterator, Sequence, TypeVar
 
 import torch
 from torch import Tensor, nn
 
 from posym.errors import PosymError
 from posym.model.adapters import RopeAdapter, get_adapter, heads_first_layout, unwrap_model
+from posym.model.fast import full_forward
+
+T = TypeVar("T")
 
 #: model_type values whose attention logit is linear in the q (and k) the adapter captures.
 LINEAR_QK_FAMILIES: tuple[str, ...] = ("gptj", "llama", "mistral", "qwen2", "qwen3", "gemma3_text")
@@ -75,3 +80,16 @@ def prepend_hook(module: nn.Module, hook) -> torch.utils.hooks.RemovableHandle:
 
 
 __all__ = ["LINEAR_QK_FAMILIES", "linear_sites", "time_axis", "scale_tokens", "scale_dims", "prepend_hook"]
+
+
+def with_full_forward(context: Callable[..., ContextManager[T]]) -> Callable[..., ContextManager[T]]:
+    """Decorator of an intervention's context manager: while it is active, the model's fast last-token
+    path (:func:`posym.model.fast.last_token_logits`, used by ``lengthgen`` and evaluation) runs the
+    plain forward, which the intervention's hooks (a pre-hook of the model's forward, a query scaled
+    by its row's position) are written for (:func:`posym.model.fast.full_forward`)."""
+    @functools.wraps(context)
+    @contextmanager
+    def wrapped(model: nn.Module, *args, **kwargs) -> Iterator[T]:
+        with context(model, *args, **kwargs) as value, full_forward(unwrap_model(model)):
+            yield value
+    return wrapped

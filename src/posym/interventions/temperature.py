@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from posym.errors import PosymError
-from posym.interventions.sites import LINEAR_QK_FAMILIES, linear_sites, prepend_hook, scale_tokens, time_axis
+from posym.interventions.sites import LINEAR_QK_FAMILIES, linear_sites, prepend_hook, scale_tokens, time_axis, with_full_forward
 
 #: model_type values whose attention logit is linear in the captured q (:mod:`posym.interventions.sites`).
 TEMPERATURE_FAMILIES: tuple[str, ...] = LINEAR_QK_FAMILIES
@@ -73,6 +73,7 @@ def _scale_hook(beta: float, n_train: int, form: str, n_heads: int, heads_first:
     return hook
 
 
+@with_full_forward
 @contextmanager
 def temperature(model: nn.Module, beta: float, *, n_train: int, layers: Sequence[int] | None = None,
                 form: str = "log") -> Iterator[Temperature]:

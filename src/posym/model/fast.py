@@ -18,6 +18,9 @@ training), and an SSMax query projection gets the token index of each query.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -65,12 +68,37 @@ def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
     return x * keep * (1.0 / (1.0 - p))
 
 
+#: Attribute (a count) set on a model while something needs its plain forward (:func:`full_forward`).
+FULL_FORWARD = "_posym_full_forward"
+
+
+@contextmanager
+def full_forward(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """For the duration, :func:`last_token_logits` runs the plain HF forward
+    (:func:`reference_last_token_logits`) instead of the fast path. For inference-time interventions
+    (docs/interventions.md): the fast path calls neither the model's forward (whose pre-hooks rebuild
+    rotary tables) nor the last layer's query projection on any row but the last (a hook that scales
+    each row by its position would see row 0), so it would measure another model. Nestable."""
+    setattr(model, FULL_FORWARD, getattr(model, FULL_FORWARD, 0) + 1)
+    try:
+        yield model
+    finally:
+        left = getattr(model, FULL_FORWARD, 1) - 1
+        if left > 0:
+            setattr(model, FULL_FORWARD, left)
+        else:
+            delattr(model, FULL_FORWARD)
+
+
 def last_token_logits(model: GPTJForCausalLM, input_ids: Tensor, positions: Tensor | None = None) -> Tensor:
     """Logits at the last position. input_ids [B, T] -> logits [B, V].
 
     Positions are 0..T-1 (``positions`` None) or each sequence's own position ids [B, T]; they must be
-    < the model's rotary table length.
+    < the model's rotary table length. Inside :func:`full_forward` (an intervention is active) the
+    plain HF forward computes them instead.
     """
+    if getattr(model, FULL_FORWARD, 0):
+        return reference_last_token_logits(model, input_ids, positions)
     tr = model.transformer
     cfg = model.config
     B, T = input_ids.shape
@@ -119,4 +147,4 @@ def reference_last_token_logits(model: GPTJForCausalLM, input_ids: Tensor, posit
     return model(input_ids=input_ids, position_ids=positions, attention_mask=mask).logits[:, -1]
 
 
-__all__ = ["last_token_logits", "reference_last_token_logits"]
+__all__ = ["FULL_FORWARD", "full_forward", "last_token_logits", "reference_last_token_logits"]
