@@ -126,3 +126,29 @@ def test_evaluation_under_an_intervention_is_the_plain_forward_under_it(model_di
         after, want = last_token_logits(model, ids[:, -100:]), last_token_logits(other, ids[:, -100:])
     assert torch.allclose(fast, full, atol=1e-5) and not torch.allclose(fast, plain, atol=1e-4)
     assert torch.equal(after, want) and not hasattr(model, "_posym_full_forward")  # restored: the fast path again
+
+
+def test_an_interrupted_resume_loses_no_row_of_any_intervention(model_dir, tmp_path, monkeypatch):
+    """A resumed call over several interventions saves after each point; killed while measuring the
+    first one, the file still holds every row of the others (measured earlier, not yet reached)."""
+    out = tmp_path / "lg.csv"
+    _run(model_dir, out, intervene=["none", "ntk:kappa=2", "temperature:beta=1"])
+    before = pd.read_csv(out)
+    import posym.lengthgen.trained as trained
+    real, calls = trained.evaluate_length, []
+
+    def dies_on_second_point(*a, **k):
+        calls.append(a[2])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(trained, "evaluate_length", dies_on_second_point)
+    with pytest.raises(KeyboardInterrupt):
+        lengthgen(model_dir, task="number", grid="0,40,60", n=6, seeds=2, out=out, progress=False, resume=True,
+                  intervene=["none", "ntk:kappa=2", "temperature:beta=1"])
+    after = pd.read_csv(out)
+    key = ["intervention", "extra_tokens", "seed"]
+    merged = before.merge(after, on=key, how="left", suffixes=("", "_after"), indicator=True)
+    assert (merged["_merge"] == "both").all()  # every earlier row is still there
+    assert len(after) == len(before) + 1  # plus the one new point measured before the interruption

@@ -74,9 +74,11 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
             t.insert(i, col, value)
         return t
 
-    kept = [] if old is None else [labelled(g.drop(columns=INTERVENTION), name)
-                                   for name, g in old.groupby(INTERVENTION, sort=False) if name not in names]
-    parts: list[pd.DataFrame] = []
+    # Every row the table holds, by intervention: the old rows first (other interventions' and this
+    # call's not yet re-measured ones), replaced by each intervention's rows as they are measured, so an
+    # interruption at any point leaves every earlier row in the file.
+    rows: dict[str, pd.DataFrame] = {} if old is None else {
+        name: labelled(g.drop(columns=INTERVENTION), name) for name, g in old.groupby(INTERVENTION, sort=False)}
     for spec, name in zip(specs, names):
         done = None
         if old is not None:
@@ -84,14 +86,15 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
             done = mine if len(mine) else None
 
         def save(t: pd.DataFrame, name: str = name) -> None:
-            outputs.csv(pd.concat(kept + parts + [labelled(t, name)], ignore_index=True), table_path)
+            rows[name] = labelled(t, name)
+            outputs.csv(pd.concat(list(rows.values()), ignore_index=True), table_path)
 
         with intervened(model, spec):
             t = lengthgen_table(model, task, grid_values, n=n, seeds=seeds, device=device, progress=progress,
                                 extra_rule=extra_rule, distractors=distractors, done=done,
                                 on_point=save if resume else None, label=None if name == NO_INTERVENTION else name)
-        parts.append(labelled(t, name))
-    table = pd.concat(kept + parts, ignore_index=True)
+        rows[name] = labelled(t, name)
+    table = pd.concat(list(rows.values()), ignore_index=True)
     summary = summarize_lengthgen(table.drop(columns=list(key)))
     outputs.csv(table, table_path)
     outputs.csv(summary, layout.summary_path(table_path))
