@@ -134,14 +134,3 @@ def test_one_seed_is_not_called_mean_and_sd():
     import matplotlib.pyplot as plt
 
     plt.close(fig)
-
-
-def test_aggregate_of_a_directory_without_runs_writes_only_readable_tables(tmp_path):
-    """No finished run yet: every table written has a header that pandas reads back (none is header-less)."""
-    (tmp_path / "aggregate").mkdir()
-    (tmp_path / "aggregate" / "freqs.csv").write_text("\n")  # a header-less file of an older posym
-    aggregate(tmp_path, write=True)
-    files = sorted((tmp_path / "aggregate").glob("*.csv"))
-    assert files and not (tmp_path / "aggregate" / "freqs.csv").exists()
-    for f in files:
-        pd.read_csv(f)  # raises EmptyDataError on a header-less file

@@ -541,12 +541,7 @@ def aggregate(out_dir: str | os.PathLike, write: bool = True) -> dict[str, pd.Da
         adir = out / layout.AGGREGATE
         adir.mkdir(parents=True, exist_ok=True)
         for name, df in tables.items():
-            path = layout.aggregate_table(out, name)
-            if len(df.columns) == 0:  # nothing to aggregate yet (no finished run): no header-less file
-                for stale in (path, path.with_suffix(".parquet")):
-                    stale.unlink(missing_ok=True)
-                continue
-            write_table(df, path)
+            write_table(df, layout.aggregate_table(out, name))
         _write_figures(adir / layout.FIGURES, tables, runs)
     return tables
 
