@@ -141,6 +141,7 @@ train(make_config("number", "quick", **{tiny!r}), sys.argv[1], resume=len(sys.ar
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # minutes; the exact-resume rule of every variant is test_variant_resumes_exactly (fast tier)
 def test_randomized_sigkill_then_resume_gives_identical_metrics(tmp_path):
     """As tests/train/test_resume.py for RoPE: a randomized-positions run killed with SIGKILL mid-way
     and resumed writes the same metrics and head scores as an uninterrupted one."""
