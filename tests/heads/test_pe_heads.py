@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from posym.heads.frequencies import frequency_ids, frequency_scores, frequency_swap_attention
-from posym.heads.scores import combine_scores, scores_fast, swap_attention
+from posym.heads.scores import scores_fast, swap_attention
 from posym.model.gptj import build_model, model_config
 from posym.tasks import get_vocab, make_split
 
