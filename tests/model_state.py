@@ -24,3 +24,12 @@ def snapshot(model) -> dict:
 def same(a: dict, b: dict) -> bool:
     """Two snapshots equal bit for bit (names, dtypes, values)."""
     return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
+
+
+def tiny_gptj():
+    """A 2-layer, 2-head posym GPT-J (vocab 31, rotary dim 16) with large weights, in eval mode."""
+    from posym.model import build_model, model_config
+
+    m = build_model(model_config("quick", 31, n_layer=2, n_embd=32, n_head=2, n_inner=64, rotary_dim=16,
+                                 initializer_range=0.3), seed=0)
+    return m.eval()

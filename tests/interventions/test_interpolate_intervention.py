@@ -18,13 +18,10 @@ from posym.model import build_model, model_config
 from posym.model.gptj import extend_positions, rotary_table
 
 from family_models import build_family
-from model_state import logits as _logits, same as _same, seeded_ids as _ids, snapshot as _snapshot
+from model_state import tiny_gptj, logits as _logits, same as _same, seeded_ids as _ids, snapshot as _snapshot
 
 
-def _gptj():
-    m = build_model(model_config("quick", 31, n_layer=2, n_embd=32, n_head=2, n_inner=64, rotary_dim=16,
-                                 initializer_range=0.3), seed=0)
-    return m.eval()
+_gptj = tiny_gptj
 
 
 #: GPT-J (rotary table), Llama and Qwen3 (one rotary), Gemma-3 (one rotary called per layer type).

@@ -13,17 +13,13 @@ from posym.errors import PosymError
 from posym.heads.scores import scores_fast, scores_reference
 from posym.interventions import RopeBase, describe, interpolate, ntk, ntk_theta, parse_intervention, rope_base
 from posym.interventions.rope import model_theta, model_thetas, rotary_dim
-from posym.model import build_model, model_config
 from posym.model.adapters import get_adapter
 
 from family_models import build_family
-from model_state import logits as _logits, same as _same, seeded_ids as _ids, snapshot as _snapshot
+from model_state import tiny_gptj, logits as _logits, same as _same, seeded_ids as _ids, snapshot as _snapshot
 
 
-def _gptj():
-    m = build_model(model_config("quick", 31, n_layer=2, n_embd=32, n_head=2, n_inner=64, rotary_dim=16,
-                                 initializer_range=0.3), seed=0)
-    return m.eval()
+_gptj = tiny_gptj
 
 
 #: GPT-J (rotary table), Llama and Qwen3 (one inv_freq), Gemma-3 (sliding/full layers: bases 10,000 / 1,000,000).
