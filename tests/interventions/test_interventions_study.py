@@ -110,3 +110,14 @@ def test_not_a_run_and_the_same_model_twice(runs, tmp_path):
         interventions([tmp_path], tmp_path / "s", progress=False)
     with pytest.raises(PosymError, match="both number-s0"):
         interventions([runs / "number", runs / "number"], tmp_path / "s", progress=False)
+
+
+@pytest.mark.integration
+def test_a_head_readout_of_another_prompt_count_is_refused_not_mixed(runs, tmp_path):
+    out = tmp_path / "s"
+    kw = dict(intervene=["ntk:kappa=2"], grid=[0], n=4, heads_lengths=[0], progress=False)
+    interventions([runs / "number"], out, heads_n=2, **kw)
+    before = (out / "number-s0" / "intervention_heads.csv").read_bytes()
+    with pytest.raises(PosymError, match="not 3"):
+        interventions([runs / "number"], out, heads_n=3, **kw)
+    assert (out / "number-s0" / "intervention_heads.csv").read_bytes() == before
