@@ -217,3 +217,45 @@ def test_positional_encoding_properties():
     assert [parse_pe(x).hf_plain for x in VARIANTS] == [True, False, False, False, True, True, False]
     assert PositionalEncoding("p-rope", 0.5).rotating_pairs(16) == 4
     assert parse_pe("rope-base:500000").theta == 500000 and parse_pe("nope").theta == 10000
+
+
+def _index_probe(b: int, n: int, seed: int, back: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """An Index-only probe: ``n - 1`` distinct content tokens, then a fixed query token (0); the answer
+    is the token ``back`` places before the query — a rule on positions only (Paper B's positional
+    canonical task). ids [b, n], labels [b]."""
+    g = torch.Generator().manual_seed(seed)
+    content = torch.stack([torch.randperm(V - 1, generator=g)[: n - 1] + 1 for _ in range(b)])
+    ids = torch.cat((content, torch.zeros(b, 1, dtype=torch.long)), dim=1)
+    return ids, ids[:, n - 1 - back]
+
+
+def _train_on_probe(pe: str, n: int = 12, steps: int = 150) -> GPTJForCausalLM:
+    m = _model(pe, n_layer=1).train()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    for step in range(steps):
+        ids, labels = _index_probe(32, n, seed=step)
+        loss = torch.nn.functional.cross_entropy(m(ids).logits[:, -1], labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return m.eval()
+
+
+def test_a_one_layer_nope_model_cannot_read_an_index_at_any_length():
+    """Paper B (Theorem 2's setting): without a positional encoding the query's logits are a function
+    of the *set* of earlier tokens, so over the n − 1 cyclic shifts of one prompt's content the
+    prediction is one token while the answer takes n − 1 values: accuracy on every orbit is at most
+    chance, 1/(n − 1), however the model was trained. The same training with RoPE reads the index."""
+    nope, rope = _train_on_probe("nope"), _train_on_probe("rope")
+    for n in (12, 30):  # the training length and past it
+        ids, labels = _index_probe(16, n, seed=10_000 + n)
+        orbit = torch.stack([torch.cat((ids[:, :-1].roll(r, dims=1), ids[:, -1:]), dim=1) for r in range(n - 1)])
+        answers = orbit[:, :, n - 1 - 2]  # [n-1 shifts, 16]
+        with torch.no_grad():
+            logits = torch.stack([last_token_logits(nope, o) for o in orbit])  # [n-1, 16, V]
+            torch.testing.assert_close(logits, logits[:1].expand_as(logits), rtol=0, atol=1e-4)
+            hit = (logits.argmax(-1) == answers).float().mean(0)  # accuracy per orbit
+            assert (hit <= 1 / (n - 1) + 1e-9).all(), (n, hit)
+            rope_acc = (last_token_logits(rope, ids).argmax(-1) == labels).float().mean().item()
+        if n == 12:
+            assert rope_acc >= 0.5, rope_acc  # the probe is learnable with positions (chance 0.09; 0.94 here)
