@@ -9,8 +9,8 @@ import pytest
 
 from posym.cli import main
 from posym.errors import PosymError
-from posym.report.interventions import (PREDICTION, best_settings, drop_lowest, family, model_reach, study_grid,
-                                        study_summary, summary_markdown)
+from posym.report.interventions import (PREDICTION, as_setting, best_settings, drop_lowest, family, for_model,
+                                        model_reach, study_grid, study_settings, study_summary, summary_markdown)
 from posym.verbs.interventions import interventions
 
 TINY = ["--steps", "4", "--eval-every", "2", "--checkpoint-every", "2", "--set", "n_layer=2", "--set", "n_embd=16",
@@ -91,6 +91,47 @@ def test_grid_and_family_helpers():
     assert family("freq-mask:keep=1+2,layers=1+3") == "freq-mask@index" and family("ntk:kappa=2") == "ntk"
     fams = {family(g) for g in grid} - {"none"}
     assert all((f, t) in PREDICTION for f in fams for t in ("number", "letter"))
+
+
+def test_layers_index_is_each_models_own_index_layers():
+    mask = "freq-mask:keep=1+2,layers=index"
+    assert for_model(mask, [3, 1]) == "freq-mask:keep=1+2,layers=1+3" and for_model(mask, []) is None
+    assert for_model("ntk:kappa=2", []) == "ntk:kappa=2"
+    assert as_setting("freq-mask:keep=1+2,layers=1+3", [1, 3]) == mask
+    assert as_setting("freq-mask:keep=1+2,layers=1", [1, 3]) == "freq-mask:keep=1+2,layers=1"  # not its Index layers
+    # two seeds with different Index layers: one study row with both models
+    lg, hd = [], []
+    for model, layers in (("number-s0", [1]), ("number-s1", [0, 2])):
+        for interv in ("none", for_model(mask, layers)):
+            lg += [{"task": "number", "model": model, "intervention": interv, "extra_tokens": e, "seed": 0,
+                    "acc": 1.0 if e == 0 else 0.5} for e in (0, 10)]
+        hd += [{"task": "number", "model": model, "intervention": "none", "extra_tokens": 0, "layer": l, "head": 0,
+                "s_pos": 1.0 if l in layers else 0.0, "s_sym": 0.0 if l in layers else 1.0} for l in range(3)]
+    lg, hd = study_settings(pd.DataFrame(lg), pd.DataFrame(hd))
+    s = study_summary(lg, hd).set_index("intervention")
+    assert s.loc[mask, "n_models"] == 2 and s.loc[mask, "family"] == "freq-mask@index"
+
+
+@pytest.mark.integration
+def test_the_study_resolves_layers_index_per_model(runs, tmp_path, monkeypatch):
+    import posym.report.interventions as rep
+    layers_of = {"verb": [1]}  # the Index layers the verb finds on the model it measures
+
+    def fake(t):
+        return ([1] if t["model"].iloc[0].startswith("number") else []) if "model" in t else layers_of["verb"]
+    monkeypatch.setattr(rep, "index_layers", fake)
+    out, kw = tmp_path / "s", dict(intervene=["freq-mask:keep=1,layers=index"], grid=[0], n=4, heads_lengths=[],
+                                   heads_n=2, progress=False)
+    s = interventions([runs / "number"], out, **kw).table
+    assert set(pd.read_csv(out / "number-s0" / "lengthgen.csv")["intervention"]) == {"none", "freq-mask:keep=1,layers=1"}
+    assert set(s["intervention"]) == {"none", "freq-mask:keep=1,layers=index"}
+    layers_of["verb"] = []  # a model without Index layers: the setting is not measured there, and said so
+    res = interventions([runs / "letter"], out, **kw)
+    assert "no Index layers, not measured: freq-mask:keep=1,layers=index" in res.summary
+    assert set(pd.read_csv(out / "letter-s0" / "lengthgen.csv")["intervention"]) == {"none"}
+    s = res.table
+    assert set(zip(s["task"], s["intervention"])) == {("number", "none"), ("letter", "none"),
+                                                       ("number", "freq-mask:keep=1,layers=index")}
 
 
 @pytest.mark.integration

@@ -318,6 +318,52 @@ def index_layers(heads_at_zero: pd.DataFrame, gamma: float = GAMMA) -> list[int]
     return sorted({int(l) for l, k in zip(heads_at_zero["layer"], kinds) if k == "positional"})
 
 
+#: ``layers=index`` in a study setting: the model's own Index layers (:func:`index_layers`), so one
+#: setting means the same thing on every seed although their Index layers differ.
+INDEX_LAYERS = "index"
+
+
+def _join(layers: Sequence[int]) -> str:
+    return "+".join(str(int(l)) for l in sorted(layers))
+
+
+def for_model(setting: str, layers: Sequence[int]) -> str | None:
+    """The canonical string ``setting`` means on a model whose Index layers are ``layers``:
+    ``layers=index`` replaced by them; None when the setting needs Index layers and the model has none."""
+    key = f"layers={INDEX_LAYERS}"
+    if key not in setting:
+        return setting
+    return setting.replace(key, f"layers={_join(layers)}") if layers else None
+
+
+def as_setting(intervention: str, layers: Sequence[int]) -> str:
+    """Inverse of :func:`for_model`: a model's canonical string with ``layers=`` equal to its Index
+    layers written ``layers=index`` (any other string unchanged)."""
+    if not layers:
+        return intervention
+    name, colon, rest = intervention.partition(":")
+    items = [f"layers={INDEX_LAYERS}" if item == f"layers={_join(layers)}" else item for item in rest.split(",")]
+    return f"{name}{colon}{','.join(items)}" if colon else intervention
+
+
+def study_settings(lengthgen: pd.DataFrame, heads: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The collected tables with each model's interventions written as study settings
+    (:func:`as_setting`, the model's Index layers read from its untouched head readout at +0), so a mask
+    of each seed's own Index layers is one row of the study table. A model without that readout keeps
+    its strings. Both tables need a ``model`` column."""
+    if heads is None or not len(heads):
+        return lengthgen, heads
+    base = heads[(heads["intervention"] == "none") & (heads["extra_tokens"] == 0)]
+    layers = {m: index_layers(g) for m, g in base.groupby("model")}
+
+    def rewrite(t: pd.DataFrame) -> pd.DataFrame:
+        t = t.copy()
+        t["intervention"] = [as_setting(i, layers.get(m, [])) for m, i in zip(t["model"], t["intervention"])]
+        return t
+
+    return rewrite(lengthgen), rewrite(heads)
+
+
 def check_grid_names(names: Iterable[str]) -> list[str]:
     """The list with duplicates removed, order kept."""
     return list(dict.fromkeys(names))
@@ -325,4 +371,5 @@ def check_grid_names(names: Iterable[str]) -> list[str]:
 
 __all__ = ["short", "prediction_rows", "MIN_ACC_AT_ZERO", "REPORT_LENGTHS", "SEARCH_GRID", "HEAD_LENGTHS", "PREDICTION", "family", "drop_lowest",
            "study_grid", "model_reach", "pure_heads", "study_summary", "best_settings", "summary_rows",
-           "summary_markdown", "plot_intervention_curves", "plot_head_readout", "index_layers", "check_grid_names"]
+           "summary_markdown", "plot_intervention_curves", "plot_head_readout", "index_layers", "check_grid_names",
+           "INDEX_LAYERS", "for_model", "as_setting", "study_settings"]

@@ -108,6 +108,17 @@ def _best_of(search: Path) -> dict[str, list[str]]:
     return picked
 
 
+def _settings(intervene: Sequence[str]) -> list[str]:
+    """The canonical strings of ``intervene``, checked; ``layers=index`` (a mask or temperature in each
+    model's own Index layers, :data:`~posym.report.interventions.INDEX_LAYERS`) is kept as written."""
+    from posym.interventions import describe, plan_interventions
+    from posym.report.interventions import INDEX_LAYERS
+
+    key, stand_in = f"layers={INDEX_LAYERS}", "layers=1000000"  # parsed as a layer list, put back after
+    texts = [t.replace(key, stand_in) for t in intervene]
+    return [describe(spec).replace(stand_in, key) for spec in plan_interventions(texts)]
+
+
 def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
                   intervene: Sequence[str] | None = None, best_of: str | os.PathLike | None = None,
                   grid: str | Sequence[int] = "search", n: int = 200, seeds: int = 1,
@@ -117,17 +128,19 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
 
     ``intervene``: the interventions (canonical strings; default: the study grid of
     :func:`posym.report.interventions.study_grid` for each model, its frequency masks sized to the
-    model's rotary dim and the Index layers found on the untouched model); ``best_of``: instead, each
+    model's rotary dim and the Index layers found on the untouched model; ``layers=index`` in a string
+    means each model's own Index layers, and the study tables write a model's Index layers so, one
+    setting over seeds); ``best_of``: instead, each
     family's best setting per task in an earlier study directory (the rule of
     :func:`~posym.report.interventions.best_settings`). ``grid``: ``"search"`` (the cheap grid,
     :data:`~posym.report.interventions.SEARCH_GRID`), ``"paper"`` or added lengths; ``n`` samples per
     point and data seed; ``heads_lengths`` / ``heads_n``: the head readout (default +0, +100, +1,000 on
     16 prompts; ``[]`` for none)."""
-    from posym.interventions import check_interventions, describe, plan_interventions
+    from posym.interventions import check_interventions
     from posym.report.html import interventions_page
-    from posym.report.interventions import (HEAD_LENGTHS, index_layers, plot_head_readout,
-                                            plot_intervention_curves, prediction_rows, study_grid, study_summary,
-                                            summary_markdown, summary_rows)
+    from posym.report.interventions import (HEAD_LENGTHS, INDEX_LAYERS, for_model, index_layers, plot_head_readout,
+                                            plot_intervention_curves, prediction_rows, study_grid, study_settings,
+                                            study_summary, summary_markdown, summary_rows)
     from posym.report.paper import LENGTHGEN
     from posym.runs.resolve import resolve_model
     from posym.verbs.lengthgen import lengthgen
@@ -139,7 +152,7 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     out = Path(out)
     grid_values = _grid(grid)
     lengths = list(HEAD_LENGTHS if heads_lengths is None else heads_lengths)
-    given = [describe(spec) for spec in plan_interventions(intervene)] if intervene else None
+    given = _settings(intervene) if intervene else None
     picked = _best_of(Path(best_of)) if best_of else None
     labels: dict[str, Path] = {}
     tasks = {}
@@ -161,18 +174,25 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
             elif picked is not None:
                 plan = picked.get(task, ["none"])
             else:
-                base = _measure_heads(model, task, folder, ["none"], [0], heads_n, progress, label) if lengths else None
-                found = index_layers(base[(base["intervention"] == "none") & (base["extra_tokens"] == 0)]) \
-                    if base is not None and task == "number" else []
+                plan = None
+            found: list[int] = []
+            if plan is None or any(f"layers={INDEX_LAYERS}" in p for p in plan):  # the model's Index layers
+                base = _measure_heads(model, task, folder, ["none"], [0], heads_n, progress, label)
+                found = index_layers(base[(base["intervention"] == "none") & (base["extra_tokens"] == 0)])
+            if plan is None:
                 from posym.model.adapters import get_adapter
-                plan = study_grid(get_adapter(model).rotary_dim // 2, found)
+                plan = study_grid(get_adapter(model).rotary_dim // 2, found if task == "number" else [])
+            resolved = [for_model(p, found) for p in plan]
+            skipped = [p for p, r in zip(plan, resolved) if r is None]
+            plan = [r for r in resolved if r is not None]
             check_interventions(model, plan)  # every intervention applies to this model, before the long work
             res = lengthgen(run, grid=grid_values, n=n, seeds=seeds, out=folder / layout.LENGTHGEN, device=device,
                             resume=True, progress=progress, intervene=plan)
             if lengths:
                 _measure_heads(model, task, folder, plan, lengths, heads_n, progress, label)
-            done_lines.append(f"{label}: {len(plan)} interventions, {len(res.table)} lengthgen rows")
-    lg, hd = _collect(out)
+            done_lines.append(f"{label}: {len(plan)} interventions, {len(res.table)} lengthgen rows"
+                              + (f"; no Index layers, not measured: {', '.join(skipped)}" if skipped else ""))
+    lg, hd = study_settings(*_collect(out))
     summary = study_summary(lg, hd if len(hd) else None)
     task_list = [t for t in ("number", "letter") if t in set(lg["task"])]
     files = [out / layout.INTERVENTIONS, out / layout.INTERVENTIONS_MD, out / layout.INTERVENTIONS_HTML,
