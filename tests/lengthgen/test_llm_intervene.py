@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from posym.errors import PosymError
-from posym.lengthgen.llm_eval import load_cache
+from posym.lengthgen.llm_eval import contrast_markdown, intervention_contrast, load_cache, normalised_rank
 from posym.verbs.llm import llm_eval, llm_heads
 
 GRID = dict(lengths=[4, 8], runs=1, n=2, progress=False, threads=1)
@@ -57,6 +57,14 @@ def test_llm_eval_two_interventions_none_rows_equal_plain_and_cache_keyed(protoc
                                                                                       "intervention"]
     meta = json.loads((out / "llm_eval.json").read_text())
     assert meta["interventions"] == [TEMP, "none"] and meta["full_forwards"] == [TEMP]
+    # choice: the paired contrast table against none on the same prompts; generate has none
+    assert (out / "llm_interventions.csv").is_file() == (protocol == "choice")
+    if protocol == "choice":
+        c = pd.read_csv(out / "llm_interventions.csv")
+        assert set(c["intervention"]) == {TEMP} and (c.loc[c["length"] == "all", "n_pairs"] == 4).all()
+        assert (out / "llm_interventions.md").is_file()
+        llm_eval(model, out=out, protocol=protocol, intervene=["none"], **GRID)  # one intervention: no contrast left
+        assert not (out / "llm_interventions.csv").exists() and not (out / "llm_interventions.md").exists()
 
 
 def test_identity_intervention_through_the_cache_free_path_answers_as_none(tiny_dirs, tmp_path):
@@ -188,3 +196,26 @@ def test_cache_free_prefix_forwards_compute_only_the_scored_logits(tiny_dirs):
     prefix = [(T, L) for T, L in seen if T > P]
     assert prefix and all(L == T - P for T, L in prefix), seen
     assert got[0] == pytest.approx(HFChoice(lm, tok, cache=False).reference(prompts, cands)[0], abs=1e-4)
+
+
+def test_intervention_contrast_pairs_the_same_prompts():
+    def rec(iv, length, index, rank, n_cand, correct, digest=None):
+        return {"intervention": iv, "task": "number", "length": length, "run": 0, "index": index,
+                "digest": digest or f"d{length}-{index}", "target_rank": rank, "n_candidates": n_cand,
+                "correct": correct, "chance": 1 / n_cand}
+    recs = [rec("none", 4, 0, 3, 5, False), rec("none", 4, 1, 1, 5, True), rec("none", 8, 0, 5, 5, False),
+            rec("ntk:kappa=4", 4, 0, 1, 5, True), rec("ntk:kappa=4", 4, 1, 2, 5, False),
+            rec("ntk:kappa=4", 8, 0, 5, 5, False),
+            rec("ntk:kappa=4", 8, 1, 1, 5, True)]  # no none answer of that prompt: not paired
+    assert normalised_rank(1, 5) == 0 and normalised_rank(5, 5) == 1 and normalised_rank(1, 1) != normalised_rank(1, 1)
+    c = intervention_contrast(recs).set_index("length")
+    assert list(c.index) == ["4", "8", "all"] and c.loc["all", "n_pairs"] == 3
+    # ranks (normalised): none 0.5, 0, 1; ntk 0, 0.25, 1 -> differences -0.5, +0.25, 0
+    assert c.loc["4", "d_rank"] == pytest.approx(-0.125) and c.loc["8", "d_rank"] == 0
+    assert c.loc["all", "d_rank"] == pytest.approx(-0.25 / 3)
+    assert c.loc["all", "d_rank_se"] == pytest.approx(pd.Series([-0.5, 0.25, 0.0]).std() / 3 ** 0.5)
+    assert c.loc["all", "acc_none"] == pytest.approx(1 / 3) and c.loc["all", "d_acc"] == 0
+    assert c.loc["4", "acc"] == 0.5 and c.loc["all", "chance"] == pytest.approx(0.2)
+    md = contrast_markdown(c.reset_index(), title="m")
+    assert "| number | ntk:kappa=4 | 3 | 0.33 → 0.33 | 0.500 → 0.417 | -0.083 ± 0.220 | -0.125 | +0.000 |" in md
+    assert intervention_contrast([r for r in recs if r["intervention"] != "none"]).empty

@@ -23,6 +23,9 @@ It writes to ``out``:
 * ``llm_table.csv`` / ``llm_table.md`` — Table 3 style: mean (sd) over runs per (intervention, task, length);
   sd is the sample standard deviation (ddof = 1) of the per-run accuracies; ``choice`` adds the
   chance level (mean over samples of ``1 / candidates``);
+* ``llm_interventions.csv`` / ``.md`` — ``choice`` with several interventions only: each
+  intervention against ``none`` on the same prompts (:func:`intervention_contrast`): accuracy and the
+  answer's normalised rank, their paired differences with standard errors;
 * ``llm_eval.json`` — the settings, versions, counts and timings.
 
 Both protocols may share a cache, but the tables have one protocol: a folder whose tables hold the
@@ -58,7 +61,7 @@ import pandas as pd
 from posym.errors import PosymError
 from posym.runs import layout
 from posym.runs.layout import safe_name
-from posym.runs.tables import INTERVENTION, NO_INTERVENTION, write_table
+from posym.runs.tables import INTERVENTION, NO_INTERVENTION, parquet_path, write_table
 from posym.tasks.prompts import (
     DEFAULT_LENGTHS,
     PROMPT_VERSION,
@@ -339,6 +342,16 @@ def run_protocol(answer_fn: AnswerFn | ScoreFn, model: str, out: str | os.PathLi
     runs_df, table = summarize(records)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     paths = write_tables(out_dir, runs_df, table, model, protocol)
+    contrast = intervention_contrast(records) if protocol == "choice" and len(labels) > 1 else None
+    for stale in (out_dir / layout.LLM_INTERVENTIONS, out_dir / layout.LLM_INTERVENTIONS_MD):  # derived from
+        stale.unlink(missing_ok=True)  # answers.jsonl: an earlier call's contrast must not outlive its tables
+    if parquet_path(out_dir / layout.LLM_INTERVENTIONS).exists():
+        parquet_path(out_dir / layout.LLM_INTERVENTIONS).unlink()
+    if contrast is not None and len(contrast):
+        paths["contrast"] = out_dir / layout.LLM_INTERVENTIONS
+        write_table(contrast.assign(model=model), paths["contrast"])
+        paths["contrast_markdown"] = out_dir / layout.LLM_INTERVENTIONS_MD
+        paths["contrast_markdown"].write_text(contrast_markdown(contrast, title=table_title(model, protocol)))
     info = {"protocol": protocol, "model": model, "interventions": labels, "tasks": list(tasks),
             "lengths": list(lengths), "runs": int(runs),
             "n": int(n), "n_examples": int(n_examples), "prompt_version": PROMPT_VERSION,
@@ -401,6 +414,74 @@ def summarize(records: Sequence[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
         table["chance"] = df.groupby(by_point, sort=False)["chance"].mean().to_numpy()
     last = lambda t: t[[c for c in t.columns if c != INTERVENTION] + [INTERVENTION]]
     return last(runs_df), last(table)
+
+
+def normalised_rank(rank: float, candidates: float) -> float:
+    """``(rank − 1)/(candidates − 1)``: 0 when the answer is the model's first choice, 1 when last,
+    0.5 on average for a random order; NaN with fewer than 2 candidates."""
+    return (rank - 1) / (candidates - 1) if candidates >= 2 else float("nan")
+
+
+ALL_LENGTHS = "all"
+
+
+def intervention_contrast(records: Sequence[dict]) -> pd.DataFrame:
+    """Each intervention against ``none`` on the same prompts (choice records: ``target_rank``,
+    ``n_candidates``). Pairs are matched on (task, length, run, index, prompt digest); one row per
+    (intervention, task, length) and one pooled over the lengths (``length`` = ``"all"``): n_pairs, the
+    accuracies ``acc_none`` / ``acc`` and ``d_acc``, the mean normalised ranks
+    (:func:`normalised_rank`) ``rank_none`` / ``rank``, ``d_rank`` (negative: the answer moved up) and
+    its standard error ``d_rank_se`` (sd of the paired differences / √n), and ``chance``. Empty when
+    there is no ``none`` or no other intervention."""
+    key = ["task", "length", "run", "index", "digest"]
+    rows = [{**{k: r[k] for k in key}, INTERVENTION: r.get(INTERVENTION, NO_INTERVENTION),
+             "correct": bool(r["correct"]), "chance": r.get("chance", float("nan")),
+             "rank": normalised_rank(r["target_rank"], r["n_candidates"])}
+            for r in records if "target_rank" in r and "n_candidates" in r]
+    cols = ["intervention", "task", "length", "n_pairs", "acc_none", "acc", "d_acc", "rank_none", "rank",
+            "d_rank", "d_rank_se", "chance"]
+    df = pd.DataFrame(rows)
+    if df.empty or NO_INTERVENTION not in set(df[INTERVENTION]):
+        return pd.DataFrame(columns=cols)
+    base = df[df[INTERVENTION] == NO_INTERVENTION].drop(columns=[INTERVENTION, "chance"])
+    out = []
+    for iv in dict.fromkeys(df[INTERVENTION]):
+        if iv == NO_INTERVENTION:
+            continue
+        pair = df[df[INTERVENTION] == iv].merge(base, on=key, suffixes=("", "_none"))
+        pair["d"] = pair["rank"] - pair["rank_none"]
+        for task, t in pair.groupby("task", sort=False):
+            parts = [(str(int(x)), g) for x, g in t.groupby("length")] + [(ALL_LENGTHS, t)]
+            for length, g in parts:
+                n = len(g)
+                out.append({"intervention": iv, "task": task, "length": length, "n_pairs": n,
+                            "acc_none": g["correct_none"].mean(), "acc": g["correct"].mean(),
+                            "d_acc": g["correct"].mean() - g["correct_none"].mean(),
+                            "rank_none": g["rank_none"].mean(), "rank": g["rank"].mean(), "d_rank": g["d"].mean(),
+                            "d_rank_se": g["d"].std(ddof=1) / n ** 0.5 if n > 1 else float("nan"),
+                            "chance": g["chance"].mean()})
+    return pd.DataFrame(out, columns=cols)
+
+
+def contrast_markdown(contrast: pd.DataFrame, title: str | None = None) -> str:
+    """One row per (task, intervention): the pooled accuracy and normalised rank, none → intervention,
+    the paired rank difference ± its standard error, then the rank difference at each length."""
+    lengths = sorted({int(x) for x in contrast["length"] if x != ALL_LENGTHS})
+    lines = [f"**{title}**", ""] if title else []
+    lines.append("| task | intervention | pairs | accuracy (none → it) | rank (none → it) | Δ rank ± se | "
+                 + " | ".join(f"Δ rank {x}" for x in lengths) + " |")
+    lines.append("|---|---|---|---|---|---|" + "---|" * len(lengths))
+    for (task, iv), g in contrast.groupby(["task", INTERVENTION], sort=False):
+        g = g.set_index("length")
+        a = g.loc[ALL_LENGTHS]
+        per = [f"{g.loc[str(x), 'd_rank']:+.3f}" if str(x) in g.index else "" for x in lengths]
+        lines.append(f"| {task} | {iv} | {int(a['n_pairs'])} | {a['acc_none']:.2f} → {a['acc']:.2f} | "
+                     f"{a['rank_none']:.3f} → {a['rank']:.3f} | {a['d_rank']:+.3f} ± {a['d_rank_se']:.3f} | "
+                     + " | ".join(per) + " |")
+    lines += ["", "rank: the answer's rank among the window's distinct tokens, (rank − 1)/(candidates − 1): "
+              "0 = first choice, 0.5 = chance; Δ: the intervention minus none on the same prompts "
+              "(negative = the answer moved up)"]
+    return "\n".join(lines) + "\n"
 
 
 def table_markdown(table: pd.DataFrame, title: str | None = None, digits: int = 2) -> str:

@@ -56,7 +56,9 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
     drawn = res.table.assign(model=res.table[INTERVENTION] if several else res.model)
     outputs.figure(plot_llm_lengthgen(drawn, title=short_label(res.model) if several else None),
                    layout.figure(res.out_dir, layout.FIG_LLM))
+    contrast = res.paths.get("contrast_markdown")
     text = (table_markdown(res.table, title=table_title(res.model, res.protocol))
+            + (contrast.read_text() if contrast is not None else "")
             + f"{res.n_new} answered, {res.n_cached} from cache, {res.seconds:.0f} s; output in {res.out_dir}")
     return VerbResult(res.table, [*res.paths.values(), *outputs.written], text, {"result": res})
 
