@@ -122,6 +122,10 @@ def test_incomplete_runs_and_empty_directory(tmp_path):
     assert find_runs(tmp_path, complete_only=False) == {"number": {0: tmp_path / "number" / "seed0"}}
     page = write_report(tmp_path).read_text()
     assert "No finished training run" in page
+    tables = aggregate(tmp_path)  # every table has its header, also without a finished run
+    for name, t in tables.items():
+        assert len(t.columns) and t.empty, name
+        assert list(pd.read_csv(tmp_path / "aggregate" / f"{name}.csv").columns) == list(t.columns), name
 
 
 def test_one_seed_is_not_called_mean_and_sd():

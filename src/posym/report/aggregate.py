@@ -174,6 +174,12 @@ def purity_counts(runs: dict[str, dict[int, Path]], gamma: float = 0.1) -> pd.Da
                                        "paper"])
 
 
+PURITY_LAYER_COLUMNS = ["task", "gamma", "layer", "head", "kinds", "s_pos_mean", "s_pos_sd", "s_sym_mean", "s_sym_sd",
+                        "pure_from_mean", "pure_from_sd", "pure_seeds", "n_seeds", "paper_kind"]
+FREQ_SUMMARY_COLUMNS = ["task", "layer", "head", "weighted_id_mean", "weighted_id_sd", "dominant_id_mean",
+                        "dominant_id_sd", "dominant_ids", "n", "paper_id", "paper_note"]
+
+
 def purity_layers(runs: dict[str, dict[int, Path]], gamma: float = 0.1) -> pd.DataFrame:
     """Per (task, layer, head): the final kind of each seed (e.g. ``symbolic ×2, mixed ×1``),
     s_POS / s_SYM at the end (mean ± sd), the step from which it is pure (mean over the seeds where
@@ -198,7 +204,7 @@ def purity_layers(runs: dict[str, dict[int, Path]], gamma: float = 0.1) -> pd.Da
                          "s_pos_mean": sp, "s_pos_sd": sps, "s_sym_mean": ss, "s_sym_sd": sss,
                          "pure_from_mean": pf, "pure_from_sd": pfs, "pure_seeds": npf, "n_seeds": len(g),
                          "paper_kind": pk})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=PURITY_LAYER_COLUMNS)
 
 
 def initial_scores(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
@@ -242,7 +248,7 @@ def freq_summary(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
                          "paper_id": ref,
                          "paper_note": ("IDs 37–39" if task == "number" and layer >= 5 else
                                         "IDs 18–42 (every layer)" if task == "letter" else "")})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=FREQ_SUMMARY_COLUMNS)
 
 
 def ablation_summary(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
