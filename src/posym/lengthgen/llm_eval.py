@@ -61,7 +61,7 @@ import pandas as pd
 from posym.errors import PosymError
 from posym.runs import layout
 from posym.runs.layout import safe_name
-from posym.runs.tables import INTERVENTION, NO_INTERVENTION, parquet_path, write_table
+from posym.runs.tables import INTERVENTION, NO_INTERVENTION, parquet_path, short_intervention, write_table
 from posym.tasks.prompts import (
     DEFAULT_LENGTHS,
     PROMPT_VERSION,
@@ -475,7 +475,7 @@ def contrast_markdown(contrast: pd.DataFrame, title: str | None = None) -> str:
         g = g.set_index("length")
         a = g.loc[ALL_LENGTHS]
         per = [f"{g.loc[str(x), 'd_rank']:+.3f}" if str(x) in g.index else "" for x in lengths]
-        lines.append(f"| {task} | {iv} | {int(a['n_pairs'])} | {a['acc_none']:.2f} → {a['acc']:.2f} | "
+        lines.append(f"| {task} | {short_intervention(iv)} | {int(a['n_pairs'])} | {a['acc_none']:.2f} → {a['acc']:.2f} | "
                      f"{a['rank_none']:.3f} → {a['rank']:.3f} | {a['d_rank']:+.3f} ± {a['d_rank_se']:.3f} | "
                      + " | ".join(per) + " |")
     lines += ["", "rank: the answer's rank among the window's distinct tokens, (rank − 1)/(candidates − 1): "
@@ -501,7 +501,7 @@ def table_markdown(table: pd.DataFrame, title: str | None = None, digits: int = 
         if g.empty:
             continue
         g = g.set_index("length")
-        name = task if len(ivs) == 1 else f"{task} · {iv}"
+        name = task if len(ivs) == 1 else f"{task} · {short_intervention(iv)}"
         cells, chance = [], []
         for x in lengths:
             if x not in g.index:

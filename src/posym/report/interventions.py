@@ -17,6 +17,7 @@ import pandas as pd
 
 from posym.heads.dynamics import classify
 from posym.lengthgen.trained import largest_length_above, summarize_lengthgen
+from posym.runs.tables import short_intervention
 
 #: Accuracy at +0 an intervention must keep to count as a rescue (the issue's cost bound).
 MIN_ACC_AT_ZERO = 0.99
@@ -55,29 +56,8 @@ def family(intervention: str) -> str:
 
 
 def short(intervention: str) -> str:
-    """A canonical string for display: runs of consecutive IDs in ``keep=`` / ``layers=`` lists shown
-    as ``a–b`` (``freq-mask:keep=1+2+…+48`` → ``freq-mask:keep=1–48``); tables keep the full string."""
-    def runs(values: str) -> str:
-        try:
-            ids = [int(v) for v in values.split("+")]
-        except ValueError:
-            return values
-        parts, start = [], 0
-        for i in range(1, len(ids) + 1):
-            if i == len(ids) or ids[i] != ids[i - 1] + 1:
-                a, b = ids[start], ids[i - 1]
-                parts.append(str(a) if a == b else f"{a}+{b}" if b == a + 1 else f"{a}–{b}")
-                start = i
-        return "+".join(parts)
-
-    name, colon, rest = intervention.partition(":")
-    if not colon:
-        return intervention
-    items = []
-    for item in rest.split(","):
-        key, eq, value = item.partition("=")
-        items.append(f"{key}={runs(value)}" if eq and key in ("keep", "layers") else item)
-    return f"{name}:{','.join(items)}"
+    """:func:`posym.runs.tables.short_intervention` (``freq-mask:keep=1+2+…+48`` → ``freq-mask:keep=1–48``)."""
+    return short_intervention(intervention)
 
 
 def drop_lowest(n_pairs: int, fraction: float) -> list[int]:

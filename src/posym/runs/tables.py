@@ -45,6 +45,32 @@ INTERVENTION = "intervention"
 NO_INTERVENTION = "none"
 _INTERVENTION_DOC = "canonical string of the inference-time intervention (`none`: the untouched model; docs/interventions.md)"
 
+def short_intervention(intervention: str) -> str:
+    """A canonical string for display: runs of consecutive IDs in ``keep=`` / ``layers=`` lists shown
+    as ``a–b`` (``freq-mask:keep=1+2+…+48`` → ``freq-mask:keep=1–48``); tables keep the full string."""
+    def runs(values: str) -> str:
+        try:
+            ids = [int(v) for v in values.split("+")]
+        except ValueError:
+            return values
+        parts, start = [], 0
+        for i in range(1, len(ids) + 1):
+            if i == len(ids) or ids[i] != ids[i - 1] + 1:
+                a, b = ids[start], ids[i - 1]
+                parts.append(str(a) if a == b else f"{a}+{b}" if b == a + 1 else f"{a}–{b}")
+                start = i
+        return "+".join(parts)
+
+    name, colon, rest = intervention.partition(":")
+    if not colon:
+        return intervention
+    items = []
+    for item in rest.split(","):
+        key, eq, value = item.partition("=")
+        items.append(f"{key}={runs(value)}" if eq and key in ("keep", "layers") else item)
+    return f"{name}:{','.join(items)}"
+
+
 _HOPS = {f"acc_hop{h}": f"accuracy on {h}-hop samples (fraction)" for h in range(1, 5)}
 
 _SCORE_COLUMNS = {
@@ -397,4 +423,4 @@ def schema_markdown() -> str:
 
 __all__ = ["INTERVENTION", "KINDS", "NO_INTERVENTION", "RUN_TABLES", "TableSchema", "append_table", "check_columns", "check_rows", "check_unique_keys",
            "load_run", "parquet_available", "parquet_path", "read_scores", "read_table", "refresh_parquet",
-           "schema_markdown", "to_parquet", "with_intervention", "with_step", "write_parquet_copy", "write_table"]
+           "schema_markdown", "short_intervention", "to_parquet", "with_intervention", "with_step", "write_parquet_copy", "write_table"]

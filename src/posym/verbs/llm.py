@@ -12,7 +12,7 @@ import pandas as pd
 from posym.heads.llm_heads import DEFAULT_MIN_MASS
 from posym.interventions import check_interventions, describe, holds_under_kv_cache, intervened, plan_interventions
 from posym.runs import layout
-from posym.runs.tables import INTERVENTION, with_intervention
+from posym.runs.tables import INTERVENTION, short_intervention, with_intervention
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 #: Root of the default output folders of ``posym llm heads``: ``runs/llm-heads/<model>/``.
@@ -53,7 +53,7 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
                    kv_cache_ok=cache_ok, **kwargs)
     outputs = Outputs(figure_paths(layout.figure(res.out_dir, layout.FIG_LLM)), force=True)
     several = len(texts) > 1  # one line style per intervention, the model in the title
-    drawn = res.table.assign(model=res.table[INTERVENTION] if several else res.model)
+    drawn = res.table.assign(model=res.table[INTERVENTION].map(short_intervention) if several else res.model)
     outputs.figure(plot_llm_lengthgen(drawn, title=short_label(res.model) if several else None),
                    layout.figure(res.out_dir, layout.FIG_LLM))
     contrast = res.paths.get("contrast_markdown")
