@@ -243,3 +243,26 @@ def test_tiny_reproductions_of_two_encodings(tiny_repro, tmp_path):
     assert cell(t, "nope", "number", Q_DOMINANT).cell.endswith("heads on angle-0 pairs")
     assert "ID " not in cell(t, "nope", "number", Q_DOMINANT).cell
     assert cell(t, "rope", "number", Q_UNROTATED)["mean"] == 0.0
+
+
+def test_pe_study_beside_an_interventions_study_makes_one_page(study, tmp_path):
+    """pe-study into the folder of an interventions study: interventions.html gains the encodings section
+    (its own table and figures stay); rebuilding the interventions page keeps it."""
+    import json
+
+    from posym.report.interventions import study_summary
+    from posym.verbs.interventions import write_page
+
+    out = tmp_path / "iv"
+    out.mkdir()
+    lg = pd.DataFrame([{"task": "number", "model": "number-s0", "intervention": iv, "extra_tokens": e, "seed": 0,
+                        "acc": a} for iv, accs in (("none", (1.0, 0.5)), ("ntk:kappa=2", (1.0, 0.95)))
+                       for e, a in zip((0, 10), accs)])
+    study_summary(lg).to_csv(out / layout.INTERVENTIONS, index=False)
+    (out / layout.INTERVENTIONS_JSON).write_text(json.dumps({"grid": [0, 10], "n": 8}))
+    assert main(["pe-study", *[f"{k}={v}" for k, v in study.items()], "--out", str(out)]) == 0
+    page = (out / layout.INTERVENTIONS_HTML).read_text()
+    assert "Training-time encodings (posym pe-study)" in page and "met by nope" in page
+    assert "ntk:kappa=2" in page and page.count("data:image/png;base64,") == 2  # the two pe-study figures
+    write_page(out)  # what `posym interventions` does at the end of every call
+    assert (out / layout.INTERVENTIONS_HTML).read_text().count("met by nope") == 1

@@ -596,10 +596,11 @@ def pe_study_page(out_dir: str | os.PathLike, variants: dict[str, str], header: 
 
 def interventions_page(out_dir: str | os.PathLike, header: Sequence[str], rows: Sequence[Sequence[Any]],
                        prediction: tuple[Sequence[str], Sequence[Sequence[Any]]], figures: dict[str, Path],
-                       settings: dict) -> str:
+                       settings: dict, encodings: tuple | None = None) -> str:
     """The interventions study (docs/interventions.md) as a self-contained HTML page: how to read it,
     the table intervention × task with the theory's prediction, Fig. 5B per intervention family and the
-    head readout of each task, and the settings (models, grid, n)."""
+    head readout of each task, and the settings (models, grid, n); with ``encodings`` (header, rows,
+    goal, figures of ``posym pe-study`` in the same folder) a section on the training-time encodings."""
     out = Path(out_dir)
     when = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
     body = ["<h1>posym — interventions at inference</h1>",
@@ -616,6 +617,13 @@ def interventions_page(out_dir: str | os.PathLike, header: Sequence[str], rows: 
             "<h2>Figures</h2>", *[_img(path, caption, out) for caption, path in figures.items()],
             "<h2>Settings</h2>",
             _table(["setting", "value"], [[k, json.dumps(v)] for k, v in settings.items()])]
+    if encodings is not None:
+        e_header, e_rows, goal, e_figs = encodings
+        body += ["<h2>Training-time encodings (posym pe-study)</h2>",
+                 _note("The other way round: models trained with another positional encoding (SPEC §2.1); "
+                       "mean ± sd over each variant's seeds (docs/interventions.md, “Training-time encodings”)."),
+                 _table(e_header, e_rows), f"<p><b>{_e(goal)}</b></p>",
+                 *[_img(path, caption, out) for caption, path in e_figs.items()]]
     return _page("posym — interventions study", body)
 
 

@@ -119,6 +119,49 @@ def _settings(intervene: Sequence[str]) -> list[str]:
     return [describe(spec).replace(stand_in, key) for spec in plan_interventions(texts)]
 
 
+def write_page(out: str | os.PathLike, outputs: Outputs | None = None) -> Path:
+    """``OUT/interventions.html`` from the study's saved tables and figures (``interventions.csv``,
+    ``interventions.json``, the figures present) and, when ``OUT`` also holds a training-time encodings
+    study (``posym pe-study --out OUT``), its table, goal line and figures as a section of the same page."""
+    import json
+
+    from posym.report.html import interventions_page
+    from posym.report.interventions import prediction_rows, summary_rows
+
+    out = Path(out)
+    summary = pd.read_csv(out / layout.INTERVENTIONS)
+    settings = json.loads((out / layout.INTERVENTIONS_JSON).read_text())
+    tasks = [t for t in ("number", "letter") if t in set(summary["task"])]
+    figs = {}
+    for t in tasks:
+        for caption, name in ((f"Fig. 5B of the {t} task under each intervention", layout.FIG_INTERVENTIONS),
+                              (f"the {t} task's heads under each intervention", layout.FIG_INTERVENTION_HEADS)):
+            png = out / f"{name.format(task=t)}.png"
+            if png.is_file():
+                figs[caption] = png
+    header, rows = summary_rows(summary, prediction=False)
+    page = interventions_page(out, header, rows, prediction_rows(tasks), figs, settings, encodings=_encodings(out))
+    path = out / layout.INTERVENTIONS_HTML
+    (outputs or Outputs([path], True).check()).text(page, path)
+    return path
+
+
+def _encodings(out: Path) -> tuple | None:
+    """The training-time encodings study saved in ``out`` (header, rows, goal, figures), or None."""
+    from posym.report.pe_study import goal_line, study_rows
+
+    if not (out / layout.PE_STUDY).is_file():
+        return None
+    table = pd.read_csv(out / layout.PE_STUDY)
+    table["cell"] = table["cell"].fillna("")
+    header, rows = study_rows(table)
+    figs = {caption: out / f"{stem}.png" for caption, stem in (
+        ("Fig. 2C of every variant: pure heads over training (γ = 0.1)", layout.FIG_PE_PURE_COUNTS),
+        ("Fig. 5B of every variant, Paper A's points as circles", layout.FIG_VARIANT_CURVES))
+        if (out / f"{stem}.png").is_file()}
+    return header, rows, goal_line(table), figs
+
+
 def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
                   intervene: Sequence[str] | None = None, best_of: str | os.PathLike | None = None,
                   grid: str | Sequence[int] = "search", n: int = 200, seeds: int = 1,
@@ -137,10 +180,9 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     point and data seed; ``heads_lengths`` / ``heads_n``: the head readout (default +0, +100, +1,000 on
     16 prompts; ``[]`` for none)."""
     from posym.interventions import check_interventions
-    from posym.report.html import interventions_page
     from posym.report.interventions import (HEAD_LENGTHS, INDEX_LAYERS, for_model, index_layers, plot_head_readout,
-                                            plot_intervention_curves, prediction_rows, study_grid, study_settings,
-                                            study_summary, summary_markdown, summary_rows)
+                                            plot_intervention_curves, study_grid, study_settings, study_summary,
+                                            summary_markdown)
     from posym.report.paper import LENGTHGEN
     from posym.runs.resolve import resolve_model
     from posym.verbs.lengthgen import lengthgen
@@ -206,24 +248,17 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     outputs.csv(lg, out / layout.INTERVENTIONS_LENGTHGEN)
     md = summary_markdown(summary)
     outputs.text(md + "\n", out / layout.INTERVENTIONS_MD)
-    figs = {}
     for t in task_list:
-        stem = out / layout.FIG_INTERVENTIONS.format(task=t)
-        outputs.figure(plot_intervention_curves(lg, t, LENGTHGEN.get(t)), stem)
-        figs[f"Fig. 5B of the {t} task under each intervention"] = Path(f"{stem}.png")
+        outputs.figure(plot_intervention_curves(lg, t, LENGTHGEN.get(t)), out / layout.FIG_INTERVENTIONS.format(task=t))
         if len(hd):
-            stem = out / layout.FIG_INTERVENTION_HEADS.format(task=t)
-            outputs.figure(plot_head_readout(hd, t), stem)
-            figs[f"the {t} task's heads under each intervention"] = Path(f"{stem}.png")
+            outputs.figure(plot_head_readout(hd, t), out / layout.FIG_INTERVENTION_HEADS.format(task=t))
     settings = {"runs": {k: str(v) for k, v in labels.items()}, "grid": grid_values, "n": n, "seeds": seeds,
                 "heads_lengths": lengths, "heads_n": heads_n, "best_of": str(best_of) if best_of else None,
                 "intervene": given}
     outputs.json(settings, out / layout.INTERVENTIONS_JSON)
-    header, rows = summary_rows(summary, prediction=False)
-    outputs.text(interventions_page(out, header, rows, prediction_rows(task_list), figs, settings),
-                 out / layout.INTERVENTIONS_HTML)
+    write_page(out, outputs)
     text = "\n".join([*done_lines, md, f"wrote {out / layout.INTERVENTIONS_HTML}"])
     return VerbResult(summary, outputs.written, text, {"lengthgen": lg, "heads": hd})
 
 
-__all__ = ["interventions"]
+__all__ = ["interventions", "write_page"]

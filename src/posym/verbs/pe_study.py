@@ -44,6 +44,9 @@ def pe_study(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, 
                "Fig. 5B of every variant, Paper A's points as circles": out / f"{layout.FIG_VARIANT_CURVES}.png"}
     outputs.text(pe_study_page(out, {k: str(v) for k, v in variants.items()}, header, rows, goal, figures),
                  out / layout.PE_STUDY_HTML)
+    if (out / layout.INTERVENTIONS_JSON).is_file():  # an interventions study in the same folder: one page
+        from posym.verbs.interventions import write_page
+        outputs.written.append(write_page(out))
     return VerbResult(table, outputs.written, "\n".join([md, f"wrote {out}"]), {"goal": goal, "pe": pes})
 
 
