@@ -130,8 +130,9 @@ def test_second_writer_of_a_training_run_exits_2(tmp_path):
     first = subprocess.Popen(cmd + args, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(lambda: (run / "checkpoints" / "step-000020").is_dir())
+        # 300 s: on a loaded machine the second process once needed over 120 s to refuse
         for second_args in (["train", "--task", "number", "--out", str(run), "--resume"], args):
-            second = subprocess.run(cmd + second_args, capture_output=True, text=True, timeout=300)  # a loaded CI machine: imports alone can take a minute
+            second = subprocess.run(cmd + second_args, capture_output=True, text=True, timeout=300)
             assert second.returncode == 2, second.stderr
             assert "in use by process" in _one_error_line(second.stderr)
         assert first.poll() is None  # the first writer was not disturbed
