@@ -343,10 +343,9 @@ def run_protocol(answer_fn: AnswerFn | ScoreFn, model: str, out: str | os.PathLi
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     paths = write_tables(out_dir, runs_df, table, model, protocol)
     contrast = intervention_contrast(records) if protocol == "choice" and len(labels) > 1 else None
-    for stale in (out_dir / layout.LLM_INTERVENTIONS, out_dir / layout.LLM_INTERVENTIONS_MD):  # derived from
-        stale.unlink(missing_ok=True)  # answers.jsonl: an earlier call's contrast must not outlive its tables
-    if parquet_path(out_dir / layout.LLM_INTERVENTIONS).exists():
-        parquet_path(out_dir / layout.LLM_INTERVENTIONS).unlink()
+    contrast_csv = out_dir / layout.LLM_INTERVENTIONS  # derived from answers.jsonl: an earlier call's
+    for stale in (contrast_csv, parquet_path(contrast_csv), out_dir / layout.LLM_INTERVENTIONS_MD):  # contrast
+        stale.unlink(missing_ok=True)  # must not outlive the tables it was computed with
     if contrast is not None and len(contrast):
         paths["contrast"] = out_dir / layout.LLM_INTERVENTIONS
         write_table(contrast.assign(model=model), paths["contrast"])

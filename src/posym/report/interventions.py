@@ -55,9 +55,8 @@ def family(intervention: str) -> str:
     return name
 
 
-def short(intervention: str) -> str:
-    """:func:`posym.runs.tables.short_intervention` (``freq-mask:keep=1+2+…+48`` → ``freq-mask:keep=1–48``)."""
-    return short_intervention(intervention)
+#: The display form of a canonical string (``freq-mask:keep=1+2+…+48`` → ``freq-mask:keep=1–48``).
+short = short_intervention
 
 
 def drop_lowest(n_pairs: int, fraction: float) -> list[int]:
