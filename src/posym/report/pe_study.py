@@ -362,7 +362,7 @@ def plot_pure_count_curves(curves: pd.DataFrame, labels: Mapping[str, str] | Non
 
     tasks = [t for t in ("number", "letter") if (curves["task"] == t).any()] or ["number"]
     variants = list(dict.fromkeys(curves["variant"])) or ["—"]
-    fig, axes = plt.subplots(len(tasks), len(variants), figsize=(2.8 * len(variants) + 0.6, 2.4 * len(tasks) + 0.4),
+    fig, axes = plt.subplots(len(tasks), len(variants), figsize=(2.8 * len(variants) + 0.6, 2.6 * len(tasks) + 0.5),
                              squeeze=False, sharex=True, sharey=True)
     colors = {"positional": "#d95f02", "symbolic": "#1b9e77"}  # Fig. 2C's colours
     for i, task in enumerate(tasks):
@@ -377,7 +377,7 @@ def plot_pure_count_curves(curves: pd.DataFrame, labels: Mapping[str, str] | Non
                 if np.isfinite(s).any():
                     ax.fill_between(c["step"], m - np.nan_to_num(s), m + np.nan_to_num(s), color=color, alpha=0.15, lw=0)
             n = int(c["n_seeds"].max()) if len(c) else 0
-            ax.set_title(f"{(labels or {}).get(v, v)} — {task} ({n} seed{'s' if n != 1 else ''})", fontsize=8)
+            ax.set_title(f"{(labels or {}).get(v, v)}\n{task} ({n} seed{'s' if n != 1 else ''})", fontsize=8)
             if i == len(tasks) - 1:
                 ax.set_xlabel("step")
             if j == 0:
