@@ -127,7 +127,9 @@ def test_second_writer_of_a_training_run_exits_2(tmp_path):
     args = ["train", "--task", "number", "--out", str(run), *TINY[:-1], "--steps", "100000", "--eval-every", "10",
             "--checkpoint-every", "20", "--threads", "1", "--quiet"]
     cmd = [sys.executable, "-c", "import sys; from posym.cli import main; sys.exit(main(sys.argv[1:]))"]
-    first = subprocess.Popen(cmd + args, stderr=subprocess.PIPE, text=True)
+    # a background shell starts commands with SIGINT ignored; give the writer the default (Ctrl-C) handler
+    first = subprocess.Popen(cmd + args, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         _wait_for(lambda: (run / "checkpoints" / "step-000020").is_dir())
         # 300 s: on a loaded machine the second process once needed over 120 s to refuse
