@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from ctrl_c import default_sigint
 from safetensors.torch import load_file, save_file
 
 from posym.cli import main
@@ -127,9 +128,8 @@ def test_second_writer_of_a_training_run_exits_2(tmp_path):
     args = ["train", "--task", "number", "--out", str(run), *TINY[:-1], "--steps", "100000", "--eval-every", "10",
             "--checkpoint-every", "20", "--threads", "1", "--quiet"]
     cmd = [sys.executable, "-c", "import sys; from posym.cli import main; sys.exit(main(sys.argv[1:]))"]
-    # a background shell starts commands with SIGINT ignored; give the writer the default (Ctrl-C) handler
     first = subprocess.Popen(cmd + args, stderr=subprocess.PIPE, text=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                             preexec_fn=default_sigint)
     try:
         _wait_for(lambda: (run / "checkpoints" / "step-000020").is_dir())
         # 300 s: on a loaded machine the second process once needed over 120 s to refuse
@@ -237,9 +237,8 @@ def test_sigint_to_the_reproduce_parent_alone_stops_its_workers(tmp_path):
     cmd = [sys.executable, "-c", "import sys; from posym.cli import main; sys.exit(main(sys.argv[1:]))",
            "reproduce", "--preset", "tiny", "--no-llm", "--quiet", "--jobs", "2", "--out", str(out),
            "--set", "train.steps=100000", "--set", "train.checkpoint_every=20"]
-    # a background shell starts commands with SIGINT ignored; give the child the default (Ctrl-C) handler
     parent = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                              preexec_fn=default_sigint)
     try:
         _wait_for(lambda: (out / "number" / "seed0" / "checkpoints" / "step-000020").is_dir())
         os.kill(parent.pid, signal.SIGINT)

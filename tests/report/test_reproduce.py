@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from ctrl_c import default_sigint
 
 import posym.verbs.reproduce as rp
 from posym.cli import main
@@ -369,7 +370,6 @@ def _reproduce_process(out: Path, *extra: str):
     """``posym reproduce --preset tiny --jobs 2`` training only, in its own process group, stderr and stdout
     to one pipe (a log file, not a terminal)."""
     import os
-    import signal
     import subprocess
     import sys
 
@@ -379,7 +379,7 @@ def _reproduce_process(out: Path, *extra: str):
                              "--stages", "train", "--no-llm", "--out", str(out), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             env={**os.environ, "PYTHONWARNINGS": "default"},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=default_sigint)
 
 
 @pytest.mark.integration
