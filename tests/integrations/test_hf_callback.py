@@ -179,6 +179,10 @@ import sys
 sys.path.insert(0, {tests!r})
 from test_hf_callback import PositionalSymbolicCallback, TASK, run_trainer
 run_trainer(sys.argv[1], [PositionalSymbolicCallback(TASK, n=8)], steps=20, save_steps=100)
+# torch requires it: without it gloo's worker threads can abort the interpreter's shutdown (SIGABRT).
+import torch.distributed as dist
+if dist.is_initialized():
+    dist.destroy_process_group()
 """
 
 
