@@ -368,7 +368,7 @@ def _cmd_pe_study(a):
         if name in variants:
             raise PosymError(f"variant {name!r} given twice")
         variants[name] = path
-    _show(pe_study(variants, a.out, force=a.force))
+    _show(pe_study(variants, a.out, force=a.force, **({"lengthgen": a.lengthgen} if a.lengthgen else {})))
 
 
 def _cmd_reproduce(a):
@@ -762,6 +762,10 @@ def build_parser() -> argparse.ArgumentParser:
     pe.add_argument("variants", nargs="+", type=_variant, metavar="NAME=DIR",
                     help="a variant name and its reproduction directory (posym reproduce --set train.pe=...)")
     pe.add_argument("--out", required=True, help="output directory (pe_study.csv/.md/.html, fig2_variants, fig5b_variants)")
+    pe.add_argument("--lengthgen", metavar="FILE",
+                    help="the length-generalization table inside each run that Fig. 5B and the reach read "
+                         "(default: the reproduction's own; e.g. lengthgen_paper.csv written by "
+                         "posym lengthgen RUN --grid paper --out RUN/lengthgen_paper.csv)")
     _force(pe)
     pe.set_defaults(func=_cmd_pe_study)
 

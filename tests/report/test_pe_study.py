@@ -266,3 +266,30 @@ def test_pe_study_beside_an_interventions_study_makes_one_page(study, tmp_path):
     assert "ntk:kappa=2" in page and page.count("data:image/png;base64,") == 2  # the two pe-study figures
     write_page(out)  # what `posym interventions` does at the end of every call
     assert (out / layout.INTERVENTIONS_HTML).read_text().count("met by nope") == 1
+
+
+def test_another_lengthgen_table_feeds_fig5b_and_the_reach(study, tmp_path, capsys):
+    """``--lengthgen lengthgen_paper.csv``: the reach, the +N accuracies and Fig. 5B come from that table
+    of each run (here a longer grid on which rope seed 0 reaches +3,000, seed 1 +1,000, where present);
+    the other quantities do not change; a path or a table no run holds is refused in one line."""
+    for seed, reach in ((0, 3000), (1, 1000)):
+        run = layout.run_dir(study["rope"], "number", seed)
+        pd.DataFrame({"extra_tokens": [0, reach, 5000], "acc_mean": [1.0, 0.95, 0.2], "acc_sd": 0.0,
+                      "n_seeds": 1}).to_csv(layout.summary_path(run / "lengthgen_paper.csv"), index=False)
+    default, other = study_table(study), study_table(study, lengthgen="lengthgen_paper.csv")
+    assert cell(default, "rope", "number", Q_REACH).cell == "+15 ± 7"
+    reach = cell(other, "rope", "number", Q_REACH)
+    assert (reach["mean"], reach.cell) == (2000.0, "+2,000 ± 1,414")
+    assert cell(other, "rope", "number", q_accuracy(5000))["mean"] == pytest.approx(0.2)
+    assert cell(other, "nope", "number", Q_REACH).cell == "—"  # nope's runs have no such table
+    assert cell(other, "rope", "number", Q_TEST).cell == cell(default, "rope", "number", Q_TEST).cell
+    out = tmp_path / "out"
+    args = ["pe-study", *[f"{k}={v}" for k, v in study.items()], "--out", str(out)]
+    assert main([*args, "--lengthgen", "runs/lengthgen_paper.csv"]) == 2
+    assert "not a path" in capsys.readouterr().err and not out.exists()
+    assert main([*args, "--lengthgen", "lengthgen_long.csv"]) == 2
+    assert "no run of these variants holds lengthgen_long_summary.csv" in capsys.readouterr().err
+    assert main([*args, "--lengthgen", "lengthgen_paper.csv"]) == 0
+    curves = pd.read_csv(out / layout.VARIANT_CURVES)
+    assert sorted(curves[curves.variant == "rope"].extra_tokens) == [0, 1000, 3000, 5000]
+    assert "read each run's lengthgen_paper.csv" in (out / layout.PE_STUDY_MD).read_text()

@@ -269,15 +269,16 @@ def ablation_summary(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
     return df[["task"] + [c for c in df.columns if c != "task"]]
 
 
-def lengthgen_summary(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
+def lengthgen_summary(runs: dict[str, dict[int, Path]], table: str = layout.LENGTHGEN) -> pd.DataFrame:
     """Fig. 5B over model seeds: per (task, extra_tokens) the mean and sd over seeds of each run's
     accuracy (each run's value is itself the mean over its data seeds). Columns task, extra_tokens,
-    acc_mean, acc_sd, acc_hop{h}_mean, acc_hop{h}_sd, n_seeds."""
+    acc_mean, acc_sd, acc_hop{h}_mean, acc_hop{h}_sd, n_seeds. ``table``: the length-generalization
+    table inside each run (its ``_summary`` file is read; e.g. one ``posym lengthgen --out`` wrote)."""
     frames = []
     for task, seeds in runs.items():
         parts = []
         for s, d in seeds.items():
-            t = _read_csv(layout.summary_path(d / layout.LENGTHGEN))
+            t = _read_csv(layout.summary_path(d / table))
             if t is not None:
                 parts.append(t.assign(model_seed=s))
         if not parts:

@@ -188,10 +188,11 @@ def _read(path: Path) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.is_file() else None
 
 
-def variant_rows(name: str, pe: str, directory: str | os.PathLike) -> list[dict]:
-    """The study rows of one variant (:data:`COLUMNS`), task by task in the order number, letter."""
+def variant_rows(name: str, pe: str, directory: str | os.PathLike, lengthgen: str = layout.LENGTHGEN) -> list[dict]:
+    """The study rows of one variant (:data:`COLUMNS`), task by task in the order number, letter;
+    Fig. 5B and the reach from each run's ``lengthgen`` table."""
     runs = layout.find_runs(directory)
-    training, pure, curves = training_summary(runs), purity_counts(runs, GAMMA), lengthgen_summary(runs)
+    training, pure, curves = training_summary(runs), purity_counts(runs, GAMMA), lengthgen_summary(runs, lengthgen)
     rows: list[dict] = []
 
     def add(task: str, quantity: str, mean: float, sd: float, n: int, cell: str, n_missing: int = 0,
@@ -245,7 +246,7 @@ def variant_rows(name: str, pe: str, directory: str | os.PathLike) -> list[dict]
                 add(task, q_accuracy(extra), m, s, n, _cell(m, s, n, 2))
             else:
                 add(task, q_accuracy(extra), math.nan, math.nan, 0, "— (not on the grid)" if len(curve) else "—")
-        summaries = [t for t in (_read(layout.summary_path(d / layout.LENGTHGEN)) for d in seeds.values())
+        summaries = [t for t in (_read(layout.summary_path(d / lengthgen)) for d in seeds.values())
                      if t is not None and len(t)]
         reaches, never, at_end, end = seed_reaches(summaries)
         m, s, n = mean_sd(reaches)
@@ -255,10 +256,12 @@ def variant_rows(name: str, pe: str, directory: str | os.PathLike) -> list[dict]
     return rows
 
 
-def study_table(variants: Mapping[str, str | os.PathLike], pes: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """Long table (:data:`COLUMNS`): one row per (variant, task, quantity); ``cell`` is the text shown."""
+def study_table(variants: Mapping[str, str | os.PathLike], pes: Mapping[str, str] | None = None,
+                lengthgen: str = layout.LENGTHGEN) -> pd.DataFrame:
+    """Long table (:data:`COLUMNS`): one row per (variant, task, quantity); ``cell`` is the text shown.
+    ``lengthgen``: the length-generalization table inside each run that Fig. 5B and the reach read."""
     pes = dict(pes) if pes is not None else check_variants(variants)
-    rows = [r for name, d in variants.items() for r in variant_rows(name, pes[name], d)]
+    rows = [r for name, d in variants.items() for r in variant_rows(name, pes[name], d, lengthgen)]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -345,12 +348,12 @@ def pure_count_curves(variants: Mapping[str, str | os.PathLike], gamma: float = 
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
 
 
-def fig5b_curves(variants: Mapping[str, str | os.PathLike]) -> pd.DataFrame:
+def fig5b_curves(variants: Mapping[str, str | os.PathLike], lengthgen: str = layout.LENGTHGEN) -> pd.DataFrame:
     """Fig. 5B of every variant, mean ± sd over its seeds (:func:`posym.report.aggregate.lengthgen_summary`
-    of its runs): variant, task, extra_tokens, acc_mean, acc_sd, n_seeds — what
+    of its runs' ``lengthgen`` tables): variant, task, extra_tokens, acc_mean, acc_sd, n_seeds — what
     :func:`posym.report.sensitivity.plot_variant_curves` draws."""
     cols = ["variant", "task", "extra_tokens", "acc_mean", "acc_sd", "n_seeds"]
-    frames = [lengthgen_summary(layout.find_runs(d)).assign(variant=name) for name, d in variants.items()]
+    frames = [lengthgen_summary(layout.find_runs(d), lengthgen).assign(variant=name) for name, d in variants.items()]
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
 

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from posym.errors import PosymError
 from posym.report.html import pe_study_page
 from posym.report.pe_study import (check_variants, fig5b_curves, goal_line, plot_pure_count_curves,
                                    pure_count_curves, study_markdown, study_rows, study_table)
@@ -15,22 +16,39 @@ from posym.runs import layout
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
-def pe_study(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, *, force: bool = False) -> VerbResult:
+def check_lengthgen_table(variants: Mapping[str, str | os.PathLike], name: str) -> None:
+    """PosymError unless ``name`` is a CSV file name (no folder) whose summary some run of the variants holds."""
+    if Path(name).name != name or not name.endswith(".csv"):
+        raise PosymError(f"--lengthgen {name!r}: give the file name of a length-generalization table inside "
+                         f"each run (e.g. {layout.LENGTHGEN} or lengthgen_paper.csv), not a path")
+    summary = layout.summary_path(Path(name)).name
+    if not any((run / summary).is_file() for d in variants.values()
+               for seeds in layout.find_runs(d).values() for run in seeds.values()):
+        raise PosymError(f"no run of these variants holds {summary}; write it with "
+                         f"posym lengthgen RUN --out RUN/{name}")
+
+
+def pe_study(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, *, force: bool = False,
+             lengthgen: str = layout.LENGTHGEN) -> VerbResult:
     """Write ``OUT/pe_study.csv`` (one row per variant, task and quantity) + ``.md`` (the table and the
     goal line) + ``.html`` (the page), Fig. 2's pure-head counts of every variant
     (``OUT/fig2_variants.csv`` + ``.png|pdf``) and Fig. 5B of every variant (``OUT/fig5b_variants.csv`` +
-    ``.png|pdf``). Every variant is checked (a reproduction directory whose runs agree on ``--pe``) and
-    every output is checked before anything is read or written."""
+    ``.png|pdf``). Fig. 5B and the reach read each run's ``lengthgen`` table (default the reproduction's
+    own; e.g. ``lengthgen_paper.csv`` from ``posym lengthgen RUN --grid paper --out
+    RUN/lengthgen_paper.csv``). Every variant is checked (a reproduction directory whose runs agree on
+    ``--pe``) and every output is checked before anything is read or written."""
     pes = check_variants(variants)
+    check_lengthgen_table(variants, lengthgen)
     out = Path(out)
     files = [out / layout.PE_STUDY, out / layout.PE_STUDY_MD, out / layout.PE_STUDY_HTML,
              out / layout.PE_PURE_COUNTS, *figure_paths(out / layout.FIG_PE_PURE_COUNTS),
              out / layout.VARIANT_CURVES, *figure_paths(out / layout.FIG_VARIANT_CURVES)]
     outputs = Outputs(files, force).check()
-    table = study_table(variants, pes)
+    table = study_table(variants, pes, lengthgen)
     goal = goal_line(table)
-    md = study_markdown(table, goal)
-    counts, curves = pure_count_curves(variants), fig5b_curves(variants)
+    source = f"Fig. 5B and the reach read each run's {lengthgen}"
+    md = study_markdown(table, goal) + ("" if lengthgen == layout.LENGTHGEN else f"\n\n{source}.")
+    counts, curves = pure_count_curves(variants), fig5b_curves(variants, lengthgen)
     labels = {v: (v if v == pe else f"{v} ({pe})") for v, pe in pes.items()}
     outputs.csv(table, out / layout.PE_STUDY)
     outputs.text(md + "\n", out / layout.PE_STUDY_MD)
@@ -41,7 +59,8 @@ def pe_study(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, 
                    out / layout.FIG_VARIANT_CURVES)
     header, rows = study_rows(table)
     figures = {"Fig. 2C of every variant: pure heads over training (γ = 0.1)": out / f"{layout.FIG_PE_PURE_COUNTS}.png",
-               "Fig. 5B of every variant, Paper A's points as circles": out / f"{layout.FIG_VARIANT_CURVES}.png"}
+               f"Fig. 5B of every variant ({lengthgen} of each run), Paper A's points as circles":
+                   out / f"{layout.FIG_VARIANT_CURVES}.png"}
     outputs.text(pe_study_page(out, {k: str(v) for k, v in variants.items()}, header, rows, goal, figures),
                  out / layout.PE_STUDY_HTML)
     if (out / layout.INTERVENTIONS_JSON).is_file():  # an interventions study in the same folder: one page
