@@ -282,6 +282,10 @@ def test_another_lengthgen_table_feeds_fig5b_and_the_reach(study, tmp_path, caps
     assert (reach["mean"], reach.cell) == (2000.0, "+2,000 ± 1,414")
     assert cell(other, "rope", "number", q_accuracy(5000))["mean"] == pytest.approx(0.2)
     assert cell(other, "nope", "number", Q_REACH).cell == "—"  # nope's runs have no such table
+    (layout.summary_path(layout.run_dir(study["rope"], "number", 1) / "lengthgen_paper.csv")).unlink()
+    one = study_table(study, lengthgen="lengthgen_paper.csv")  # only seed 0 has the table: said in the cells
+    assert cell(one, "rope", "number", Q_REACH).cell == "+3,000 (1 of 2 models)"
+    assert cell(one, "rope", "number", q_accuracy(5000)).cell == "0.20 (1 of 2 models)"
     assert cell(other, "rope", "number", Q_TEST).cell == cell(default, "rope", "number", Q_TEST).cell
     out = tmp_path / "out"
     args = ["pe-study", *[f"{k}={v}" for k, v in study.items()], "--out", str(out)]
@@ -291,5 +295,5 @@ def test_another_lengthgen_table_feeds_fig5b_and_the_reach(study, tmp_path, caps
     assert "no run of these variants holds lengthgen_long_summary.csv" in capsys.readouterr().err
     assert main([*args, "--lengthgen", "lengthgen_paper.csv"]) == 0
     curves = pd.read_csv(out / layout.VARIANT_CURVES)
-    assert sorted(curves[curves.variant == "rope"].extra_tokens) == [0, 1000, 3000, 5000]
+    assert sorted(curves[curves.variant == "rope"].extra_tokens) == [0, 3000, 5000]
     assert "read each run's lengthgen_paper.csv" in (out / layout.PE_STUDY_MD).read_text()

@@ -184,6 +184,11 @@ def _cell(mean: float, sd: float, n: int, digits: int) -> str:
     return s + (f" ± {sd:,.{digits}f}" if n > 1 and math.isfinite(sd) else "")
 
 
+def _of_models(n: int, total: int) -> str:
+    """" (n of total models)" when a length table exists for only some of a variant's models, else ""."""
+    return f" ({n} of {total} models)" if 0 < n < total else ""
+
+
 def _read(path: Path) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.is_file() else None
 
@@ -243,7 +248,7 @@ def variant_rows(name: str, pe: str, directory: str | os.PathLike, lengthgen: st
             r = curve[curve["extra_tokens"] == extra] if len(curve) else curve
             if len(r):
                 m, s, n = float(r["acc_mean"].iloc[0]), float(r["acc_sd"].iloc[0]), int(r["n_seeds"].iloc[0])
-                add(task, q_accuracy(extra), m, s, n, _cell(m, s, n, 2))
+                add(task, q_accuracy(extra), m, s, n, _cell(m, s, n, 2) + _of_models(n, len(seeds)))
             else:
                 add(task, q_accuracy(extra), math.nan, math.nan, 0, "— (not on the grid)" if len(curve) else "—")
         summaries = [t for t in (_read(layout.summary_path(d / lengthgen)) for d in seeds.values())
@@ -252,7 +257,8 @@ def variant_rows(name: str, pe: str, directory: str | os.PathLike, lengthgen: st
         m, s, n = mean_sd(reaches)
         cell = "+" + _cell(m, s, n, 0) if n else ("never" if never else "—")
         notes = ([f"{never} never"] if never and n else []) + ([f"{at_end} at the grid end +{end:,}"] if at_end else [])
-        add(task, Q_REACH, m, s, n, cell + (f" ({'; '.join(notes)})" if notes else ""), never, end)
+        add(task, Q_REACH, m, s, n, cell + (f" ({'; '.join(notes)})" if notes else "")
+            + _of_models(len(summaries), len(seeds)), never, end)
     return rows
 
 
