@@ -297,3 +297,6 @@ def test_another_lengthgen_table_feeds_fig5b_and_the_reach(study, tmp_path, caps
     curves = pd.read_csv(out / layout.VARIANT_CURVES)
     assert sorted(curves[curves.variant == "rope"].extra_tokens) == [0, 3000, 5000]
     assert "read each run's lengthgen_paper.csv" in (out / layout.PE_STUDY_MD).read_text()
+    layout.summary_path(layout.run_dir(study["rope"], "number", 0) / "lengthgen_paper.csv").write_text("")
+    assert main([*args, "--lengthgen", "lengthgen_paper.csv", "--force"]) == 2  # a corrupt table: one line
+    assert "cannot read " in capsys.readouterr().err

@@ -32,7 +32,7 @@ import pandas as pd
 from posym.errors import PosymError
 from posym.lengthgen.trained import largest_length_above as _largest
 from posym.runs import layout
-from posym.runs.tables import write_table
+from posym.runs.tables import read_table, write_table
 from posym.runs.layout import find_runs
 from posym.report import paper
 from posym.report import verdict as V
@@ -79,7 +79,7 @@ def seeds_text(n: int) -> str:
 
 
 def _read_csv(path: Path) -> pd.DataFrame | None:
-    return pd.read_csv(path) if path.is_file() else None
+    return read_table(path) if path.is_file() else None
 
 
 # ------------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from posym.report import paper
 from posym.report.aggregate import (THRESHOLD, largest_length_above, lengthgen_summary, mean_sd, purity_counts,
                                     training_summary)
 from posym.runs import layout
+from posym.runs.tables import read_table
 
 #: Purity tolerance of the pure-head counts (SPEC §3; Paper A's γ).
 GAMMA = 0.1
@@ -190,7 +191,7 @@ def _of_models(n: int, total: int) -> str:
 
 
 def _read(path: Path) -> pd.DataFrame | None:
-    return pd.read_csv(path) if path.is_file() else None
+    return read_table(path) if path.is_file() else None
 
 
 def variant_rows(name: str, pe: str, directory: str | os.PathLike, lengthgen: str = layout.LENGTHGEN) -> list[dict]:

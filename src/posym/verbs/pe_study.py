@@ -46,8 +46,8 @@ def pe_study(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, 
     outputs = Outputs(files, force).check()
     table = study_table(variants, pes, lengthgen)
     goal = goal_line(table)
-    source = f"Fig. 5B and the reach read each run's {lengthgen}"
-    md = study_markdown(table, goal) + ("" if lengthgen == layout.LENGTHGEN else f"\n\n{source}.")
+    md = study_markdown(table, goal) + ("" if lengthgen == layout.LENGTHGEN
+                                        else f"\n\nFig. 5B and the reach read each run's {lengthgen}.")
     counts, curves = pure_count_curves(variants), fig5b_curves(variants, lengthgen)
     labels = {v: (v if v == pe else f"{v} ({pe})") for v, pe in pes.items()}
     outputs.csv(table, out / layout.PE_STUDY)
