@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from typing import Any, Sequence
 
-from posym.errors import PosymError
+from posym.errors import PosymError, PosymWarning
 
 
 def check_int(value: Any, name: str, lo: int = 0) -> int:
@@ -53,4 +54,31 @@ def check_taus(taus: Any) -> tuple[float, ...]:
     return out
 
 
-__all__ = ["check_gamma", "check_int", "check_positive_int", "check_taus"]
+#: The model-config attribute naming the task a posym model was trained on (written into every
+#: checkpoint's ``config.json`` by ``posym train``; set from ``posym.json`` when a run is resolved).
+MODEL_TASK_ATTR = "posym_task"
+
+
+def model_task(model: Any) -> str | None:
+    """The task ``model`` was trained on (:data:`MODEL_TASK_ATTR` of its config), or None when unknown
+    (a model not trained by posym, or a bare module)."""
+    for m in (model, getattr(model, "model", None)):  # the model, or a RopeAdapter's wrapped model
+        task = getattr(getattr(m, "config", None), MODEL_TASK_ATTR, None)
+        if isinstance(task, str):
+            return task
+    return None
+
+
+def warn_other_task(model: Any, task: str | None, what: str = "scored") -> bool:
+    """Warn (one line, :class:`~posym.errors.PosymWarning`) when a posym model is given the other task's
+    prompts: its scores or accuracies then describe a task it never learnt. Returns whether it warned."""
+    trained = model_task(model)
+    if trained is None or task is None or trained == task:
+        return False
+    warnings.warn(PosymWarning(f"this model was trained on the {trained} task but is {what} on {task} prompts; "
+                               f"give it {trained} prompts (e.g. make_split({trained!r}, ...))"), stacklevel=3)
+    return True
+
+
+__all__ = ["MODEL_TASK_ATTR", "check_gamma", "check_int", "check_positive_int", "check_taus", "model_task",
+           "warn_other_task"]

@@ -10,9 +10,11 @@ An unexpected exception still prints its traceback, so bugs stay visible.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import sys
+import warnings
 from typing import Any, Callable, Sequence
 
 from posym.errors import PosymError
@@ -827,6 +829,28 @@ _USER_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQU
                 errno.EEXIST, errno.ENOENT, errno.ENAMETOOLONG, errno.EMFILE}
 
 
+@contextlib.contextmanager
+def _posym_warnings():
+    """Print each :class:`~posym.errors.PosymWarning` as one line ``posym: warning: …`` (others as Python does)."""
+    from posym.errors import PosymWarning
+    from posym.progress import clear_bars
+
+    shown, previous = set(), warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not issubclass(category, PosymWarning):
+            return previous(message, category, filename, lineno, file, line)
+        if str(message) not in shown:
+            shown.add(str(message))
+            clear_bars()
+            print(f"posym: warning: {message}", file=sys.stderr)
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit status (2 for every bad input, 130 on Ctrl-C)."""
     try:
@@ -836,7 +860,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from posym.progress import clear_bars, line_progress
 
     try:
-        with line_progress():  # progress bars as plain lines when stderr is not a terminal
+        with line_progress(), _posym_warnings():  # progress bars as plain lines when stderr is not a terminal
             args.func(args)
     except PosymError as exc:
         clear_bars()  # the error gets its own line, not the end of a bar's

@@ -98,7 +98,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from posym.checks import check_taus
+from posym.checks import check_taus, warn_other_task
 from posym.errors import PosymError
 from posym.heads.swaps import (
     as_ids,
@@ -723,6 +723,7 @@ def _check_sizes(batch_size: int, chunk_size: int) -> None:
 def _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_size, chunk_size,
             cosine: str = DEFAULT_COSINE, centred: bool = False, exclude_keys: Sequence[int] = ()) -> HeadScores:
     taus = _taus(taus)
+    warn_other_task(model, getattr(input_ids, "task", None), "scored")
     centred = _check_centred(centred, cosine)
     _check_sizes(batch_size, chunk_size)
     ad = get_adapter(model)

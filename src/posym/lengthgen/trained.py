@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from posym.checks import warn_other_task
 from posym.errors import PosymError
 from posym.resources import require_memory
 from posym.model.gptj import extend_positions
@@ -58,6 +59,7 @@ def evaluate_length(model: torch.nn.Module, task: str, extra_tokens: int, n: int
                     distractors: str = "pool") -> dict[str, float]:
     """Accuracy (global, per hop) on ``n`` test-layout samples with ``extra_tokens`` added tokens drawn
     by ``extra_rule`` (:data:`posym.tasks._common.EXTRA_RULES`; SPEC §1.4, our choice)."""
+    warn_other_task(model, task, "evaluated")
     check_memory(model, extra_tokens, token_budget)
     batch = generate(task, n, seed, extra_tokens=extra_tokens, extra_rule=extra_rule, distractors=distractors)
     seq_len = batch.input_ids.shape[1]
@@ -86,6 +88,7 @@ def lengthgen(model: torch.nn.Module, task: str, grid: Sequence[int] = PAPER_GRI
     if n < 1 or not seed_list:
         raise PosymError("need n >= 1 and at least one seed")
     make_layout(task, DEFAULT_HOPS, 8, 8, 0, distractors, extra_rule)  # validates the rules
+    warn_other_task(model, task, "evaluated")
     rows = [] if done is None else done.to_dict("records")
     have = {(int(r["extra_tokens"]), int(r["seed"])) for r in rows}
     todo = [(int(e), s) for e in grid for s in seed_list if (int(e), s) not in have]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from torch import nn
 
+from posym.checks import MODEL_TASK_ATTR
 from posym.errors import PosymError
 from posym.model.causal_lm import load_causal_lm
 from posym.model.gptj import load_model
@@ -123,6 +124,8 @@ def resolve_model(run_or_model_dir: str | os.PathLike, task: str | None = None, 
     need = get_vocab(task).size
     if model.config.vocab_size < need:
         raise PosymError(f"model at {ckpt} has vocab_size {model.config.vocab_size} < {need} of the {task} task")
+    if read_meta(ckpt).get("task") or read_meta(run_or_model_dir).get("task"):  # a posym model: it knows its task
+        setattr(model.config, MODEL_TASK_ATTR, task)
     return ResolvedModel(model=model, task=task, step=_checkpoint_step(ckpt), path=ckpt)
 
 

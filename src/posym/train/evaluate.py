@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from transformers import GPTJForCausalLM
 
+from posym.checks import warn_other_task
 from posym.model.fast import last_token_logits
 
 MAX_HOPS = 4
@@ -50,6 +51,7 @@ def accuracy_table(pred: np.ndarray, labels: np.ndarray, hops: np.ndarray,
 def evaluate(model: GPTJForCausalLM, batch, batch_size: int = 512,
              device: str | torch.device = "cpu", progress: str | None = None) -> dict[str, float]:
     """Loss and accuracy (global, per hop) of ``model`` on a ``posym.tasks.TaskBatch``."""
+    warn_other_task(model, getattr(batch, "task", None), "evaluated")
     pred, logits = predict(model, batch.input_ids, batch_size=batch_size, device=device, progress=progress)
     loss = F.cross_entropy(torch.from_numpy(logits), torch.as_tensor(batch.labels)).item() if len(pred) else float("nan")
     return {"loss": loss, **accuracy_table(pred, np.asarray(batch.labels), np.asarray(batch.hops))}

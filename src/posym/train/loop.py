@@ -26,6 +26,7 @@ import transformers
 from tqdm.auto import tqdm
 
 import posym
+from posym.checks import MODEL_TASK_ATTR
 from posym.errors import PosymError
 from posym.runs.lock import DirLock
 from posym.model.fast import last_token_logits
@@ -478,6 +479,7 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
     mcfg = model_config(config.preset, vocab.size, pe=config.pe, **config.model_overrides)
     variant = parse_pe(config.pe)
     model = build_model(mcfg, seed=config.seed).to(device)
+    setattr(model.config, MODEL_TASK_ATTR, config.task)  # every checkpoint's config.json names its task
     meta = {"task": config.task, "preset": config.preset, "config": config.to_dict(), "versions": _versions()}
     if world > 1:
         meta["world_size"] = world
