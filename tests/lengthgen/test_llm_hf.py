@@ -4,6 +4,8 @@ full protocol, the SmolLM2 locator."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -184,3 +186,27 @@ def test_load_llm_refuses_an_empty_tokenizer(tmp_path):
     Tokenizer(models.WordLevel(vocab={}, unk_token=None)).save(str(d / "tokenizer.json"))
     with pytest.raises(PosymError, match="has no tokenizer"):
         load_llm(d)
+
+
+@pytest.mark.parametrize("damage", ["pickle", "truncated"])
+def test_a_model_folder_whose_weights_do_not_load_is_one_line(tiny_dirs, tmp_path, damage):
+    """A pickled ``pytorch_model.bin`` (refused by weights_only; its payload never runs) or a truncated
+    ``model.safetensors`` is one PosymError line, not a raw UnpicklingError / SafetensorError."""
+    import shutil
+
+    d = tmp_path / damage
+    shutil.copytree(tiny_dirs["plain"], d)
+    weights = d / "model.safetensors"
+    marker = tmp_path / "MARK"
+    if damage == "pickle":
+        weights.unlink()
+
+        class Payload:
+            def __reduce__(self):
+                return (os.system, (f"touch {marker}",))
+        torch.save({"x": Payload()}, d / "pytorch_model.bin")
+    else:
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(PosymError, match="cannot load model") as e:
+        load_llm(d)
+    assert "\n" not in str(e.value) and not marker.exists()

@@ -10,7 +10,9 @@ import hashlib
 import importlib
 import importlib.util
 import os
+import pickle
 import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -212,6 +214,19 @@ def _need(module: str, what: str, hint: str) -> None:
         raise PosymError(f"{what} needs the '{module}' package: {hint}")
 
 
+def _load_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions of a model folder whose weights do not load: missing or uncached files (OSError,
+    ValueError), a pickle ``pytorch_model.bin`` that ``weights_only`` refuses (UnpicklingError; its
+    payload never runs), a truncated or corrupt ``model.safetensors`` (SafetensorError)."""
+    errors: tuple[type[BaseException], ...] = (OSError, ValueError, pickle.UnpicklingError)
+    try:
+        from safetensors import SafetensorError
+        errors += (SafetensorError,)
+    except ImportError:  # pragma: no cover - safetensors is a dependency
+        pass
+    return errors
+
+
 def load_llm(model: str | os.PathLike | None = None, gguf: str | os.PathLike | None = None, *,
              device_map: str | dict | None = None, dtype: Any = None, device: str | None = None,
              max_memory: dict | None = None, offload_folder: str | os.PathLike | None = None,
@@ -265,9 +280,10 @@ def load_llm(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
     if len(tok) == 0:
         raise no_tokenizer_error(src, "its tokenizer is empty")
     try:
-        with quiet_hf():
+        with quiet_hf(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch's weights_only notes before a refused pickle
             lm, info = AutoModelForCausalLM.from_pretrained(src, output_loading_info=True, **mkw)
-    except (OSError, ValueError) as e:  # missing files, not cached, unsupported GGUF, ...
+    except _load_errors() as e:  # missing files, not cached, unsupported GGUF, a pickle, torn weights, ...
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise PosymError(f"cannot load model {src!r}{f' (gguf {gfile})' if gfile else ''}"
                          f"{' offline' if offline else ''}: {first}") from e
