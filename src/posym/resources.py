@@ -38,12 +38,15 @@ def _fmt(n: float) -> str:
     return f"{n:.1f} TB"  # pragma: no cover
 
 
-def require_memory(nbytes: float, what: str, fraction: float = 0.8) -> None:
-    """PosymError if ``what`` needs more than ``fraction`` of the available memory (estimate ``nbytes``)."""
-    avail = available_memory()
+def require_memory(nbytes: float, what: str, fraction: float = 0.8, hint: str = "use smaller sizes",
+                   available: int | None = None) -> None:
+    """PosymError if ``what`` needs more than ``fraction`` of the available memory (estimate ``nbytes``;
+    ``available``: bytes free where it runs, default this machine's :func:`available_memory`, e.g. a
+    GPU's free memory instead); ``hint`` ends the message (what to do)."""
+    avail = available_memory() if available is None else available
     if avail is not None and nbytes > fraction * avail:
         raise PosymError(f"{what} needs about {_fmt(nbytes)} of memory, more than this machine has free "
-                         f"({_fmt(avail)}); use smaller sizes")
+                         f"({_fmt(avail)}); {hint}")
 
 
 __all__ = ["QUICK_REPRODUCTION_TIME", "available_memory", "require_memory"]

@@ -100,6 +100,7 @@ from torch import Tensor
 
 from posym.checks import check_taus, warn_other_task
 from posym.errors import PosymError
+from posym.resources import require_memory
 from posym.heads.swaps import (
     as_ids,
     ids_length,
@@ -715,6 +716,29 @@ def _prepare(ad: RopeAdapter, input_ids, layers, method):
     return ids, layers
 
 
+def score_memory(n_heads: int, batch: int, n_tokens: int, t: int, n_units: int) -> float:
+    """Bytes one batch of ``batch`` prompts of ``n_tokens`` tokens (query at ``t``, ``n_units`` swappable
+    units) needs at its peak: the eager forward's float32 logits and weights [batch, H, T, T], the fast
+    path's float64 position × content matrix and its copy [batch, H, t+1, t+1], and four float64 values
+    per swap pair [batch, H, C(n_units, 2)] (D, D'_i, D'_j, weights) with the pair index."""
+    pairs = n_units * (n_units - 1) // 2
+    return float(batch * n_heads * (8 * n_tokens ** 2 + 16 * (t + 1) ** 2 + 32 * pairs) + 16 * pairs)
+
+
+def _check_memory(ad: RopeAdapter, n_prompts: int, n_tokens: int, t: int, blocks, batch_size: int,
+                  method: str) -> None:
+    """PosymError before any forward when one batch would not fit in memory (:func:`score_memory`)."""
+    bs = min(int(batch_size), n_prompts)
+    n_units = t if blocks is None else len(_resolve_blocks(blocks, t))
+    need = score_memory(ad.n_heads, bs, n_tokens, t, n_units)
+    hint = ("score shorter sequences, swap blocks instead of tokens (--blocks N, block_scores) or lower "
+            "--batch-size" if bs > 1 or blocks is None else "score shorter sequences")
+    device = ad.device
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None  # a GPU's own memory
+    require_memory(need, f"scoring {bs} prompt{'s' if bs > 1 else ''} of {n_tokens:,} tokens at once "
+                         f"({ad.n_heads} heads, {method} path)", hint=hint, available=free)
+
+
 def _check_sizes(batch_size: int, chunk_size: int) -> None:
     positive_int(batch_size, "batch_size")
     positive_int(chunk_size, "chunk_size")
@@ -731,6 +755,7 @@ def _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_siz
         ids, layers = _prepare(ad, input_ids, layers, method)
         B, T = ids.shape
         qp = query_positions(query_pos, B, T)
+        _check_memory(ad, B, T, int(qp.max()), blocks, batch_size, method)  # before the pair lists exist
         for t in np.unique(qp):  # every check before any work
             _units(int(t), blocks, exclude_keys)
         L, H, K = len(layers), ad.n_heads, len(taus)
