@@ -111,3 +111,38 @@ def test_export_to_a_folder_names_the_folder(tmp_path):
     for force in (False, True):
         with pytest.raises(PosymError, match="is a folder; give a file path"):
             export_jsonl("number", "val", 3, tmp_path, force=force)
+
+
+@pytest.mark.parametrize("ids", [False, True])
+def test_the_export_verb_refuses_the_root_folder_in_one_line(ids):
+    """``posym data export --out /`` was a ValueError traceback (the vocabulary's name beside "/" is empty)."""
+    from posym.verbs.data import export
+
+    with pytest.raises(PosymError, match="/ is a folder; give a file path"):
+        export("number", "val", 2, "/", ids=ids)
+
+
+def test_a_full_disk_names_the_file(tmp_path, monkeypatch):
+    """A write error (here: no space) names the export's path, which the write itself does not."""
+    import errno
+    import builtins
+
+    real_open = builtins.open
+
+    class Full:
+        def __init__(self, *a, **k):
+            self.fh = real_open(*a, **k)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.fh.close()
+
+        def writelines(self, lines):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(export_mod, "open", Full, raising=False)
+    with pytest.raises(OSError) as e:
+        export_jsonl("number", "val", 3, tmp_path / "x.jsonl")
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "x.jsonl")
+    assert not list(tmp_path.iterdir())  # no partial file, no .tmp

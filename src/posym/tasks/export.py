@@ -78,6 +78,10 @@ def export_jsonl(task: str, split: str, n: int | None, path: str | os.PathLike[s
                                  start_index=lo, **layout)
                 fh.writelines(json.dumps(rec, separators=(",", ":")) + "\n" for rec in batch_records(batch, ids))
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk, a read-only folder: name the file (the write itself names none)
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from posym.errors import PosymError
 from posym.verbs import Outputs, VerbResult
 
 
@@ -17,6 +18,8 @@ def export(task: str, split: str, n: int, out: str | os.PathLike, *, seed: int =
     from posym.tasks.vocab import check_task
 
     check_task(task)
+    if os.path.isdir(out):  # also "/" and "~", whose vocab.json name would be empty
+        raise PosymError(f"{out} is a folder; give a file path (e.g. {os.path.join(out, 'samples.jsonl')})")
     vocab = layout.vocab_path(out)
     if ids:  # checked before anything is written (the JSONL itself by export_jsonl)
         Outputs([vocab], force).check()
