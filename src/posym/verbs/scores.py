@@ -102,11 +102,18 @@ def score_checkpoints(path: str | os.PathLike, task: str | None = None, prompts:
     if not path.is_dir():
         raise PosymError(f"no such run or model directory: {path}" if not path.exists() else f"{path} is not a folder")
     ckpts = layout.list_checkpoints(path)
+    if steps is not None and not ckpts:
+        raise PosymError(f"{path} is one model folder, not a run with checkpoints: --steps selects checkpoints "
+                         "of a run directory; drop --steps or give the run directory")
     if ckpts and steps is not None:
         wanted = set(steps)
+        missing = sorted(wanted - {s for s, _ in ckpts})
+        if missing:
+            have = [s for s, _ in ckpts]
+            raise PosymError(f"step{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
+                             f"{'have' if len(missing) > 1 else 'has'} no checkpoint in {path} (it has "
+                             f"{len(have)} checkpoints, steps {have[0]}..{have[-1]}); give steps it has")
         ckpts = [(s, p) for s, p in ckpts if s in wanted]
-        if not ckpts:
-            raise PosymError(f"none of the steps {sorted(wanted)} has a checkpoint in {path}")
     targets = list(ckpts) if ckpts else [(None, path)]
     task = task or layout.read_meta(path).get("task") or (layout.read_meta(targets[0][1]).get("task") if ckpts else None)
     if task is None:
