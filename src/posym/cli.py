@@ -223,16 +223,29 @@ def _cmd_train(a):
                       track_heads=a.track_heads, track_prompts=a.track_prompts, precision=a.precision,
                       compile=a.compile, batch_size=a.batch_size, epochs=a.epochs, final_model=a.final_model,
                       distractors=a.distractors, log=tuple(a.log) if a.log else None, pe=a.pe)
-    if a.resume and not a.force and any(v is not None for v in (  # with --force: only the error
-            a.set, a.steps, a.precision, a.compile, a.batch_size, a.epochs, a.final_model, a.distractors, a.log,
-            a.pe)):
-        print("posym: note: --resume continues with the run's stored configuration", file=sys.stderr)
+    if a.resume and not a.force:  # with --force: only the error
+        given = [f"--{name.replace('_', '-')} {_shown(value)}".rstrip() for name, value in (
+            ("set", a.set), ("steps", a.steps), ("precision", a.precision), ("compile", a.compile),
+            ("batch_size", a.batch_size), ("epochs", a.epochs), ("final_model", a.final_model),
+            ("distractors", a.distractors), ("log", a.log), ("pe", a.pe)) if value is not None]
+        if given:
+            print("posym: note: --resume continues with the run's stored configuration; ignored: "
+                  + ", ".join(given), file=sys.stderr)
     result = train(cfg, a.out, resume=a.resume, force=a.force, device=a.device, threads=a.threads,
                    progress=not a.quiet)
     from posym.train.distributed import is_main
 
     if is_main():  # under torchrun only rank 0 reports
         print(result.summary)
+
+
+def _shown(value) -> str:
+    """An option's value as typed (``--set`` pairs as ``k=v``; a flag as nothing)."""
+    if value is True:
+        return ""
+    if isinstance(value, (list, tuple)):
+        return " ".join(f"{v[0]}={v[1]}" if isinstance(v, tuple) and len(v) == 2 else str(v) for v in value)
+    return str(value)
 
 
 def _cmd_select(a):
