@@ -208,6 +208,13 @@ def test_status_of_a_directory_that_is_no_reproduction(tmp_path):
         status(tmp_path)
 
 
+def test_status_of_a_corrupt_record_says_corrupt(tmp_path):
+    """Issue 34: a corrupt reproduce.json was reported as "(no reproduce.json)"."""
+    (tmp_path / "reproduce.json").write_text("garbage")
+    with pytest.raises(PosymError, match="reproduce.json is corrupt"):
+        status(tmp_path)
+
+
 def test_ctrl_c_asks_before_cancelling(monkeypatch):
     cancelled: list = []
     said: list = []
@@ -221,3 +228,17 @@ def test_ctrl_c_asks_before_cancelling(monkeypatch):
         raise EOFError
 
     assert slurm.ask_cancel(["3"], said.append, ask=no_terminal) is False and cancelled == [["3", "4"]]
+
+
+@pytest.mark.parametrize("stderr, msg", [
+    ("sbatch: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\nsbatch: error: fetch_config: DNS SRV "
+     "lookup failed\n", "no Slurm controller answers"),
+    ("sbatch: error: invalid partition specified: gpu\n", "Slurm refuses these job options"),
+])
+def test_no_controller_is_not_blamed_on_the_options(monkeypatch, tmp_path, stderr, msg):
+    """Issue 34: with sbatch on PATH but no controller, the message blamed the job options."""
+    monkeypatch.setattr(slurm.shutil, "which", lambda c: f"/usr/bin/{c}")
+    monkeypatch.setattr(slurm, "_run", lambda args, stdin=None: subprocess.CompletedProcess(args, 1, "", stderr))
+    probe = slurm.Job("train-number-s0", ("_stage", str(tmp_path), "train-number-s0"))
+    with pytest.raises(PosymError, match=msg):
+        slurm.check_cluster(slurm.SlurmOptions(), probe, tmp_path)

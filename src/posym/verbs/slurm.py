@@ -204,6 +204,13 @@ def _first_line(text: str) -> str:
     return lines[0] if lines else "no message"
 
 
+#: sbatch's words when no controller answers (not a refusal of the job's options): no configured or
+#: resolvable controller host, a refused or timed-out connection.
+_NO_CONTROLLER = re.compile(r"resolve_ctls_from_dns_srv|Unable to contact slurm controller|Unknown host|"
+                            r"Connection refused|Zero Bytes were transmitted|Could not establish a configuration "
+                            r"source|Socket timed out|slurm_load_ctl_conf", re.IGNORECASE)
+
+
 def check_cluster(options: SlurmOptions, probe: Job, out: str | os.PathLike) -> None:
     """PosymError (one line, nothing submitted) unless the Slurm commands are on PATH and ``sbatch
     --test-only`` accepts the script of ``probe`` (partition, time limit, GPUs, extra options)."""
@@ -212,6 +219,10 @@ def check_cluster(options: SlurmOptions, probe: Job, out: str | os.PathLike) -> 
         raise PosymError(f"--launcher slurm needs {', '.join(COMMANDS)} on PATH (run it on a Slurm login node); "
                          f"missing: {', '.join(missing)}")
     proc = _run(["sbatch", "--test-only"], stdin=job_script(out, probe, options))
+    if proc.returncode != 0 and _NO_CONTROLLER.search(proc.stderr or ""):
+        raise PosymError("no Slurm controller answers (sbatch: "
+                         f"{_first_line(proc.stderr).removeprefix('sbatch: error: ')}); run this on a node of a "
+                         "working cluster (`sinfo` should list its partitions), or check that slurmctld runs")
     if proc.returncode != 0:
         raise PosymError(f"Slurm refuses these job options ({' '.join(options.directives()) or 'defaults'}): "
                          f"{_first_line(proc.stderr).removeprefix('sbatch: error: ')}")

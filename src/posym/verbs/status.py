@@ -34,6 +34,9 @@ def status(out: str | os.PathLike) -> VerbResult:
     without a marker: ``FAILED``, ``CANCELLED``, ``TIMEOUT``, ...) or ``not done``. Reads only."""
     out = Path(out)
     meta = layout.read_json(out / layout.REPRODUCE_JSON)
+    if not meta.get("settings") and (out / layout.REPRODUCE_JSON).is_file():
+        raise PosymError(f"{out / layout.REPRODUCE_JSON} is corrupt (not the JSON record posym reproduce writes); "
+                         "restore it, or re-run the same posym reproduce command to rewrite it")
     if not meta.get("settings"):
         raise PosymError(f"{out} is not a reproduction directory (no {layout.REPRODUCE_JSON}); "
                          "posym status reads one made by posym reproduce")
