@@ -17,7 +17,7 @@ import pandas as pd
 
 from posym.errors import PosymError
 from posym.runs import layout
-from posym.runs.tables import RUN_TABLES, check_unique_keys
+from posym.runs.tables import RUN_TABLES, check_unique_keys, read_table
 
 def load_scores(run_dir: str | os.PathLike) -> pd.DataFrame:
     """``RUN/scores.csv`` (written by head tracking or ``posym scores``)."""
@@ -26,7 +26,7 @@ def load_scores(run_dir: str | os.PathLike) -> pd.DataFrame:
         raise PosymError(f"no such run directory: {run_dir}")
     if not path.is_file():
         raise PosymError(f"no scores.csv in {run_dir}; train with --track-heads or run `posym scores {run_dir}`")
-    df = pd.read_csv(path)
+    df = read_table(path)
     missing = {"step", "layer", "head", "tau", "s_pos", "s_sym"} - set(df.columns)
     if missing:
         raise PosymError(f"{path} lacks columns: {', '.join(sorted(missing))}")

@@ -374,6 +374,12 @@ def read_scores(path: str | os.PathLike, name: str = "scores") -> pd.DataFrame:
     return check_unique_keys(check_columns(df, schema, path), schema, path)
 
 
+def read_run_table(path: str | os.PathLike, name: str) -> pd.DataFrame:
+    """The run table ``name`` (a :data:`RUN_TABLES` key) at ``path``, read and checked against its
+    documented columns: PosymError naming the file for a garbage, empty or column-less table."""
+    return check_columns(read_table(path), RUN_TABLES[name], path)
+
+
 def _is_tracker_folder(run: Path) -> bool:
     """A folder of the tracker/callback (``scores.csv`` with its ``scores.json``) or an HF
     ``Trainer`` output_dir (``trainer_state.json`` or ``checkpoint-N/``)."""

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from posym.errors import PosymError
 from posym.runs.lock import DirLock
 from posym.runs import layout
-from posym.runs.tables import write_table
+from posym.runs.tables import read_run_table, read_scores, write_table
 from posym.runs.layout import best_checkpoint, list_checkpoints
 from posym.train.config import FINAL_MODELS, TrainConfig
 
@@ -60,15 +60,15 @@ def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_mod
         if not ckpts:
             raise PosymError(f"run {run} has no checkpoint")
         step, ckpt = ckpts[-1]
+    metrics = read_run_table(run / layout.METRICS, "metrics")  # checked before anything in out is touched
+    scores_path = run / layout.SCORES
+    scores = read_scores(scores_path) if scores_path.is_file() else None
     with DirLock(out, "run"):
         for p in out.iterdir():
             if p.name != layout.LOCK:
                 p.unlink() if p.is_symlink() or p.is_file() else _rmtree(p)
-        metrics = pd.read_csv(run / layout.METRICS)
         val = metrics[(metrics["split"] == "val") & (metrics["step"] <= step)]
-        scores_path = run / layout.SCORES
-        if scores_path.is_file():
-            scores = pd.read_csv(scores_path)
+        if scores is not None:
             write_table(scores[scores["step"] <= step], out / layout.SCORES)
         (out / layout.CHECKPOINTS).symlink_to((run / layout.CHECKPOINTS).resolve(), target_is_directory=True)
         with tqdm(total=1, desc=f"test of the {final_model} model (step {step})", disable=not progress) as bar:

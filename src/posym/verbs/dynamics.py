@@ -15,7 +15,7 @@ from posym.heads.dynamics import (accuracy_keys, load_scores, pure_counts, purit
                                   trainer_eval_history)
 from posym.runs import layout
 from posym.runs.lock import in_progress_note
-from posym.runs.tables import INTERVENTION
+from posym.runs.tables import INTERVENTION, read_run_table
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
@@ -79,7 +79,8 @@ def _accuracy_source(run: Path) -> tuple[pd.DataFrame, pd.DataFrame | None, str]
     """``(metrics, eval_history, description)`` for panel A: ``metrics.csv`` when the run has
     validation rows, else the HF ``Trainer``'s ``eval_*`` log entries, else neither."""
     metrics_path = run / layout.METRICS
-    metrics = pd.read_csv(metrics_path) if metrics_path.is_file() else pd.DataFrame(columns=["split", "step", "acc"])
+    metrics = (read_run_table(metrics_path, "metrics") if metrics_path.is_file()
+               else pd.DataFrame(columns=["split", "step", "acc"]))
     if (metrics["split"] == "val").any():
         return metrics, None, f"validation accuracy per hop from {layout.METRICS}"
     state = layout.hf_trainer_state(run)
