@@ -54,7 +54,9 @@ def screenshot(html_path: str | os.PathLike, png_path: str | os.PathLike, width:
     res = _chromium([f"--screenshot={dst}", f"--window-size={width},{height}", "--virtual-time-budget=10000",
                      src.as_uri()], timeout)
     if not dst.is_file():
-        raise PosymError(f"Chromium wrote no screenshot (exit {res.returncode}): {res.stderr.strip()[-300:]}")
+        last = [ln.strip() for ln in res.stderr.splitlines() if ln.strip()]
+        raise PosymError(f"Chromium wrote no screenshot (exit {res.returncode}): "
+                         f"{last[-1][-300:] if last else 'no message'}")  # one line: Chromium's last words
     return dst
 
 
