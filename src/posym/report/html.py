@@ -27,7 +27,8 @@ from posym.errors import PosymError
 from posym.heads.reading import HOW_TO_READ
 from posym.report import paper
 from posym.report.aggregate import PAPER_DISCREPANCY, PAPER_HEADS, aggregate, paper_vs_posym, seeds_text
-from posym.report.verdict import NOT_REPRODUCED, REPRODUCED, TOLERANCES_TEXT, verdict_lines
+from posym.report.verdict import (NOT_REPRODUCED, REPRODUCED, TOLERANCES_TEXT, VIOLATES_BOUND, WITHIN_BOUND,
+                                  verdict_lines)
 from posym.runs import layout
 from posym.runs.layout import find_runs, stage_table
 from posym.runs.provenance import versions
@@ -158,7 +159,8 @@ def _csv(path: Path) -> pd.DataFrame | None:
 # ------------------------------------------------------------------------------------------------
 SUMMARY_HEADER = ("section", "task", "quantity", "paper", "posym (mean ± sd)", "seeds", "difference", "verdict",
                   "note")
-SUMMARY_FOOTNOTE = ("difference = posym mean − paper. sd is over seeds (ddof = 1); “n/a” with one seed. "
+SUMMARY_FOOTNOTE = ("difference = posym mean − paper (Fig. 5A: − Theorem 3.2's bound, which Paper A plots; "
+                    "its verdict says whether Δ is within the bound). sd is over seeds (ddof = 1); “n/a” with one seed. "
                     "Paper numbers: SPEC §5 (digitised figures, ±0.01); " + TOLERANCES_TEXT)
 
 
@@ -200,7 +202,7 @@ def _summary(t: dict[str, pd.DataFrame]) -> str:
     pv = t["paper_vs_posym"]
     if pv.empty:
         return _note("No results yet: no stage has produced a table.", "missing")
-    classes = ["good" if v == REPRODUCED else "bad" if v == NOT_REPRODUCED else ""
+    classes = ["good" if v in (REPRODUCED, WITHIN_BOUND) else "bad" if v in (NOT_REPRODUCED, VIOLATES_BOUND) else ""
                for v in pv.get("verdict", pd.Series([""] * len(pv))).fillna("")]
     return (_table(list(SUMMARY_HEADER), summary_rows(pv), num_cols=(4, 5, 6), row_classes=classes)
             + f"<p class=\"sub\">{_e(SUMMARY_FOOTNOTE)}</p>")
