@@ -89,12 +89,57 @@ def test_reproduce_worker_writes_plain_lines_when_stderr_is_not_a_terminal(monke
 
     plain = io.StringIO()
     monkeypatch.setattr(sys, "stderr", plain)
-    monkeypatch.delenv("TQDM_POSITION", raising=False)
+    _keep_tqdm_init(monkeypatch)
     worker_init(mp.get_context("spawn").Value("i", 0), tty=False)
     assert isinstance(sys.stderr, LineProgress) and sys.stderr.stream is plain
     monkeypatch.setattr(sys, "stderr", plain)
     worker_init(mp.get_context("spawn").Value("i", 1), tty=True)
     assert sys.stderr is plain
-    import os
 
-    assert os.environ["TQDM_POSITION"] == "1"
+
+def _keep_tqdm_init(monkeypatch) -> None:
+    """Undo :func:`posym.progress.set_bar_position` (it sets tqdm's class default) after the test."""
+    from tqdm import std
+
+    monkeypatch.setattr(std.tqdm, "__init__", std.tqdm.__dict__["__init__"])
+    if "_posym_init" in std.tqdm.__dict__:
+        monkeypatch.setattr(std.tqdm, "_posym_init", std.tqdm.__dict__["_posym_init"])
+    else:
+        monkeypatch.setattr(std.tqdm, "_posym_init", None, raising=False)
+
+
+def _bar_position() -> int:
+    """The terminal line (0 = the cursor's) of a bar made in this process (a worker's)."""
+    bar = tqdm(total=2, file=io.StringIO(), mininterval=0)
+    pos = abs(bar.pos)
+    bar.close()
+    return pos
+
+
+def test_each_reproduce_worker_draws_its_bars_on_its_own_terminal_line(monkeypatch):
+    # in this process (tqdm imported long before, as in a worker): the old TQDM_POSITION came too late
+    from posym.verbs.pool import worker_init
+
+    _keep_tqdm_init(monkeypatch)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    counter = mp.get_context("spawn").Value("i", 1)
+    worker_init(counter, tty=True)
+    assert _bar_position() == 1
+    buf = io.StringIO()
+    bar = tqdm(total=2, file=buf, mininterval=0, desc="train letter/quick")
+    bar.update(1)
+    assert buf.getvalue().startswith("\n") and "\x1b[A" in buf.getvalue()  # drawn one line down, cursor back
+    bar.close()
+    explicit = tqdm(total=1, file=io.StringIO(), position=3)
+    assert abs(explicit.pos) == 3  # a bar that names its line keeps it
+    explicit.close()
+    worker_init(counter, tty=True)  # a second call replaces the default (no stacking)
+    assert _bar_position() == 2 and counter.value == 3
+
+    # real worker processes of posym reproduce (spawned, as reproduce starts them)
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=worker_init,
+                             initargs=(ctx.Value("i", 1), True, None)) as pool:
+        assert pool.submit(_bar_position).result(timeout=120) == 1

@@ -5,12 +5,14 @@ is one live line; in a log file it is thousands of updates glued together, and a
 meanwhile lands on a bar fragment. :class:`LineProgress` wraps a stream that is not a terminal: it
 turns the bar updates into one plain line every :data:`EVERY` seconds (and the bar's final state
 when it ends), passes every other line through unchanged, and never writes ``\\r``.
-:func:`clear_bars` removes the live bars before an error message, so the message gets its own line.
+:func:`clear_bars` removes the live bars before an error message, so the message gets its own line;
+:func:`set_bar_position` gives a worker process's bars their own terminal line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import sys
 import time
@@ -111,6 +113,20 @@ def line_progress(every: float = EVERY) -> Iterator[None]:
             sys.stderr = saved
 
 
+def set_bar_position(position: int) -> None:
+    """Draw every tqdm bar made from now on in this process on terminal line ``position`` below the
+    cursor (0: the cursor's line), unless the bar names its own: the workers of ``posym reproduce
+    --jobs N`` each draw on their own line. (tqdm reads ``TQDM_POSITION`` once, when it is imported —
+    too early for a worker that learns its index after the import — so the default is set on tqdm's
+    class; a later call replaces it.)"""
+    from tqdm import std
+
+    cls = std.tqdm
+    original = cls.__dict__.get("_posym_init") or cls.__dict__["__init__"]
+    cls._posym_init = original
+    cls.__init__ = functools.partialmethod(original, position=int(position))
+
+
 def clear_bars() -> None:
     """Close every live tqdm bar without leaving its line, so that what is printed next (an error) starts
     on a clean line."""
@@ -126,4 +142,4 @@ def clear_bars() -> None:
             pass
 
 
-__all__ = ["EVERY", "LineProgress", "clear_bars", "is_terminal", "line_progress"]
+__all__ = ["EVERY", "LineProgress", "clear_bars", "is_terminal", "line_progress", "set_bar_position"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -112,3 +114,31 @@ def test_flow_labels_readable_at_page_width():
     assert min(t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels()) >= 11
     assert ax.xaxis.label.get_fontsize() >= 11 and ax.yaxis.label.get_fontsize() >= 11
     close_figure(fig)
+
+
+@pytest.mark.parametrize("n_layers", [2, 8, 12])
+def test_fig8_and_fig4b_are_drawn_for_the_report_page_width(tmp_path, n_layers):
+    """Fig. 8 (one panel per layer) and Fig. 4B are at most the report page's 1,124 px wide at 150 dpi, so
+    the page shows them at their own size (the quick preset's 8 layers were 1,800 px, shown at 0.3 ×)."""
+    from PIL import Image
+
+    from posym.report.figures import save_figure
+    from posym.report.freq_figures import PAGE_WIDTH_IN, plot_freq_use, plot_qk_geometry
+    from posym.report.html import CSS
+
+    width, pad = map(int, re.search(r"main\{max-width:(\d+)px;margin:0 auto;padding:\d+px (\d+)px", CSS).groups())
+    page_px = width - 2 * pad  # 1,124
+    assert PAGE_WIDTH_IN * 150 <= page_px + 1
+    ids = np.arange(1, 17)
+    use = pd.DataFrame([{"layer": layer, "head": 0, "freq_id": k, "use": 1.0 + (k * (layer + 1)) % 5, "rotary": True}
+                        for layer in range(n_layers) for k in ids])
+    rng = np.random.default_rng(0)
+    pts = pd.DataFrame({"kind": ["key"] * 16 + ["query"] * 4, "value": list(range(16)) + [1, 2, 3, 4],
+                        "x": rng.normal(size=20), "y": rng.normal(size=20), "x_pre": rng.normal(size=20),
+                        "y_pre": rng.normal(size=20)})
+    for name, fig in (("fig8", plot_freq_use(use, title="frequency use")), ("fig4b", plot_qk_geometry(pts))):
+        assert fig.get_size_inches()[0] <= PAGE_WIDTH_IN + 1e-9, name
+        png = save_figure(fig, tmp_path / name)[0]
+        close_figure(fig)
+        with Image.open(png) as im:
+            assert 0.6 * page_px <= im.size[0] <= page_px, (name, im.size)

@@ -96,3 +96,42 @@ def test_report_renders_in_headless_chromium(tiny_repro, tmp_path):
     _check_png(shot, (1280, 4000))
     # posym reproduce saves one too when Chromium is present
     _check_png(tiny_repro / "report_screenshot.png", (1280, 4000))
+
+
+def test_fig8_and_fig4b_are_shown_one_per_row_and_fig2_names_what_it_draws_of_paper_a(tiny_repro):
+    # the tiny preset's 30 steps: Paper A's 0.9-crossings (steps 2,050–3,400) are not drawn, and the caption says so
+    page = (tiny_repro / "report.html").read_text(encoding="utf-8")
+    assert "Paper A&#x27;s points (open circles) lie beyond this run&#x27;s 30 steps" in page
+    assert "open circles: the step" not in page
+    # Fig. 8 and Fig. 4B at the page width (drawn for it), not three to a row at 0.3 ×
+    for task in ("number", "letter"):
+        assert f'<div class="wide"><figure><img alt="Fig. 8: frequency use per layer, {task}, seed 0"' in page
+        assert f'<div class="grid"><figure><img alt="Fig. 8' not in page
+    assert page.count('<figure><img alt="Fig. 4B: query/key geometry') == 2
+
+
+@pytest.mark.parametrize("last, drawn", [(1500, False), (4000, True)])
+def test_fig2_caption_says_whether_paper_a_points_are_drawn(last, drawn):
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from posym.report import paper
+    from posym.report.aggregate import plot_accuracy_bands
+    from posym.report.html import paper_steps_caption
+
+    steps = np.linspace(0, last, 6)
+    acc = np.linspace(0, 1, 6)
+    curves = pd.DataFrame({"task": "number", "step": steps, "n_seeds": 1,
+                           **{f"{c}_{k}": (acc if k == "mean" else np.nan)
+                              for c in ("acc", "acc_hop1", "acc_hop2", "acc_hop3", "acc_hop4") for k in ("mean", "sd")}})
+    fig = plot_accuracy_bands(curves, "number", paper_steps=paper.HOP_09_STEP["number"])
+    circles = [line for line in fig.axes[0].lines if line.get_marker() == "o"]
+    plt.close(fig)
+    caption = paper_steps_caption(curves, "number")
+    assert bool(circles) == drawn  # the caption and the figure agree
+    if drawn:
+        assert caption == "open circles: the steps at which Paper A's curves cross 0.9 (steps 2,050–3,400)."
+    else:
+        assert caption == ("Paper A's points (open circles) lie beyond this run's 1,500 steps (Paper A crosses 0.9 "
+                           "at steps 2,050–3,400): not drawn.")
+    assert "lie beyond the drawn steps" in paper_steps_caption(curves.iloc[:0], "number")

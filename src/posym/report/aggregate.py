@@ -389,10 +389,17 @@ def paper_vs_posym(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] |
         for mech, pts in PAPER_DISCREPANCY.items():
             for n_, pv in pts.items():
                 r = disc[(disc["mechanism"] == mech) & (disc["n"] == n_)]
-                if len(r):
-                    add("Fig. 5A (discrepancy)", mech, f"Δ(n = {n_})", pv, float(r["delta"].iloc[0]),
-                        n=1, note=f"Theorem 3.2 bound {float(r['bound'].iloc[0]):.4f}",
-                        verdict=V.within(float(r["delta"].iloc[0]), pv, V.TOL_DISCREPANCY))
+                if len(r):  # Paper A's Fig. 5A plots Theorem 3.2's bound: Δ is judged against the bound
+                    delta, bound = float(r["delta"].iloc[0]), float(r["bound"].iloc[0])
+                    agree = "agrees" if abs(bound - pv) <= V.TOL_DISCREPANCY else "does not agree"
+                    verdict = V.upper_bound(delta, bound)
+                    off = ("; SPEC's length convention (query at n − 1) puts the Retrieval bound off by one: "
+                           "exceeded by up to 2θ·sin ω at small n (docs/reproduction.md, Fig. 5A)"
+                           if verdict == V.VIOLATES_BOUND and mech == "retrieval" else "")
+                    add("Fig. 5A (discrepancy)", mech, f"Δ(n = {n_})", bound, delta, n=1,
+                        paper_text=f"≤ {bound:.4f} (Theorem 3.2 bound)", verdict=verdict,
+                        note=f"Paper A's Fig. 5A plots this bound ({pv:g}; ours {agree} within "
+                             f"±{V.TOL_DISCREPANCY:g}){off}")
     lg = t.get("lengthgen", pd.DataFrame())
     for task in runs:
         curve = lg[lg["task"] == task] if len(lg) else lg

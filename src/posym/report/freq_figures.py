@@ -19,6 +19,10 @@ import pandas as pd  # noqa: E402
 
 from posym.errors import PosymError  # noqa: E402
 
+#: Width (inches) of a figure drawn for the report's page: its content is 1,124 px wide, and a figure is
+#: saved at 150 dpi (:func:`posym.report.figures.save_figure`), so 7.5 in is shown at its own size.
+PAGE_WIDTH_IN = 7.5
+
 
 def _need(df: pd.DataFrame, cols: set[str], what: str) -> None:
     missing = cols - set(df.columns)
@@ -43,7 +47,8 @@ def plot_freq_use(use_df: pd.DataFrame, ax: plt.Axes | None = None, max_cols: in
                   title: str | None = None) -> plt.Figure:
     """Fig. 8: share of frequency use ``use_frac`` vs frequency ID (1 = fastest), per layer.
 
-    Without ``ax``: one small panel per layer (``max_cols`` panels a row), one line per head, the
+    Without ``ax``: one small panel per layer (``max_cols`` panels a row, at most
+    :data:`PAGE_WIDTH_IN` wide in all: readable at the report's page width), one line per head, the
     weighted-average ID marked by a dashed line and given in the panel title. With ``ax``: every
     (layer, head) as one line on it, coloured by layer. Rotary frequencies only. ``title``: figure
     title (the axes title when ``ax`` is given).
@@ -65,7 +70,9 @@ def plot_freq_use(use_df: pd.DataFrame, ax: plt.Axes | None = None, max_cols: in
         return ax.figure
     ncols = max(1, min(int(max_cols), len(layers)))
     nrows = math.ceil(len(layers) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.0 * ncols, 2.2 * nrows), sharex=True, squeeze=False)
+    width = min(3.0 * ncols, PAGE_WIDTH_IN)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, nrows * min(2.2, 0.75 * width / ncols + 0.6)),
+                             sharex=True, squeeze=False)
     heads = sorted(df["head"].unique())
     hcolors = plt.get_cmap("tab10")
     for i, layer in enumerate(layers):
@@ -113,7 +120,7 @@ def plot_qk_geometry(points_df: pd.DataFrame, ax: plt.Axes | None = None, rotate
     if rotated is None:
         if ax is None:
             _need(points_df, {"kind", "value", "x", "y", "x_pre", "y_pre"}, "geometry")
-            fig, axes = plt.subplots(1, 2, figsize=(10.5, 5.2))
+            fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH_IN, 0.55 * PAGE_WIDTH_IN))  # page width
             plot_qk_geometry(points_df, axes[0], rotated=True, normalize=normalize)
             plot_qk_geometry(points_df, axes[1], rotated=False, normalize=normalize)
             fig.tight_layout()
@@ -174,4 +181,4 @@ def plot_qk_geometry(points_df: pd.DataFrame, ax: plt.Axes | None = None, rotate
     return fig
 
 
-__all__ = ["plot_freq_use", "plot_qk_geometry"]
+__all__ = ["PAGE_WIDTH_IN", "plot_freq_use", "plot_qk_geometry"]

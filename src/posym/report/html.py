@@ -27,7 +27,8 @@ from posym.errors import PosymError
 from posym.heads.reading import HOW_TO_READ
 from posym.report import paper
 from posym.report.aggregate import PAPER_DISCREPANCY, PAPER_HEADS, aggregate, paper_vs_posym, seeds_text
-from posym.report.verdict import NOT_REPRODUCED, REPRODUCED, TOLERANCES_TEXT, verdict_lines
+from posym.report.verdict import (NOT_REPRODUCED, REPRODUCED, TOLERANCES_TEXT, VIOLATES_BOUND, WITHIN_BOUND,
+                                  verdict_lines)
 from posym.runs import layout
 from posym.runs.layout import find_runs, stage_table
 from posym.runs.provenance import versions
@@ -158,7 +159,8 @@ def _csv(path: Path) -> pd.DataFrame | None:
 # ------------------------------------------------------------------------------------------------
 SUMMARY_HEADER = ("section", "task", "quantity", "paper", "posym (mean ± sd)", "seeds", "difference", "verdict",
                   "note")
-SUMMARY_FOOTNOTE = ("difference = posym mean − paper. sd is over seeds (ddof = 1); “n/a” with one seed. "
+SUMMARY_FOOTNOTE = ("difference = posym mean − paper (Fig. 5A: − Theorem 3.2's bound, which Paper A plots; "
+                    "its verdict says whether Δ is within the bound). sd is over seeds (ddof = 1); “n/a” with one seed. "
                     "Paper numbers: SPEC §5 (digitised figures, ±0.01); " + TOLERANCES_TEXT)
 
 
@@ -200,7 +202,7 @@ def _summary(t: dict[str, pd.DataFrame]) -> str:
     pv = t["paper_vs_posym"]
     if pv.empty:
         return _note("No results yet: no stage has produced a table.", "missing")
-    classes = ["good" if v == REPRODUCED else "bad" if v == NOT_REPRODUCED else ""
+    classes = ["good" if v in (REPRODUCED, WITHIN_BOUND) else "bad" if v in (NOT_REPRODUCED, VIOLATES_BOUND) else ""
                for v in pv.get("verdict", pd.Series([""] * len(pv))).fillna("")]
     return (_table(list(SUMMARY_HEADER), summary_rows(pv), num_cols=(4, 5, 6), row_classes=classes)
             + f"<p class=\"sub\">{_e(SUMMARY_FOOTNOTE)}</p>")
@@ -237,15 +239,15 @@ def _quantity_table(df: pd.DataFrame, task: str, digits: int = 3) -> str:
 
 def _fig2(out: Path, runs: dict, t: dict) -> str:
     parts = ['<h2 id="fig2">Fig. 2 — learning dynamics</h2>',
-             "<p>Validation accuracy per hop over training (mean ± sd band over seeds; open circles: the "
-             "step at which Paper A's curves cross 0.9), the step at which each hop first reaches 0.9, "
-             "and Fig. 2 of each run (A: validation accuracy per hop; B: heat maps of s_POS, s_SYM and the "
-             "attention entropy H / ln n (1 = uniform, not rescaled) of every head (rows L&lt;layer&gt;H&lt;head&gt;) "
+             "<p>Validation accuracy per hop over training (mean ± sd band over seeds), the step at which "
+             "each hop first reaches 0.9, and Fig. 2 of each run (A: validation accuracy per hop; B: heat maps "
+             "of s_POS, s_SYM and the attention entropy H / ln n (1 = uniform, not rescaled) of every head (rows L&lt;layer&gt;H&lt;head&gt;) "
              "over training; C: cumulative pure heads, γ = 0.1).</p>", how_to_read_html()]
     for task, seeds in runs.items():
         parts.append(f"<h3>{_e(task)} task</h3>")
         parts.append(_img(layout.png(out / layout.AGGREGATE, layout.accuracy_figure(task)),
-                          f"{task}: validation accuracy per hop, {seeds_text(len(seeds))}", out))
+                          f"{task}: validation accuracy per hop, {seeds_text(len(seeds))}; "
+                          + paper_steps_caption(t["accuracy_curves"], task), out))
         parts.append(_quantity_table(t["training"], task))
         ini = t["initial_scores"]
         parts.append(_quantity_table(ini, task))
@@ -254,6 +256,23 @@ def _fig2(out: Path, runs: dict, t: dict) -> str:
             fig = _img(layout.png(d, layout.fig2(0.1)), f"Fig. 2, {task} task, seed {s} (γ = 0.1)", out)
             parts.append(fig if i == 0 else f"<details><summary>Fig. 2, seed {s}</summary>{fig}</details>")
     return "".join(parts)
+
+
+def paper_steps_caption(curves: pd.DataFrame, task: str) -> str:
+    """What the accuracy figure of ``task`` shows of Paper A's 0.9-crossing steps: open circles when the
+    drawn steps reach them (as :func:`posym.report.aggregate.plot_accuracy_bands` draws them), else
+    that they lie beyond the run's steps."""
+    steps = paper.HOP_09_STEP.get(task)
+    if not steps:
+        return "Paper A gives no 0.9-crossing steps for this task."
+    c = curves[curves["task"] == task] if len(curves) else curves
+    last = float(c["step"].max()) if len(c) else math.nan
+    lo, hi = min(steps.values()), max(steps.values())
+    when = f"step {lo:,}" if lo == hi else f"steps {lo:,}–{hi:,}"
+    if _finite(last) and last >= hi:
+        return f"open circles: the steps at which Paper A's curves cross 0.9 ({when})."
+    drawn = f"this run's {last:,.0f} steps" if _finite(last) else "the drawn steps"
+    return f"Paper A's points (open circles) lie beyond {drawn} (Paper A crosses 0.9 at {when}): not drawn."
 
 
 def _pure(out: Path, runs: dict, t: dict) -> str:
@@ -366,8 +385,11 @@ def _freqs(out: Path, runs: dict, t: dict) -> str:
         s0, d0 = next(iter(seeds.items()))
         figs = [_img(layout.png(d0, layout.FIG_FREQ_USE), f"Fig. 8: frequency use per layer, {task}, seed {s0}", out)]
         for g in sorted((d0 / layout.FIGURES).glob(layout.qk_geometry("*") + ".png")):
-            figs.append(_img(g, f"Fig. 4B: query/key geometry, {task}, seed {s0}, {g.stem.split('_')[-1]}", out))
-        parts.append(f'<div class="grid">{"".join(figs)}</div>')
+            figs.append(_img(g, f"Fig. 4B: query/key geometry, {task}, seed {s0}, {g.stem.split('_')[-1]} — left, "
+                                "rotated by position: the keys fan out by position and a query points at the key "
+                                "it selects; right, before rotation: for a positional head the keys align and the "
+                                "queries spread by offset", out))
+        parts.append(f'<div class="wide">{"".join(figs)}</div>')  # one per row, drawn for the page width
     return "".join(parts)
 
 
@@ -673,5 +695,5 @@ def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = No
     return target
 
 
-__all__ = ["fmt_ms", "fmt_num", "how_to_read_html", "quantity_format", "summary_markdown", "summary_rows",
-           "write_report"]
+__all__ = ["fmt_ms", "fmt_num", "how_to_read_html", "paper_steps_caption", "quantity_format", "summary_markdown",
+           "summary_rows", "write_report"]

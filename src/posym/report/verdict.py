@@ -3,7 +3,9 @@ few lines at the top of the report that say what reproduced and what did not (SP
 
 The tolerances are ours: Paper A publishes no error bars, and its figures are digitised to ±0.01
 (SPEC §5). A verdict is one of :data:`VERDICTS`; a row without a comparable paper number (a point
-outside the preset's grid) has none.
+outside the preset's grid) has none. A row whose reference is a theorem's bound (Fig. 5A plots
+Theorem 3.2's bounds, not measurements) is judged against the bound — :data:`WITHIN_BOUND` or
+:data:`VIOLATES_BOUND` — and counted apart from what reproduced.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 NOT_COMPARABLE = "not comparable"
 NOT_EVIDENCE = "not evidence"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE, NOT_EVIDENCE)
+WITHIN_BOUND = "within the bound"
+VIOLATES_BOUND = "violates the bound"
+#: Verdicts of a row whose reference is a theorem's bound, not a number Paper A measured.
+BOUND_VERDICTS = (WITHIN_BOUND, VIOLATES_BOUND)
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE, NOT_EVIDENCE, *BOUND_VERDICTS)
 
 #: Largest |posym − paper| that counts as reproduced, per kind of number.
 TOL_ACCURACY = 0.10  # an accuracy (fraction)
@@ -40,6 +46,15 @@ def within(value: float, paper: float, tol: float, relative: bool = False) -> st
         return ""
     bound = tol * abs(paper) if relative else tol
     return REPRODUCED if abs(value - paper) <= bound + 1e-12 else NOT_REPRODUCED
+
+
+def upper_bound(value: float, bound: float) -> str:
+    """:data:`WITHIN_BOUND` when ``value <= bound`` (a theorem's upper bound, to 1e-9), else
+    :data:`VIOLATES_BOUND`; "" when either is missing. Not a reproduction verdict: a bound is no
+    measurement of Paper A's."""
+    if not (_finite(value) and _finite(bound)):
+        return ""
+    return WITHIN_BOUND if float(value) <= float(bound) + 1e-9 else VIOLATES_BOUND
 
 
 def freq_id(value: float, paper: float) -> str:
@@ -84,7 +99,8 @@ def llm_bound(mean: float, op: str, bound: float, chance: float | None) -> tuple
 def verdict_lines(pv: pd.DataFrame, max_items: int = 6) -> list[str]:
     """The short verdict at the top of the report, from the rows of ``paper_vs_posym`` (columns
     section, task, quantity, paper_text, posym_mean, difference, verdict, note): what reproduced
-    (per section, with the largest difference), what did not (each with its size), and how many
+    (per section, with the largest difference of each unit), what did not (each with its size), the
+    rows judged against a theorem's bound (apart: a bound is no measurement of Paper A), and how many
     rows cannot be compared or are not evidence."""
     if pv is None or not len(pv) or "verdict" not in pv:
         return []
@@ -96,9 +112,7 @@ def verdict_lines(pv: pd.DataFrame, max_items: int = 6) -> list[str]:
         parts = []
         for section, g in judged.groupby("section", sort=False):
             good = g[g["verdict"] == REPRODUCED]
-            diffs = good["difference"].abs().dropna()
-            size = f", largest |difference| {_num(diffs.max())}" if len(diffs) else ""
-            parts.append(f"{section} {len(good)}/{len(g)}{size}")
+            parts.append(f"{section} {len(good)}/{len(g)}{_largest_differences(good)}")
         lines.append(f"Reproduced: {len(ok)} of the {len(judged)} numbers that can be compared with Paper A — "
                      + "; ".join(parts) + ".")
     bad = v[v["verdict"] == NOT_REPRODUCED]
@@ -106,6 +120,13 @@ def verdict_lines(pv: pd.DataFrame, max_items: int = 6) -> list[str]:
         items = [_item(r) for _, r in bad.iterrows()]
         more = f"; and {len(items) - max_items} more (see the summary table)" if len(items) > max_items else ""
         lines.append(f"Not reproduced: {len(bad)} — " + "; ".join(items[:max_items]) + more + ".")
+    bounds = v[v["verdict"].isin(BOUND_VERDICTS)]
+    if len(bounds):
+        by = "; ".join(f"{s} {(x['verdict'] == WITHIN_BOUND).sum()}/{len(x)} within the bound"
+                       for s, x in bounds.groupby("section", sort=False))
+        over = [_bound_item(r) for _, r in bounds[bounds["verdict"] == VIOLATES_BOUND].iterrows()]
+        lines.append(f"Theorem bounds (a bound is not a measurement of Paper A: not counted above): {by}"
+                     + (f"; violates the bound: {'; '.join(over)}" if over else "") + ".")
     for verdict, why in ((NOT_COMPARABLE, "not comparable with Paper A"),
                          (NOT_EVIDENCE, "not evidence either way")):
         g = v[v["verdict"] == verdict]
@@ -120,9 +141,42 @@ def verdict_lines(pv: pd.DataFrame, max_items: int = 6) -> list[str]:
     return lines
 
 
+def unit(quantity: str) -> str:
+    """The unit of a "paper vs posym" quantity (what its difference is counted in): accuracy, steps,
+    tokens, heads, frequency ID, Δ, score; "" when not known."""
+    q = str(quantity)
+    for prefixes, name in ((("first step", "median step"), "steps"), (("largest added length",), "tokens"),
+                           (("Δ",), "Δ"), (("min(s_POS",), "score")):
+        if q.startswith(prefixes):
+            return name
+    if " heads (of " in f" {q}":
+        return "heads"
+    if "frequency ID" in q:
+        return "frequency ID"
+    if "accuracy" in q or q.startswith(("val acc", "test acc")):
+        return "accuracy"
+    return ""
+
+
+def _largest_differences(rows: pd.DataFrame) -> str:
+    """", largest |difference| 0.05 (accuracy), 200 (tokens)": one largest |difference| per unit —
+    never one over rows counted in different units."""
+    if not len(rows):
+        return ""
+    d = rows.assign(_abs=rows["difference"].abs(), _unit=rows["quantity"].map(unit)).dropna(subset=["_abs"])
+    sizes = [f"{_num(g['_abs'].max())}{f' ({u})' if u else ''}" for u, g in d.groupby("_unit", sort=False)]
+    return f", largest |difference| {', '.join(sizes)}" if sizes else ""
+
+
 def _item(r: pd.Series) -> str:
     diff = f" ({'+' if r['difference'] > 0 else ''}{_num(r['difference'])})" if _finite(r["difference"]) else ""
     return f"{r['section']}, {r['task']}, {r['quantity']}: {_num(r['posym_mean'])} vs paper {r['paper_text']}{diff}"
+
+
+def _bound_item(r: pd.Series) -> str:
+    """"retrieval, Δ(n = 2): 0.2929 > bound 0.2891 (+0.0038)" (four digits: Δ lies close to its bound)."""
+    return (f"{r['task']}, {r['quantity']}: {float(r['posym_mean']):.4g} > bound {float(r['paper']):.4g} "
+            f"({float(r['posym_mean']) - float(r['paper']):+.2g})")
 
 
 def _reasons(g: pd.DataFrame) -> str:
@@ -147,5 +201,6 @@ def _finite(x) -> bool:
         return False
 
 
-__all__ = ["NOT_COMPARABLE", "NOT_EVIDENCE", "NOT_REPRODUCED", "REPRODUCED", "TOLERANCES_TEXT", "VERDICTS",
-           "freq_id", "llm_bound", "pure_heads", "verdict_lines", "within"]
+__all__ = ["BOUND_VERDICTS", "NOT_COMPARABLE", "NOT_EVIDENCE", "NOT_REPRODUCED", "REPRODUCED", "TOLERANCES_TEXT",
+           "VERDICTS", "VIOLATES_BOUND", "WITHIN_BOUND", "freq_id", "llm_bound", "pure_heads", "unit", "upper_bound",
+           "verdict_lines", "within"]

@@ -628,7 +628,7 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
             timing["final_step"] = config.steps
         with fp32():
             test = evaluate(model, test_set, batch_size=config.eval_batch_size, device=device,
-                            progress=f"test evaluation ({len(test_set):,} sequences)" if progress else None)
+                            progress=f"test {config.task} ({len(test_set):,} sequences)" if progress else None)
         _append_metrics(metrics_path, {"split": "test", "step": timing["final_step"], "train_loss": float("nan"),
                                        "lr": scheduler.get_last_lr()[0], **test,
                                        "time_s": round(time.perf_counter() - t0, 3)})

@@ -71,7 +71,7 @@ def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_mod
         if scores is not None:
             write_table(scores[scores["step"] <= step], out / layout.SCORES)
         (out / layout.CHECKPOINTS).symlink_to((run / layout.CHECKPOINTS).resolve(), target_is_directory=True)
-        with tqdm(total=1, desc=f"test of the {final_model} model (step {step})", disable=not progress) as bar:
+        with tqdm(total=1, desc=f"test {cfg.task}: the {final_model} model (step {step})", disable=not progress) as bar:
             test = evaluate(load_model(ckpt, device=device),
                             make_split(cfg.task, "test", seed=cfg.data_seed, n=cfg.n_test, distractors=cfg.distractors),
                             batch_size=cfg.eval_batch_size, device=device)

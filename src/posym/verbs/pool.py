@@ -11,7 +11,7 @@ from concurrent.futures import Future
 from typing import Any, Callable
 
 from posym.errors import PosymError
-from posym.progress import LineProgress
+from posym.progress import LineProgress, set_bar_position
 
 
 def call_stage(fn: Callable[..., dict], ctx: Any, args: tuple) -> dict:
@@ -76,7 +76,7 @@ def worker_init(counter, tty: bool, parent: int | None = None) -> None:
         idx = counter.value
         counter.value += 1
     if tty:
-        os.environ["TQDM_POSITION"] = str(idx)
+        set_bar_position(idx)  # (TQDM_POSITION would be read too late: tqdm is imported by now)
     elif not isinstance(sys.stderr, LineProgress):
         sys.stderr = LineProgress(sys.stderr)  # type: ignore[assignment]
 
