@@ -299,4 +299,4 @@ def test_another_lengthgen_table_feeds_fig5b_and_the_reach(study, tmp_path, caps
     assert "read each run's lengthgen_paper.csv" in (out / layout.PE_STUDY_MD).read_text()
     layout.summary_path(layout.run_dir(study["rope"], "number", 0) / "lengthgen_paper.csv").write_text("")
     assert main([*args, "--lengthgen", "lengthgen_paper.csv", "--force"]) == 2  # a corrupt table: one line
-    assert "cannot read " in capsys.readouterr().err
+    assert "lengthgen_paper_summary.csv is empty; measure it again" in capsys.readouterr().err
