@@ -76,7 +76,8 @@ def check_table_list(name: str, tables: list[Path]) -> None:
     for p in tables:
         key = p.resolve()
         if key in seen:
-            raise PosymError(f"variant {name!r} lists {p} twice ({seen[key]}); give each table once")
+            also = f" (also as {seen[key]})" if str(seen[key]) != str(p) else ""
+            raise PosymError(f"variant {name!r} lists {p} twice{also}; give each table once")
         seen[key] = p
 
 
