@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Mapping
 
 from posym.errors import PosymError
+from posym.report.aggregate import lengthgen_interventions, shown_note
 from posym.report.html import pe_study_page
 from posym.report.pe_study import (check_variants, fig5b_curves, goal_line, plot_pure_count_curves,
                                    pure_count_curves, study_markdown, study_rows, study_table)
 from posym.report.sensitivity import plot_variant_curves
-from posym.report.aggregate import lengthgen_interventions, shown_note
 from posym.runs import layout
 from posym.runs.tables import NO_INTERVENTION
 from posym.verbs import Outputs, VerbResult, figure_paths
