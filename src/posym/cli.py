@@ -372,7 +372,7 @@ def _cmd_sensitivity(a):
         if name in variants:
             raise PosymError(f"variant {name!r} given twice")
         variants[name] = path
-    _show(sensitivity(variants, a.out, predict=not a.no_predict, n=a.n, force=a.force))
+    _show(sensitivity(variants, a.out, predict=not a.no_predict, n=a.n, force=a.force, intervention=a.intervention))
 
 
 def _cmd_pe_study(a):
@@ -383,7 +383,8 @@ def _cmd_pe_study(a):
         if name in variants:
             raise PosymError(f"variant {name!r} given twice")
         variants[name] = path
-    _show(pe_study(variants, a.out, force=a.force, **({"lengthgen": a.lengthgen} if a.lengthgen else {})))
+    _show(pe_study(variants, a.out, force=a.force, intervention=a.intervention,
+                   **({"lengthgen": a.lengthgen} if a.lengthgen else {})))
 
 
 def _cmd_reproduce(a):
@@ -769,6 +770,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--out", required=True, help="output directory (sensitivity.csv/.md, prediction.csv/.png)")
     sv.add_argument("--n", type=positive_int, default=256, help="prompts per model for the discrepancy at training length")
     sv.add_argument("--no-predict", action="store_true", help="only the sensitivity table (no model is loaded)")
+    sv.add_argument("--intervention", default="none", metavar="NAME",
+                    help="whose rows of the lengthgen tables of a Fig. 5B-only variant are shown (its canonical "
+                         "string, e.g. ntk:kappa=4; default none: the untouched model)")
     _force(sv)
     sv.set_defaults(func=_cmd_sensitivity)
 
@@ -781,6 +785,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the length-generalization table inside each run that Fig. 5B and the reach read "
                          "(default: the reproduction's own; e.g. lengthgen_paper.csv written by "
                          "posym lengthgen RUN --grid paper --out RUN/lengthgen_paper.csv)")
+    pe.add_argument("--intervention", default="none", metavar="NAME",
+                    help="whose rows of a length table measured under several interventions Fig. 5B and the "
+                         "reach show (its canonical string, e.g. ntk:kappa=4; default none: the untouched model)")
     _force(pe)
     pe.set_defaults(func=_cmd_pe_study)
 

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from posym.errors import PosymError
 from posym.report.aggregate import (aggregate, find_runs, lengthgen_summary, mean_sd, paper_vs_posym,
                                     purity_counts, training_summary)
 from posym.report.html import fmt_ms, quantity_format, write_report
@@ -138,3 +139,76 @@ def test_one_seed_is_not_called_mean_and_sd():
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def _summary(d: Path, rows: list[tuple[str, int, float]], name: str = "lengthgen_summary.csv") -> None:
+    """A run's length summary with an ``intervention`` column: (intervention, extra_tokens, acc_mean)."""
+    pd.DataFrame([{"intervention": iv, "extra_tokens": x, "acc_mean": a, "acc_sd": 0.0, "n_seeds": 2}
+                  for iv, x, a in rows]).to_csv(d / name, index=False)
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    """number seed 0: `none` at 1.0 and `ntk:kappa=4` at 0.0 (one model); letter seed 0: `none` only;
+    seed 0's freq_table holds a head under both interventions."""
+    num = _run(tmp_path, "number", 0, hop1_at=50, test_acc=0.9, kinds=["positional", "mixed"], lg=[1.0, 1.0])
+    _summary(num, [("none", 0, 1.0), ("none", 100, 0.9), ("ntk:kappa=4", 0, 0.0), ("ntk:kappa=4", 100, 0.0)])
+    let = _run(tmp_path, "letter", 0, hop1_at=50, test_acc=1.0, kinds=["symbolic", "mixed"], lg=[1.0, 1.0])
+    _summary(let, [("none", 0, 0.96), ("none", 100, 0.92)])
+    pd.DataFrame({"layer": [0, 0], "head": 0, "weighted_id": [10.0, 30.0], "dominant_id": [10, 30],
+                  "intervention": ["none", "ntk:kappa=4"]}).to_csv(num / "freq_table.csv", index=False)
+    return tmp_path
+
+
+def test_a_table_that_mixes_interventions_is_kept_apart(mixed):
+    """Old code: +0 read 0.5 (mean of none and ntk) with an sd of 0.71 'over' one seed."""
+    from posym.report.aggregate import freq_summary, largest_length_above, lengthgen_per_seed_largest
+
+    runs = find_runs(mixed)
+    lg = lengthgen_summary(runs)
+    num = lg[lg.task == "number"].set_index("extra_tokens")
+    assert set(lg.intervention) == {"none"} and num.loc[0, "acc_mean"] == 1.0 and num.loc[100, "acc_mean"] == 0.9
+    assert num.loc[0, "n_seeds"] == 1 and math.isnan(num.loc[0, "acc_sd"])  # one seed: no sd
+    let = lg[lg.task == "letter"].set_index("extra_tokens")
+    assert let.loc[0, "acc_mean"] == 0.96  # tasks apart
+    ntk = lengthgen_summary(runs, intervention="ntk:kappa=4")
+    assert list(ntk.task) == ["number", "number"] and list(ntk.acc_mean) == [0.0, 0.0]
+    both = lengthgen_summary(runs, intervention=None)
+    assert len(both) == 6 and both.groupby(["task", "intervention", "extra_tokens"]).size().max() == 1
+    assert lengthgen_per_seed_largest(runs, "number") == [100.0]
+    assert math.isnan(lengthgen_per_seed_largest(runs, "number", intervention="ntk:kappa=4")[0])  # 0.0 at +0
+    with pytest.raises(PosymError, match="mixes the interventions none, ntk:kappa=4; select one"):
+        largest_length_above(both[both.task == "number"])
+    pv = paper_vs_posym(mixed)
+    row = pv[(pv.task == "number") & (pv.quantity == "accuracy at +0 tokens")].iloc[0]
+    assert row.posym_mean == 1.0 and row.n == 1
+    assert "untouched model (intervention none); the tables also hold ntk:kappa=4" in row.note
+    fq = freq_summary(runs)  # the freq table's untouched row only
+    assert fq.loc[fq.task == "number", "weighted_id_mean"].tolist() == [10.0]
+    tables = aggregate(mixed)
+    assert pd.read_csv(mixed / "aggregate" / "lengthgen.csv").intervention.unique().tolist() == ["none"]
+    assert len(tables["lengthgen"]) == 4
+
+
+def test_runs_of_one_task_that_differ_in_encoding_are_refused(mixed):
+    import json as _json
+
+    other = _run(mixed, "number", 1, hop1_at=50, test_acc=0.9, kinds=["positional", "mixed"], lg=[1.0, 1.0])
+    (other / "posym.json").write_text(_json.dumps({"config": {"preset": "quick", "steps": 100, "pe": "nope"}}))
+    with pytest.raises(PosymError, match=r"the number runs differ in pe \(.*seed0: rope, .*seed1: nope\)"):
+        aggregate(mixed, write=False)
+    assert not (mixed / "aggregate").exists()
+
+
+def test_a_summary_value_out_of_range_is_refused(mixed):
+    """N7: acc_mean 7.5 was shown as 'accuracy 7.50'; now one line naming file, row and column."""
+    _summary(mixed / "number" / "seed0", [("none", 0, 7.5), ("none", 100, 0.9)])
+    with pytest.raises(PosymError, match=r"number/seed0/lengthgen_summary\.csv row 1: acc_mean = '7\.5' is not "
+                                         r"a number in \[0, 1\]"):
+        lengthgen_summary(find_runs(mixed))
+    _summary(mixed / "number" / "seed0", [("none", 0, 1.0), ("none", 0, 0.9)])
+    with pytest.raises(PosymError, match="rows 1 and 2 repeat the point intervention none, extra_tokens 0"):
+        lengthgen_summary(find_runs(mixed))
+    _summary(mixed / "number" / "seed0", [("none", -5, 1.0)])
+    with pytest.raises(PosymError, match=r"extra_tokens = '-5' is not an integer >= 0"):
+        lengthgen_summary(find_runs(mixed))

@@ -13,7 +13,7 @@ import pytest
 
 from posym.cli import main
 from posym.errors import PosymError
-from posym.report.pe_study import (Q_DOMINANT, Q_DOMINANT_POSITIONAL, Q_REACH, Q_SEEDS, Q_TEST, Q_UNROTATED, dominant_ids, dominant_text,
+from posym.report.pe_study import (Q_DOMINANT, Q_DOMINANT_POSITIONAL, Q_INTERVENTION, Q_REACH, Q_SEEDS, Q_TEST, Q_UNROTATED, dominant_ids, dominant_text,
                                    goal_line, pure_count_curves, q_accuracy, q_milestone, q_pure, seed_reaches,
                                    study_markdown, study_table, unrotated_share, variant_pe)
 from posym.runs import layout
@@ -299,4 +299,49 @@ def test_another_lengthgen_table_feeds_fig5b_and_the_reach(study, tmp_path, caps
     assert "read each run's lengthgen_paper.csv" in (out / layout.PE_STUDY_MD).read_text()
     layout.summary_path(layout.run_dir(study["rope"], "number", 0) / "lengthgen_paper.csv").write_text("")
     assert main([*args, "--lengthgen", "lengthgen_paper.csv", "--force"]) == 2  # a corrupt table: one line
-    assert "cannot read " in capsys.readouterr().err
+    assert "lengthgen_paper_summary.csv is empty; measure it again" in capsys.readouterr().err
+
+
+def test_a_length_table_of_two_interventions_shows_the_untouched_model(study, tmp_path, capsys):
+    """`posym lengthgen RUN --intervene none --intervene ntk:kappa=4 --out RUN/lengthgen_iv.csv`: the old
+    study showed the mean of the two (0.50 at +0) with their spread as an sd over 'n_seeds 1'."""
+    run = layout.run_dir(study["rope"], "number", 0)
+    pd.DataFrame([{"intervention": iv, "extra_tokens": x, "acc_mean": a, "acc_sd": 0.0, "n_seeds": 1}
+                  for iv, pts in (("none", ((0, 1.0), (10, 0.95), (50, 0.5))),
+                                  ("ntk:kappa=4", ((0, 0.0), (10, 0.0), (50, 0.0))))
+                  for x, a in pts]).to_csv(layout.summary_path(run / "lengthgen_iv.csv"), index=False)
+    t = study_table(study, lengthgen="lengthgen_iv.csv")
+    at0 = cell(t, "rope", "number", q_accuracy(0))
+    assert (at0["mean"], at0.n, at0.cell) == (1.0, 1, "1.00 (1 of 2 models)")
+    assert cell(t, "rope", "number", Q_REACH).cell == "+10 (1 of 2 models)"
+    assert cell(t, "rope", "number", Q_INTERVENTION).cell == ("untouched model (intervention none); the tables "
+                                                              "also hold ntk:kappa=4 (not shown)")
+    ntk = study_table(study, lengthgen="lengthgen_iv.csv", intervention="ntk:kappa=4")
+    assert cell(ntk, "rope", "number", q_accuracy(0))["mean"] == 0.0
+    assert cell(ntk, "rope", "number", Q_REACH).cell.startswith("never")
+    out = tmp_path / "out"
+    args = ["pe-study", *[f"{k}={v}" for k, v in study.items()], "--out", str(out), "--lengthgen", "lengthgen_iv.csv"]
+    assert main(args) == 0
+    curves = pd.read_csv(out / layout.VARIANT_CURVES)
+    rope0 = curves[(curves.variant == "rope") & (curves.extra_tokens == 0)]
+    assert len(rope0) == 1 and rope0.acc_mean.iloc[0] == 1.0 and rope0.n_seeds.iloc[0] == 1
+    assert math.isnan(rope0.acc_sd.iloc[0]) and rope0.intervention.iloc[0] == "none"
+    md = (out / layout.PE_STUDY_MD).read_text()
+    assert "read each run's lengthgen_iv.csv — untouched model (intervention none); the tables also hold ntk" in md
+    assert "untouched model (intervention none)" in (out / layout.PE_STUDY_HTML).read_text()
+    assert main([*args, "--force", "--intervention", "ntk:kappa=2"]) == 2
+    assert "holds rows of intervention 'ntk:kappa=2' (they hold none, ntk:kappa=4)" in capsys.readouterr().err
+    assert main([*args, "--force", "--intervention", "ntk:kappa=4"]) == 0
+    curves = pd.read_csv(out / layout.VARIANT_CURVES)
+    assert set(curves.intervention) == {"ntk:kappa=4"} and set(curves.variant) == {"rope"}
+
+
+def test_a_summary_value_out_of_range_is_refused_before_writing(study, tmp_path, capsys):
+    """N7: a run's lengthgen_summary.csv with acc_mean 7.5 read 'accuracy at +0: 7.50'."""
+    path = layout.summary_path(layout.run_dir(study["rope"], "number", 1) / layout.LENGTHGEN)
+    path.write_text(path.read_text().replace("1.0,0.0,1", "7.5,0.0,1", 1))
+    out = tmp_path / "out"
+    assert main(["pe-study", *[f"{k}={v}" for k, v in study.items()], "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "number/seed1/lengthgen_summary.csv row 1: acc_mean = '7.5' is not a number in [0, 1]" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()

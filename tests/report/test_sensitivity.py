@@ -133,3 +133,64 @@ def test_prediction_checks_every_model_before_loading_one(repro_copy, monkeypatc
     monkeypatch.setattr(resolve, "resolve_model", no_loading)
     with pytest.raises(PosymError, match=r"letter/seed1 lacks purity_gamma0\.1\.csv or lengthgen_summary\.csv"):
         extrapolation_prediction({"A": repro_copy}, n=4, progress=False)
+
+
+def _lengthgen_table(path, points, weights="ab12", task="number"):
+    """A `posym lengthgen --out` table and its summary: ``points`` {intervention: {extra: acc}} (two data seeds)."""
+    from posym.lengthgen.trained import summarize_lengthgen
+
+    rows = [{"task": task, "step": 30, "weights": weights, "extra_rule": "window", "distractors": "uniform",
+             "intervention": iv, "extra_tokens": x, "seed": s, "n": 8, "acc": a,
+             **{f"acc_hop{h}": a for h in range(1, 5)}, "seconds": 0.1, "peak_rss_mb": 100.0}
+            for iv, pts in points.items() for x, a in pts.items() for s in (0, 1)]
+    table = pd.DataFrame(rows)
+    table.to_csv(path, index=False)
+    summarize_lengthgen(table.drop(columns=["task", "step", "weights", "extra_rule", "distractors"])).to_csv(
+        str(path).replace(".csv", "_summary.csv"), index=False)
+    return path
+
+
+def test_a_lengthgen_variant_of_two_interventions_shows_one(tmp_path, capsys):
+    """B2: a table of `none` (1.0 at +0) and `ntk:kappa=4` (0.0) gave two unlabelled Fig. 5B rows per point."""
+    t = _lengthgen_table(tmp_path / "T.csv", {"none": {0: 1.0, 50: 0.9}, "ntk:kappa=4": {0: 0.0, 50: 0.0}})
+    table = sensitivity_table({"f": str(t)})
+    at0 = table[table.quantity == "accuracy at +0 tokens"]
+    assert len(at0) == 1 and at0.posym_mean.iloc[0] == 1.0 and at0.n.iloc[0] == 1
+    assert set(table.intervention) == {"none"}
+    ntk = sensitivity_table({"f": str(t)}, intervention="ntk:kappa=4")
+    assert ntk[ntk.quantity == "accuracy at +0 tokens"].posym_mean.tolist() == [0.0]
+    out = tmp_path / "o"
+    assert main(["sensitivity", f"f={t}", "--no-predict", "--out", str(out)]) == 0
+    curves = pd.read_csv(out / "fig5b_variants.csv")
+    assert curves.extra_tokens.tolist() == [0, 50] and curves.acc_mean.tolist() == [1.0, 0.9]
+    assert set(curves.intervention) == {"none"} and curves.acc_sd.isna().all()  # one model: no sd
+    note = "Fig. 5B of f: untouched model (intervention none); the tables also hold ntk:kappa=4 (not shown)"
+    assert note in (out / "sensitivity.md").read_text()
+    assert "untouched model (intervention none)" in (out / "sensitivity.html").read_text()
+    assert main(["sensitivity", f"f={t}", "--no-predict", "--out", str(tmp_path / "o2"), "--intervention", "x:y=1"]) == 2
+    assert "holds no rows of intervention 'x:y=1' (it holds none, ntk:kappa=4)" in capsys.readouterr().err
+
+
+def test_one_table_twice_or_one_model_twice_is_refused(tmp_path, capsys):
+    """N8: `f=T.csv,T.csv` duplicated the Fig. 5B rows; two tables of one task are two models (mean ± sd)."""
+    t = _lengthgen_table(tmp_path / "T.csv", {"none": {0: 1.0, 50: 0.9}})
+    out = tmp_path / "o"
+    assert main(["sensitivity", f"f={t},{t}", "--no-predict", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"variant 'f' lists {t} twice" in err and len(err.strip().splitlines()) == 1 and not out.exists()
+    same = _lengthgen_table(tmp_path / "U.csv", {"none": {0: 0.5, 50: 0.5}})  # same weights digest
+    assert main(["sensitivity", f"f={t},{same}", "--no-predict", "--out", str(out)]) == 2
+    assert "measure the same number model (weights ab12)" in capsys.readouterr().err and not out.exists()
+    other = _lengthgen_table(tmp_path / "V.csv", {"none": {0: 0.5, 50: 0.7}}, weights="cd34")
+    table = sensitivity_table({"f": f"{t},{other}"})
+    at0 = table[table.quantity == "accuracy at +0 tokens"]
+    assert len(at0) == 1 and at0.posym_mean.iloc[0] == 0.75 and at0.n.iloc[0] == 2
+    assert at0.posym_sd.iloc[0] == pytest.approx(np.std([1.0, 0.5], ddof=1))
+
+
+def test_a_table_value_out_of_range_is_refused(tmp_path, capsys):
+    t = _lengthgen_table(tmp_path / "T.csv", {"none": {0: 1.0, 50: 0.9}})
+    summary = tmp_path / "T_summary.csv"
+    summary.write_text(summary.read_text().replace("none,0,1.0", "none,0,7.5"))
+    assert main(["sensitivity", f"f={t}", "--no-predict", "--out", str(tmp_path / "o")]) == 2
+    assert "T_summary.csv row 1: acc_mean = '7.5' is not a number in [0, 1]" in capsys.readouterr().err

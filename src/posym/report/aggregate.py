@@ -12,6 +12,16 @@ and produces tidy tables with one ``mean`` / ``sd`` / ``n`` triple per quantity:
 * ``n`` counts the seeds that have the quantity (an emergence step is missing for a seed whose hop
   never reached 0.9; such seeds are left out of the mean and counted in ``n_missing``).
 
+Rows that differ are never averaged together. A run's tables may hold rows measured under several
+inference-time interventions (an ``intervention`` column: ``posym lengthgen --intervene``, ``posym
+freqs --intervene``, ``posym scores --intervene``); every table here shows the untouched model's
+rows (``intervention == "none"``; a table without the column is untouched) unless a function's
+``intervention`` argument selects another (``None``: every intervention, kept apart), and the
+length-generalization tables carry the ``intervention`` column. Tasks are aggregated apart, and the
+runs of one task must agree on the positional encoding and the model settings
+(:func:`check_runs_alike`). The length-generalization summaries are value-checked when read
+(:func:`read_lengthgen_summary`: accuracies in [0, 1], integer added lengths >= 0, no point twice).
+
 :func:`aggregate` computes every table, writes them to ``DIR/aggregate/*.csv`` with two figures
 (validation accuracy per hop with ± sd bands; Fig. 5B with bands over seeds) and returns them.
 :func:`paper_vs_posym` is the one-table summary of the report: each number of Paper A (SPEC §5)
@@ -32,7 +42,7 @@ import pandas as pd
 from posym.errors import PosymError
 from posym.lengthgen.trained import largest_length_above as _largest
 from posym.runs import layout
-from posym.runs.tables import read_table, write_table
+from posym.runs.tables import INTERVENTION, NO_INTERVENTION, RUN_TABLES, check_rows, read_table, write_table
 from posym.runs.layout import find_runs
 from posym.report import paper
 from posym.report import verdict as V
@@ -78,8 +88,103 @@ def seeds_text(n: int) -> str:
     return "1 seed" if n == 1 else f"mean ± sd over {n} seeds"
 
 
-def _read_csv(path: Path) -> pd.DataFrame | None:
-    return read_table(path) if path.is_file() else None
+def read_run_table(path: Path, intervention: str = NO_INTERVENTION) -> pd.DataFrame | None:
+    """The table at ``path`` (None when absent); of a table with an ``intervention`` column only the
+    rows of ``intervention`` (default the untouched model's), so no aggregate mixes interventions."""
+    if not path.is_file():
+        return None
+    t = read_table(path)
+    if INTERVENTION in t.columns:
+        t = t[t[INTERVENTION].astype(str) == intervention].reset_index(drop=True)
+    return t
+
+
+_read_csv = read_run_table
+
+
+#: What to do about a length-generalization summary that fails its checks.
+SUMMARY_REMEDY = "measure it again (posym lengthgen RUN --out TABLE.csv --force)"
+
+
+def read_lengthgen_summary(path: str | os.PathLike, intervention: str | None = NO_INTERVENTION
+                           ) -> pd.DataFrame | None:
+    """A run's length-generalization summary (``X_summary.csv`` of ``posym lengthgen --out X.csv``),
+    checked against its schema (``posym.runs.tables.check_rows``: accuracies in [0, 1], integer added
+    lengths >= 0, known columns, no (intervention, added length) twice; PosymError naming the file,
+    row and column otherwise), with an ``intervention`` column (``none`` where the table has none)
+    and only the rows of ``intervention`` (``None``: all). None when the file does not exist."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    t = check_rows(path, RUN_TABLES["lengthgen_summary"], SUMMARY_REMEDY)
+    if INTERVENTION not in t.columns:
+        t.insert(0, INTERVENTION, NO_INTERVENTION)
+    t[INTERVENTION] = t[INTERVENTION].astype(str)
+    return t if intervention is None else t[t[INTERVENTION] == intervention].reset_index(drop=True)
+
+
+def lengthgen_interventions(runs: dict[str, dict[int, Path]], table: str = layout.LENGTHGEN) -> list[str]:
+    """Every intervention the runs' ``table`` summaries hold, in order of appearance (``none`` for a
+    table without the column)."""
+    seen: dict[str, None] = {}
+    for seeds in runs.values():
+        for d in seeds.values():
+            t = read_lengthgen_summary(layout.summary_path(d / table), None)
+            if t is not None:
+                seen.update(dict.fromkeys(t[INTERVENTION]))
+    return list(seen)
+
+
+def shown_note(shown: str, present: Sequence[str]) -> str:
+    """"" when the tables hold only ``shown``; else which intervention is shown and which others the
+    tables hold (``untouched model (intervention none); the tables also hold ntk:kappa=4``)."""
+    others = [p for p in present if p != shown]
+    if not others and shown == NO_INTERVENTION:
+        return ""
+    what = "untouched model (intervention none)" if shown == NO_INTERVENTION else f"intervention {shown}"
+    return what + (f"; the tables also hold {', '.join(others)} (not shown)" if others else "")
+
+
+def check_one_curve(curve: pd.DataFrame, what: str = "a length-generalization curve") -> pd.DataFrame:
+    """``curve`` if it is one curve: one intervention, each added length once; PosymError otherwise."""
+    if not len(curve):
+        return curve
+    if INTERVENTION in curve.columns and curve[INTERVENTION].nunique() > 1:
+        raise PosymError(f"{what} mixes the interventions {', '.join(map(str, dict.fromkeys(curve[INTERVENTION])))}; "
+                         "select one (intervention=...)")
+    dup = curve["extra_tokens"].duplicated()
+    if dup.any():
+        raise PosymError(f"{what} has several rows for +{int(curve['extra_tokens'][dup].iloc[0])} added tokens; "
+                         "give one table per model and intervention")
+    return curve
+
+
+#: The settings the runs of one task must share to be aggregated as seeds of one model.
+ALIKE = ("pe", "model_overrides")
+
+
+def check_runs_alike(runs: dict[str, dict[int, Path]]) -> None:
+    """PosymError when two runs of one task differ in their training-time positional encoding
+    (``posym.json``'s ``config.pe``; absent = ``rope``) or their model settings (``model_overrides``):
+    their tables would be averaged as seeds of one model."""
+    from posym.model.pe import DEFAULT_PE, parse_pe
+
+    for task, seeds in runs.items():
+        first = None
+        for d in seeds.values():
+            cfg = _run_config(d)
+            try:
+                pe = parse_pe(cfg.get("pe") or DEFAULT_PE).name
+            except PosymError:
+                pe = str(cfg.get("pe"))
+            ident = {"pe": pe, "model_overrides": json.dumps(cfg.get("model_overrides") or {}, sort_keys=True)}
+            if first is None:
+                first = (d, ident)
+                continue
+            for k in ALIKE:
+                if ident[k] != first[1][k]:
+                    raise PosymError(f"the {task} runs differ in {k} ({first[0]}: {first[1][k]}, {d}: {ident[k]}); "
+                                     "aggregate the runs of one setting (one reproduction directory per setting)")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -269,58 +374,71 @@ def ablation_summary(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
     return df[["task"] + [c for c in df.columns if c != "task"]]
 
 
-def lengthgen_summary(runs: dict[str, dict[int, Path]], table: str = layout.LENGTHGEN) -> pd.DataFrame:
-    """Fig. 5B over model seeds: per (task, extra_tokens) the mean and sd over seeds of each run's
-    accuracy (each run's value is itself the mean over its data seeds). Columns task, extra_tokens,
-    acc_mean, acc_sd, acc_hop{h}_mean, acc_hop{h}_sd, n_seeds. ``table``: the length-generalization
-    table inside each run (its ``_summary`` file is read; e.g. one ``posym lengthgen --out`` wrote)."""
+LENGTHGEN_COLUMNS = ["task", INTERVENTION, "extra_tokens", "acc_mean", "acc_sd", "n_seeds"]
+
+
+def lengthgen_summary(runs: dict[str, dict[int, Path]], table: str = layout.LENGTHGEN,
+                      intervention: str | None = NO_INTERVENTION) -> pd.DataFrame:
+    """Fig. 5B over model seeds: per (task, intervention, extra_tokens) the mean and sd over seeds of
+    each run's accuracy (each run's value is itself the mean over its data seeds). Columns task,
+    intervention, extra_tokens, acc_mean, acc_sd, acc_hop{h}_mean, acc_hop{h}_sd, n_seeds (the seeds
+    with that point). ``table``: the length-generalization table inside each run (its ``_summary``
+    file is read; e.g. one ``posym lengthgen --out`` wrote). ``intervention``: whose rows (default
+    the untouched model's; ``None``: every intervention, kept apart)."""
     frames = []
     for task, seeds in runs.items():
         parts = []
         for s, d in seeds.items():
-            t = _read_csv(layout.summary_path(d / table))
-            if t is not None:
+            t = read_lengthgen_summary(layout.summary_path(d / table), intervention)
+            if t is not None and len(t):
                 parts.append(t.assign(model_seed=s))
         if not parts:
             continue
         df = pd.concat(parts, ignore_index=True)
-        g = df.groupby("extra_tokens")
-        out = pd.DataFrame({"task": task, "extra_tokens": sorted(df["extra_tokens"].unique())})
-        for c in ACC_COLS:
-            if f"{c}_mean" in df:
-                out[f"{c}_mean"] = g[f"{c}_mean"].mean().to_numpy()
-                out[f"{c}_sd"] = g[f"{c}_mean"].std(ddof=1).to_numpy()
-        out["n_seeds"] = g["model_seed"].nunique().to_numpy()
-        frames.append(out)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["task", "extra_tokens", "acc_mean", "acc_sd", "n_seeds"])
+        for name, part in df.groupby(INTERVENTION, sort=False):
+            g = part.groupby("extra_tokens")
+            out = pd.DataFrame({"task": task, INTERVENTION: name, "extra_tokens": sorted(part["extra_tokens"].unique())})
+            for c in ACC_COLS:
+                if f"{c}_mean" in part:
+                    out[f"{c}_mean"] = g[f"{c}_mean"].mean().to_numpy()
+                    out[f"{c}_sd"] = g[f"{c}_mean"].std(ddof=1).to_numpy()
+            out["n_seeds"] = g["model_seed"].nunique().to_numpy()
+            frames.append(out)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=LENGTHGEN_COLUMNS)
 
 
 def largest_length_above(curve: pd.DataFrame, threshold: float = THRESHOLD) -> float:
-    """:func:`posym.lengthgen.trained.largest_length_above` as a float (NaN when no length qualifies)."""
-    v = _largest(curve, threshold)
+    """:func:`posym.lengthgen.trained.largest_length_above` as a float (NaN when no length qualifies)
+    of one curve (:func:`check_one_curve`: PosymError for a table that mixes interventions)."""
+    v = _largest(check_one_curve(curve), threshold)
     return math.nan if v is None else float(v)
 
 
-def lengthgen_per_seed_largest(runs: dict[str, dict[int, Path]], task: str) -> list[float]:
+def lengthgen_per_seed_largest(runs: dict[str, dict[int, Path]], task: str, table: str = layout.LENGTHGEN,
+                               intervention: str = NO_INTERVENTION) -> list[float]:
+    """Per run of ``task``: the largest added length with accuracy >= 0.9 there and at every shorter
+    point, of ``intervention``'s rows of its ``table`` summary (NaN without such rows)."""
     vals = []
     for d in runs.get(task, {}).values():
-        t = _read_csv(layout.summary_path(d / layout.LENGTHGEN))
-        vals.append(largest_length_above(t) if t is not None else math.nan)
+        t = read_lengthgen_summary(layout.summary_path(d / table), intervention)
+        vals.append(largest_length_above(t) if t is not None and len(t) else math.nan)
     return vals
 
 
 # ------------------------------------------------------------------------------------------------
 # the summary table: Paper A vs posym
 # ------------------------------------------------------------------------------------------------
-def paper_vs_posym(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+def paper_vs_posym(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] | None = None,
+                   intervention: str = NO_INTERVENTION) -> pd.DataFrame:
     """Every number of Paper A we reproduce (SPEC §5) beside ours: columns section, task, quantity,
     paper (number), paper_text (as published), posym_mean, posym_sd, n, difference (posym − paper),
     verdict (:mod:`posym.report.verdict`: reproduced / not reproduced / not comparable / not
-    evidence, "" when not measured), note."""
+    evidence, "" when not measured), note. Fig. 5B: the rows of ``intervention`` (default the
+    untouched model; the note says so when the runs' tables also hold other interventions)."""
     out = Path(out_dir)
     t = tables if tables is not None else aggregate(out, write=False)
     runs = find_runs(out)
+    check_runs_alike(runs)
     rows: list[dict] = []
 
     def add(*args, **kw):
@@ -401,9 +519,13 @@ def paper_vs_posym(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] |
                         note=f"Paper A's Fig. 5A plots this bound ({pv:g}; ours {agree} within "
                              f"±{V.TOL_DISCREPANCY:g}){off}")
     lg = t.get("lengthgen", pd.DataFrame())
+    if intervention != NO_INTERVENTION or (len(lg) and INTERVENTION in lg
+                                           and (lg[INTERVENTION] != intervention).any()):
+        lg = lengthgen_summary(runs, intervention=intervention)
+    note = shown_note(intervention, lengthgen_interventions(runs))
     for task in runs:
         curve = lg[lg["task"] == task] if len(lg) else lg
-        rows += fig5b_rows(task, curve, lengthgen_per_seed_largest(runs, task))
+        rows += fig5b_rows(task, curve, lengthgen_per_seed_largest(runs, task, intervention=intervention), note)
     llm = t.get("llm", pd.DataFrame())
     if len(llm):
         for (task, length), (op, bound) in PAPER_TABLE3.items():
@@ -445,27 +567,30 @@ def _paper_row(section: str, task: str, quantity: str, paper_value, mean: float,
             "posym_mean": mean, "posym_sd": sd, "n": n, "difference": diff, "verdict": verdict, "note": note}
 
 
-def fig5b_rows(task: str, curve: pd.DataFrame, largest: Sequence[float]) -> list[dict]:
+def fig5b_rows(task: str, curve: pd.DataFrame, largest: Sequence[float], note: str = "") -> list[dict]:
     """The Fig. 5B rows of :func:`paper_vs_posym` for one task: accuracy at each of Paper A's points
-    (``curve``: extra_tokens, acc_mean, acc_sd, n_seeds — :func:`lengthgen_summary`) and, for the
-    letter task, the largest added length with accuracy >= 0.9 (mean ± sd of ``largest``, one per
-    model)."""
+    (``curve``: extra_tokens, acc_mean, acc_sd, n_seeds — :func:`lengthgen_summary`, one curve:
+    :func:`check_one_curve`) and, for the letter task, the largest added length with accuracy >= 0.9
+    (mean ± sd of ``largest``, one per model). ``note`` (e.g. which intervention is shown) goes
+    into every row's note."""
+    check_one_curve(curve, f"the {task} Fig. 5B curve")
+    join = lambda *parts: "; ".join(p for p in parts if p)  # noqa: E731
     rows = []
     for extra, pv in paper.LENGTHGEN[task].items():
         r = curve[curve["extra_tokens"] == extra] if len(curve) else curve
         if len(r):
             m = float(r["acc_mean"].iloc[0])
             rows.append(_paper_row("Fig. 5B (length generalization)", task, f"accuracy at +{extra} tokens", pv,
-                                   m, float(r["acc_sd"].iloc[0]), int(r["n_seeds"].iloc[0]),
+                                   m, float(r["acc_sd"].iloc[0]), int(r["n_seeds"].iloc[0]), note=note,
                                    verdict=V.within(m, pv, V.TOL_ACCURACY)))
         elif len(curve):
             rows.append(_paper_row("Fig. 5B (length generalization)", task, f"accuracy at +{extra} tokens", pv,
-                                   math.nan, note="not in this preset's grid"))
+                                   math.nan, note=join("not in this preset's grid", note)))
     if task == "letter" and len(curve):
         m, s, n = mean_sd(largest)
         rows.append(_paper_row("Fig. 5B (length generalization)", task, "largest added length with accuracy >= 0.9",
                                PAPER_LETTER_09_LENGTH, m, s, n, paper_text="≈ 750–850",
-                               note=f"grid of this preset up to +{int(curve['extra_tokens'].max())}",
+                               note=join(f"grid of this preset up to +{int(curve['extra_tokens'].max())}", note),
                                verdict=V.within(m, PAPER_LETTER_09_LENGTH, V.TOL_STEP, relative=True)))
     return rows
 
@@ -537,6 +662,7 @@ def aggregate(out_dir: str | os.PathLike, write: bool = True) -> dict[str, pd.Da
     if not out.is_dir():
         raise PosymError(f"no such reproduction directory: {out}")
     runs = find_runs(out)
+    check_runs_alike(runs)
     tables: dict[str, pd.DataFrame] = {
         "training": training_summary(runs),
         "accuracy_curves": accuracy_curves(runs),
@@ -590,9 +716,11 @@ def _write_figures(fig_dir: Path, tables: dict[str, pd.DataFrame], runs: dict) -
     lg = tables["lengthgen"]
     if len(lg):
         summaries = {task: g for task, g in lg.groupby("task", sort=False)}
-        fig = plot_lengthgen(summaries, paper=paper.LENGTHGEN)
+        fig = plot_lengthgen({t: g.drop(columns=INTERVENTION, errors="ignore") for t, g in summaries.items()},
+                             paper=paper.LENGTHGEN)
         n = int(lg["n_seeds"].max())
-        fig.axes[0].set_title(f"length generalization ({seeds_text(n)})")
+        shown = "untouched model, " if len(lengthgen_interventions(runs)) > 1 else ""
+        fig.axes[0].set_title(f"length generalization ({shown}{seeds_text(n)})")
         save_figure(fig, fig_dir / layout.FIG_LENGTHGEN_SEEDS)
         plt.close(fig)
     llm = tables["llm_models"]
@@ -605,6 +733,7 @@ def _write_figures(fig_dir: Path, tables: dict[str, pd.DataFrame], runs: dict) -
 
 
 __all__ = ["PAPER_DISCREPANCY", "PAPER_HEADS", "PAPER_TABLE3", "ablation_summary", "accuracy_curves", "aggregate",
-           "fig5b_rows", "find_runs", "freq_summary", "initial_scores", "lengthgen_summary", "llm_chance",
-           "llm_models_table", "mean_sd", "paper_vs_posym", "plot_accuracy_bands", "purity_counts", "purity_layers",
-           "seeds_text", "training_summary"]
+           "check_one_curve", "check_runs_alike", "fig5b_rows", "find_runs", "freq_summary", "initial_scores",
+           "largest_length_above", "lengthgen_interventions", "lengthgen_per_seed_largest", "lengthgen_summary",
+           "llm_chance", "llm_models_table", "mean_sd", "paper_vs_posym", "plot_accuracy_bands", "purity_counts",
+           "purity_layers", "read_lengthgen_summary", "read_run_table", "seeds_text", "shown_note", "training_summary"]

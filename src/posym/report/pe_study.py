@@ -16,6 +16,10 @@ aggregation, :mod:`posym.report.aggregate`):
 * Fig. 5B at Paper A's points and the largest added length with accuracy >= 0.9 there and at every
   shorter grid point (the reach, per model).
 
+Every quantity is of the untouched model: of a table that holds rows of several inference-time
+interventions (an ``intervention`` column) only the ``none`` rows are read, unless ``intervention``
+selects another for Fig. 5B and the reach; the study then names it (row :data:`Q_INTERVENTION`).
+
 :func:`goal_line` states the goal of the study: the number task's mean reach >= 10 × that of the
 ``rope`` variant, with mean test accuracy >= 0.99. :func:`pure_count_curves` /
 :func:`plot_pure_count_curves` draw Fig. 2's pure-head counts over training of every variant.
@@ -35,10 +39,11 @@ import pandas as pd
 from posym.errors import PosymError
 from posym.model.pe import DEFAULT_PE, parse_pe
 from posym.report import paper
-from posym.report.aggregate import (THRESHOLD, largest_length_above, lengthgen_summary, mean_sd, purity_counts,
-                                    training_summary)
+from posym.report.aggregate import (THRESHOLD, check_runs_alike, largest_length_above, lengthgen_interventions,
+                                    lengthgen_summary, mean_sd, purity_counts, read_lengthgen_summary, read_run_table,
+                                    shown_note, training_summary)
 from posym.runs import layout
-from posym.runs.tables import read_table
+from posym.runs.tables import INTERVENTION, NO_INTERVENTION
 
 #: Purity tolerance of the pure-head counts (SPEC §3; Paper A's γ).
 GAMMA = 0.1
@@ -54,6 +59,7 @@ Q_DOMINANT = "dominant frequency IDs (heads)"
 Q_DOMINANT_POSITIONAL = "dominant frequency IDs (pure positional heads)"
 Q_UNROTATED = "frequency use on angle-0 pairs"
 Q_REACH = f"largest added length ≥ {THRESHOLD:g}"
+Q_INTERVENTION = "Fig. 5B and reach: intervention"
 
 
 def q_milestone(hop: int) -> str:
@@ -191,14 +197,20 @@ def _of_models(n: int, total: int) -> str:
 
 
 def _read(path: Path) -> pd.DataFrame | None:
-    return read_table(path) if path.is_file() else None
+    """A run's table (None when absent), the untouched model's rows only."""
+    return read_run_table(path)
 
 
-def variant_rows(name: str, pe: str, directory: str | os.PathLike, lengthgen: str = layout.LENGTHGEN) -> list[dict]:
+def variant_rows(name: str, pe: str, directory: str | os.PathLike, lengthgen: str = layout.LENGTHGEN,
+                 intervention: str = NO_INTERVENTION) -> list[dict]:
     """The study rows of one variant (:data:`COLUMNS`), task by task in the order number, letter;
-    Fig. 5B and the reach from each run's ``lengthgen`` table."""
+    Fig. 5B and the reach from the ``intervention`` rows (default the untouched model's) of each run's
+    ``lengthgen`` table, named in a :data:`Q_INTERVENTION` row when the tables hold several or it is
+    not ``none``."""
     runs = layout.find_runs(directory)
-    training, pure, curves = training_summary(runs), purity_counts(runs, GAMMA), lengthgen_summary(runs, lengthgen)
+    check_runs_alike(runs)
+    training, pure = training_summary(runs), purity_counts(runs, GAMMA)
+    curves = lengthgen_summary(runs, lengthgen, intervention)
     rows: list[dict] = []
 
     def add(task: str, quantity: str, mean: float, sd: float, n: int, cell: str, n_missing: int = 0,
@@ -245,6 +257,9 @@ def variant_rows(name: str, pe: str, directory: str | os.PathLike, lengthgen: st
         m, s, n = mean_sd(shares)
         add(task, Q_UNROTATED, m, s, n, _cell(m, s, n, 2))
         curve = curves[curves["task"] == task] if len(curves) else curves
+        shown = shown_note(intervention, lengthgen_interventions({task: seeds}, lengthgen))
+        if shown:
+            add(task, Q_INTERVENTION, math.nan, math.nan, 0, shown)
         for extra in paper.LENGTHGEN[task]:
             r = curve[curve["extra_tokens"] == extra] if len(curve) else curve
             if len(r):
@@ -252,8 +267,8 @@ def variant_rows(name: str, pe: str, directory: str | os.PathLike, lengthgen: st
                 add(task, q_accuracy(extra), m, s, n, _cell(m, s, n, 2) + _of_models(n, len(seeds)))
             else:
                 add(task, q_accuracy(extra), math.nan, math.nan, 0, "— (not on the grid)" if len(curve) else "—")
-        summaries = [t for t in (_read(layout.summary_path(d / lengthgen)) for d in seeds.values())
-                     if t is not None and len(t)]
+        summaries = [t for t in (read_lengthgen_summary(layout.summary_path(d / lengthgen), intervention)
+                                 for d in seeds.values()) if t is not None and len(t)]
         reaches, never, at_end, end = seed_reaches(summaries)
         m, s, n = mean_sd(reaches)
         cell = "+" + _cell(m, s, n, 0) if n else ("never" if never else "—")
@@ -264,11 +279,12 @@ def variant_rows(name: str, pe: str, directory: str | os.PathLike, lengthgen: st
 
 
 def study_table(variants: Mapping[str, str | os.PathLike], pes: Mapping[str, str] | None = None,
-                lengthgen: str = layout.LENGTHGEN) -> pd.DataFrame:
+                lengthgen: str = layout.LENGTHGEN, intervention: str = NO_INTERVENTION) -> pd.DataFrame:
     """Long table (:data:`COLUMNS`): one row per (variant, task, quantity); ``cell`` is the text shown.
-    ``lengthgen``: the length-generalization table inside each run that Fig. 5B and the reach read."""
+    ``lengthgen``: the length-generalization table inside each run that Fig. 5B and the reach read;
+    ``intervention``: whose rows of it (default the untouched model's)."""
     pes = dict(pes) if pes is not None else check_variants(variants)
-    rows = [r for name, d in variants.items() for r in variant_rows(name, pes[name], d, lengthgen)]
+    rows = [r for name, d in variants.items() for r in variant_rows(name, pes[name], d, lengthgen, intervention)]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -355,12 +371,14 @@ def pure_count_curves(variants: Mapping[str, str | os.PathLike], gamma: float = 
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
 
 
-def fig5b_curves(variants: Mapping[str, str | os.PathLike], lengthgen: str = layout.LENGTHGEN) -> pd.DataFrame:
+def fig5b_curves(variants: Mapping[str, str | os.PathLike], lengthgen: str = layout.LENGTHGEN,
+                 intervention: str = NO_INTERVENTION) -> pd.DataFrame:
     """Fig. 5B of every variant, mean ± sd over its seeds (:func:`posym.report.aggregate.lengthgen_summary`
-    of its runs' ``lengthgen`` tables): variant, task, extra_tokens, acc_mean, acc_sd, n_seeds — what
-    :func:`posym.report.sensitivity.plot_variant_curves` draws."""
-    cols = ["variant", "task", "extra_tokens", "acc_mean", "acc_sd", "n_seeds"]
-    frames = [lengthgen_summary(layout.find_runs(d), lengthgen).assign(variant=name) for name, d in variants.items()]
+    of the ``intervention`` rows of its runs' ``lengthgen`` tables): variant, task, intervention,
+    extra_tokens, acc_mean, acc_sd, n_seeds — what :func:`posym.report.sensitivity.plot_variant_curves` draws."""
+    cols = ["variant", "task", INTERVENTION, "extra_tokens", "acc_mean", "acc_sd", "n_seeds"]
+    frames = [lengthgen_summary(layout.find_runs(d), lengthgen, intervention).assign(variant=name)
+              for name, d in variants.items()]
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
 
@@ -398,6 +416,6 @@ def plot_pure_count_curves(curves: pd.DataFrame, labels: Mapping[str, str] | Non
 
 
 __all__ = ["BASELINE_PE", "COLUMNS", "GAMMA", "GOAL_ACCURACY", "GOAL_FACTOR", "Q_DOMINANT", "Q_DOMINANT_POSITIONAL",
-           "Q_REACH", "Q_SEEDS", "Q_TEST", "Q_UNROTATED", "check_variants", "dominant_ids", "dominant_text", "fig5b_curves", "goal_line",
+           "Q_INTERVENTION", "Q_REACH", "Q_SEEDS", "Q_TEST", "Q_UNROTATED", "check_variants", "dominant_ids", "dominant_text", "fig5b_curves", "goal_line",
            "plot_pure_count_curves", "pure_count_curves", "q_accuracy", "q_milestone", "q_pure", "seed_reaches",
            "study_markdown", "study_rows", "study_table", "unrotated_share", "variant_pe", "variant_rows"]

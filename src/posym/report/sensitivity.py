@@ -5,7 +5,14 @@ A *variant* is a reproduction directory (``DIR/<task>/seed<k>/`` run directories
 ``DIR/aggregate/``, as ``posym reproduce`` writes) trained or selected with one documented setting —
 or, for a variant that changes only how Fig. 5B is measured (e.g. another extra-token rule on the same
 models), one or more ``posym lengthgen --out X.csv`` tables (comma-separated ``.csv`` paths; their
-``X_summary.csv`` beside them), which give only the Fig. 5B rows and no models to predict from.
+``X_summary.csv`` beside them), which give only the Fig. 5B rows and no models to predict from. Each
+table is one model (several tables of one task: mean ± sd over them, as over seeds; one file twice,
+or two tables of the same model and task, are refused); every table is value-checked when read.
+
+Rows of different inference-time interventions are never averaged or put side by side under one
+name: Fig. 5B shows the untouched model (``intervention == "none"``), or the one ``intervention``
+selects for the Fig. 5B-only variants, and :func:`intervention_notes` says which when the tables
+hold others (the ``intervention`` column of the tables).
 
 * :func:`sensitivity_table` lines up the paper-vs-posym rows (Fig. 2 milestones, pure heads at
   γ = 0.1, Fig. 5B) of every variant: one row per (variant, task, quantity), mean ± sd over seeds.
@@ -32,6 +39,7 @@ import pandas as pd
 
 from posym.errors import PosymError
 from posym.runs import layout
+from posym.runs.tables import INTERVENTION, NO_INTERVENTION, RUN_TABLES, check_rows
 
 #: The rows of the paper-vs-posym table the study compares (sections and quantity prefixes).
 STUDY_ROWS: tuple[tuple[str, str], ...] = (
@@ -62,64 +70,141 @@ def _variant_dirs(variants: Mapping[str, str | os.PathLike]) -> dict[str, Path]:
     return out
 
 
-def _lengthgen_curve(name: str, path: Path) -> tuple[str, pd.DataFrame]:
-    """Task and Fig. 5B curve (``X_summary.csv``, one model: n_seeds = 1) of one table of a Fig. 5B-only
-    variant; PosymError naming the variant when a file is missing or holds several tasks."""
+def check_table_list(name: str, tables: list[Path]) -> None:
+    """PosymError when a Fig. 5B-only variant lists one table twice (its rows would count twice)."""
+    seen: dict[Path, Path] = {}
+    for p in tables:
+        key = p.resolve()
+        if key in seen:
+            also = f" (also as {seen[key]})" if str(seen[key]) != str(p) else ""
+            raise PosymError(f"variant {name!r} lists {p} twice{also}; give each table once")
+        seen[key] = p
+
+
+def _lengthgen_curve(name: str, path: Path, intervention: str = NO_INTERVENTION
+                     ) -> tuple[str, pd.DataFrame, str, list[str]]:
+    """Task, Fig. 5B curve of ``intervention`` (``X_summary.csv``, one model: n_seeds = 1), the model's
+    weights digest ("" if the table has none) and every intervention the summary holds, of one table of
+    a Fig. 5B-only variant; both files value-checked (``posym.runs.tables.check_rows``); PosymError
+    naming the variant when a file is missing, holds several tasks or no rows of ``intervention``."""
+    from posym.report.aggregate import SUMMARY_REMEDY, read_lengthgen_summary
+
     summary = layout.summary_path(path)
     if not (path.is_file() and summary.is_file()):
         raise PosymError(f"variant {name}: no lengthgen table {path} with its {summary.name} (run posym "
                          f"lengthgen RUN --out {path})")
-    tasks = pd.read_csv(path)["task"].unique()
+    table = check_rows(path, RUN_TABLES["lengthgen"], SUMMARY_REMEDY)
+    tasks = table["task"].unique()
     if len(tasks) != 1:
         raise PosymError(f"variant {name}: {path} holds tasks {list(tasks)}; give one table per task")
-    return str(tasks[0]), pd.read_csv(summary).assign(n_seeds=1)
+    weights = ",".join(sorted(map(str, table["weights"].dropna().unique()))) if "weights" in table else ""
+    every = read_lengthgen_summary(summary, None)
+    present = list(dict.fromkeys(every[INTERVENTION]))
+    curve = every[every[INTERVENTION] == intervention].reset_index(drop=True)
+    if not len(curve):
+        raise PosymError(f"variant {name}: {summary} holds no rows of intervention {intervention!r} (it holds "
+                         f"{', '.join(present) or 'no rows'}); choose one of those with --intervention")
+    return str(tasks[0]), curve.assign(n_seeds=1), weights, present
 
 
-def _lengthgen_rows(name: str, tables: list[Path]) -> pd.DataFrame:
-    """The Fig. 5B rows of a Fig. 5B-only variant: one model per table (n = 1)."""
-    from posym.report.aggregate import fig5b_rows, largest_length_above
+def _lengthgen_curves(name: str, tables: list[Path], intervention: str = NO_INTERVENTION
+                      ) -> tuple[dict[str, pd.DataFrame], dict[str, list[float]], list[str]]:
+    """Per task of a Fig. 5B-only variant: its Fig. 5B curve (one model per table: mean ± sd over the
+    tables of the task, ``n_seeds`` the tables with the point), each table's reach, and every
+    intervention the tables hold. PosymError for one table twice or two tables of one model."""
+    from posym.report.aggregate import check_one_curve, largest_length_above
 
-    rows = []
+    check_table_list(name, tables)
+    by_task: dict[str, list[pd.DataFrame]] = {}
+    reaches: dict[str, list[float]] = {}
+    models: dict[tuple[str, str], Path] = {}
+    present: dict[str, None] = {}
     for path in tables:
-        task, curve = _lengthgen_curve(name, path)
-        rows += fig5b_rows(task, curve, [largest_length_above(curve)])
-    return pd.DataFrame(rows).assign(variant=name)
+        task, curve, weights, ivs = _lengthgen_curve(name, path, intervention)
+        present.update(dict.fromkeys(ivs))
+        if weights and (task, weights) in models:
+            raise PosymError(f"variant {name!r}: {models[task, weights]} and {path} measure the same {task} model "
+                             f"(weights {weights}); give one table per model")
+        models[task, weights] = path
+        check_one_curve(curve, str(path))
+        by_task.setdefault(task, []).append(curve.assign(model=len(by_task.get(task, []))))
+        reaches.setdefault(task, []).append(largest_length_above(curve))
+    curves = {}
+    for task, parts in by_task.items():
+        df = pd.concat(parts, ignore_index=True)
+        g = df.groupby("extra_tokens")
+        out = pd.DataFrame({INTERVENTION: intervention, "extra_tokens": sorted(df["extra_tokens"].unique())})
+        out["acc_mean"] = g["acc_mean"].mean().to_numpy()
+        out["acc_sd"] = g["acc_mean"].std(ddof=1).to_numpy()  # over models (tables); one model: NaN
+        out["n_seeds"] = g["model"].nunique().to_numpy()
+        curves[task] = out
+    return curves, reaches, list(present)
 
 
-def sensitivity_table(variants: Mapping[str, str | os.PathLike]) -> pd.DataFrame:
-    """Long table: variant, section, task, quantity, paper_text, posym_mean, posym_sd, n."""
+def _lengthgen_rows(name: str, tables: list[Path], intervention: str = NO_INTERVENTION) -> pd.DataFrame:
+    """The Fig. 5B rows of a Fig. 5B-only variant: one model per table (n = the tables of the task)."""
+    from posym.report.aggregate import fig5b_rows, shown_note
+
+    curves, reaches, present = _lengthgen_curves(name, tables, intervention)
+    note = shown_note(intervention, present)
+    rows = [r for task, curve in curves.items() for r in fig5b_rows(task, curve, reaches[task], note)]
+    return pd.DataFrame(rows).assign(variant=name, **{INTERVENTION: intervention})
+
+
+def intervention_notes(variants: Mapping[str, str | os.PathLike], intervention: str = NO_INTERVENTION
+                       ) -> dict[str, str]:
+    """Per Fig. 5B-only variant whose tables hold other interventions than the one shown (or when that
+    is not ``none``): which intervention its Fig. 5B rows show (:func:`posym.report.aggregate.shown_note`)."""
+    from posym.report.aggregate import shown_note
+
+    notes = {}
+    for name, value in variants.items():
+        tables = lengthgen_tables(value)
+        if tables is not None:
+            note = shown_note(intervention, _lengthgen_curves(name, tables, intervention)[2])
+            if note:
+                notes[name] = note
+    return notes
+
+
+def sensitivity_table(variants: Mapping[str, str | os.PathLike], intervention: str = NO_INTERVENTION) -> pd.DataFrame:
+    """Long table: variant, section, task, quantity, paper_text, posym_mean, posym_sd, n, intervention
+    (whose rows: ``intervention`` for the Fig. 5B-only variants, the untouched model for the
+    reproductions' paper-vs-posym rows)."""
     dirs = _variant_dirs(variants)
     frames = []
     for name, value in variants.items():
         tables = lengthgen_tables(value)
         if tables is not None:
-            frames.append(_lengthgen_rows(name, tables))
+            frames.append(_lengthgen_rows(name, tables, intervention))
             continue
         pv = pd.read_csv(layout.aggregate_table(dirs[name], "paper_vs_posym"))
         keep = np.zeros(len(pv), dtype=bool)
         for section, prefix in STUDY_ROWS:
             keep |= (pv["section"] == section) & pv["quantity"].astype(str).str.startswith(prefix)
-        frames.append(pv[keep].assign(variant=name))
-    cols = ["variant", "section", "task", "quantity", "paper_text", "posym_mean", "posym_sd", "n"]
+        frames.append(pv[keep].assign(variant=name, **{INTERVENTION: NO_INTERVENTION}))
+    cols = ["variant", "section", "task", "quantity", "paper_text", "posym_mean", "posym_sd", "n", INTERVENTION]
     return pd.concat(frames, ignore_index=True)[cols]
 
 
-def variant_curves(variants: Mapping[str, str | os.PathLike]) -> pd.DataFrame:
-    """Fig. 5B of every variant: variant, task, extra_tokens, acc_mean, acc_sd, n_seeds (a reproduction's
-    ``aggregate/lengthgen.csv``, mean ± sd over its seeds; a Fig. 5B-only variant's tables, one model)."""
+def variant_curves(variants: Mapping[str, str | os.PathLike], intervention: str = NO_INTERVENTION) -> pd.DataFrame:
+    """Fig. 5B of every variant: variant, task, intervention, extra_tokens, acc_mean, acc_sd, n_seeds (a
+    reproduction's ``aggregate/lengthgen.csv``, mean ± sd over its seeds, untouched model; a Fig. 5B-only
+    variant's tables, one model per table, ``intervention``'s rows)."""
+    from posym.report.aggregate import read_run_table
+
     dirs = _variant_dirs(variants)
     frames = []
     for name, value in variants.items():
         tables = lengthgen_tables(value)
         if tables is None:
-            path = layout.aggregate_table(dirs[name], "lengthgen")
-            if path.is_file():
-                frames.append(pd.read_csv(path).assign(variant=name))
+            t = read_run_table(layout.aggregate_table(dirs[name], "lengthgen"))  # the untouched rows
+            if t is not None:
+                frames.append(t.assign(variant=name, **{INTERVENTION: NO_INTERVENTION}))
             continue
-        for t in tables:
-            task, curve = _lengthgen_curve(name, t)
+        for task, curve in _lengthgen_curves(name, tables, intervention)[0].items():
             frames.append(curve.assign(variant=name, task=task))
-    cols = ["variant", "task", "extra_tokens", "acc_mean", "acc_sd", "n_seeds"]
+    cols = ["variant", "task", INTERVENTION, "extra_tokens", "acc_mean", "acc_sd", "n_seeds"]
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
 
 
@@ -202,12 +287,16 @@ def extrapolation_prediction(variants: Mapping[str, str | os.PathLike], gamma: f
     from posym.runs.resolve import resolve_model
     from posym.theory.trained import trained_discrepancy
 
+    from posym.report.aggregate import read_lengthgen_summary
+
     models = [(name, task, seed, run, run / layout.purity(gamma), layout.summary_path(run / layout.LENGTHGEN))
               for name, d in _variant_dirs(variants).items()
               for task, seeds in layout.find_runs(d).items() for seed, run in seeds.items()]
+    reach = {}
     for *_, run, purity_path, lg_path in models:  # every model checked before the first is loaded
         if not (purity_path.is_file() and lg_path.is_file()):
             raise PosymError(f"{run} lacks {purity_path.name} or {lg_path.name} (run its analyses first)")
+        reach[run] = largest_length(read_lengthgen_summary(lg_path))  # the untouched model's reach, value-checked
     rows = []
     for name, task, seed, run, purity_path, lg_path in models:
         purity = pd.read_csv(purity_path)
@@ -219,7 +308,7 @@ def extrapolation_prediction(variants: Mapping[str, str | os.PathLike], gamma: f
             sel = merged[merged["kind"] == kind]["delta_mean"]
             row[f"delta_{kind}"] = float(sel.mean()) if len(sel) else math.nan
             row[f"n_{kind}"] = int(len(sel))
-        row["largest_09"] = largest_length(pd.read_csv(lg_path))
+        row["largest_09"] = reach[run]
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -317,6 +406,6 @@ def plot_prediction(table: pd.DataFrame, ax=None, correlations: Mapping[str, lis
     return fig
 
 
-__all__ = ["STUDY_ROWS", "extrapolation_prediction", "lengthgen_tables", "plot_prediction", "plot_variant_curves",
+__all__ = ["STUDY_ROWS", "check_table_list", "extrapolation_prediction", "intervention_notes", "lengthgen_tables", "plot_prediction", "plot_variant_curves",
            "prediction_correlations", "prediction_findings", "rank_correlation", "sensitivity_markdown",
            "sensitivity_table", "variant_curves"]

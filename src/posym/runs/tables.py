@@ -152,7 +152,10 @@ RUN_TABLES: dict[str, TableSchema] = {
         INTERVENTION: _INTERVENTION_DOC, "extra_tokens": "added tokens", "acc_mean": "mean accuracy", "acc_sd": "sample sd over data seeds",
         **{f"acc_hop{h}_{s}": f"{'mean' if s == 'mean' else 'sd'} accuracy on {h}-hop samples"
            for h in range(1, 5) for s in ("mean", "sd")}, "n_seeds": "data seeds"}, "posym lengthgen",
-        (INTERVENTION, "extra_tokens"), (INTERVENTION,)),
+        (INTERVENTION, "extra_tokens"), (INTERVENTION, *(f"acc_hop{h}_{s}" for h in range(1, 5) for s in ("mean", "sd"))),
+        kinds={INTERVENTION: "intervention", "extra_tokens": "count", "acc_mean": "fraction", "acc_sd": "nonnegative?",
+               **{f"acc_hop{h}_mean": "fraction?" for h in range(1, 5)},
+               **{f"acc_hop{h}_sd": "nonnegative?" for h in range(1, 5)}, "n_seeds": "positive"}),
 }
 
 

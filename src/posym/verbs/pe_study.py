@@ -8,16 +8,21 @@ from pathlib import Path
 from typing import Mapping
 
 from posym.errors import PosymError
+from posym.report.aggregate import lengthgen_interventions, shown_note
 from posym.report.html import pe_study_page
 from posym.report.pe_study import (check_variants, fig5b_curves, goal_line, plot_pure_count_curves,
                                    pure_count_curves, study_markdown, study_rows, study_table)
 from posym.report.sensitivity import plot_variant_curves
 from posym.runs import layout
+from posym.runs.tables import NO_INTERVENTION
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
-def check_lengthgen_table(variants: Mapping[str, str | os.PathLike], name: str) -> None:
-    """PosymError unless ``name`` is a CSV file name (no folder) whose summary some run of the variants holds."""
+def check_lengthgen_table(variants: Mapping[str, str | os.PathLike], name: str,
+                          intervention: str = NO_INTERVENTION) -> list[str]:
+    """PosymError unless ``name`` is a CSV file name (no folder) whose summary some run of the variants
+    holds, with rows of ``intervention`` (every summary is value-checked on the way); returns every
+    intervention the summaries hold."""
     if Path(name).name != name or not name.endswith(".csv"):
         raise PosymError(f"--lengthgen {name!r}: give the file name of a length-generalization table inside "
                          f"each run (e.g. {layout.LENGTHGEN} or lengthgen_paper.csv), not a path")
@@ -26,29 +31,40 @@ def check_lengthgen_table(variants: Mapping[str, str | os.PathLike], name: str) 
                for seeds in layout.find_runs(d).values() for run in seeds.values()):
         raise PosymError(f"no run of these variants holds {summary}; write it with "
                          f"posym lengthgen RUN --out RUN/{name}")
+    present = list(dict.fromkeys(iv for d in variants.values()
+                                 for iv in lengthgen_interventions(layout.find_runs(d), name)))
+    if intervention not in present:
+        raise PosymError(f"no {summary} of these variants holds rows of intervention {intervention!r} (they hold "
+                         f"{', '.join(present) or 'no rows'}); choose one of those with --intervention")
+    return present
 
 
 def pe_study(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, *, force: bool = False,
-             lengthgen: str = layout.LENGTHGEN) -> VerbResult:
+             lengthgen: str = layout.LENGTHGEN, intervention: str = NO_INTERVENTION) -> VerbResult:
     """Write ``OUT/pe_study.csv`` (one row per variant, task and quantity) + ``.md`` (the table and the
     goal line) + ``.html`` (the page), Fig. 2's pure-head counts of every variant
     (``OUT/fig2_variants.csv`` + ``.png|pdf``) and Fig. 5B of every variant (``OUT/fig5b_variants.csv`` +
     ``.png|pdf``). Fig. 5B and the reach read each run's ``lengthgen`` table (default the reproduction's
     own; e.g. ``lengthgen_paper.csv`` from ``posym lengthgen RUN --grid paper --out
     RUN/lengthgen_paper.csv``). Every variant is checked (a reproduction directory whose runs agree on
-    ``--pe``) and every output is checked before anything is read or written."""
+    ``--pe``) and every output is checked before anything is read or written. ``intervention``: whose
+    rows of a length table that holds several (``posym lengthgen --intervene``) Fig. 5B and the reach
+    show (default the untouched model's, ``none``; never an average over interventions); the study,
+    the text and the page name it when the tables hold others."""
     pes = check_variants(variants)
-    check_lengthgen_table(variants, lengthgen)
+    present = check_lengthgen_table(variants, lengthgen, intervention)
+    shown = shown_note(intervention, present)
     out = Path(out)
     files = [out / layout.PE_STUDY, out / layout.PE_STUDY_MD, out / layout.PE_STUDY_HTML,
              out / layout.PE_PURE_COUNTS, *figure_paths(out / layout.FIG_PE_PURE_COUNTS),
              out / layout.VARIANT_CURVES, *figure_paths(out / layout.FIG_VARIANT_CURVES)]
     outputs = Outputs(files, force).check()
-    table = study_table(variants, pes, lengthgen)
+    table = study_table(variants, pes, lengthgen, intervention)
     goal = goal_line(table)
-    md = study_markdown(table, goal) + ("" if lengthgen == layout.LENGTHGEN
-                                        else f"\n\nFig. 5B and the reach read each run's {lengthgen}.")
-    counts, curves = pure_count_curves(variants), fig5b_curves(variants, lengthgen)
+    source = ("" if lengthgen == layout.LENGTHGEN else f"each run's {lengthgen}") + (
+        (" — " if lengthgen != layout.LENGTHGEN else "") + shown if shown else "")
+    md = study_markdown(table, goal) + (f"\n\nFig. 5B and the reach read {source}." if source else "")
+    counts, curves = pure_count_curves(variants), fig5b_curves(variants, lengthgen, intervention)
     labels = {v: (v if v == pe else f"{v} ({pe})") for v, pe in pes.items()}
     outputs.csv(table, out / layout.PE_STUDY)
     outputs.text(md + "\n", out / layout.PE_STUDY_MD)
@@ -59,7 +75,8 @@ def pe_study(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, 
                    out / layout.FIG_VARIANT_CURVES)
     header, rows = study_rows(table)
     figures = {"Fig. 2C of every variant: pure heads over training (γ = 0.1)": out / f"{layout.FIG_PE_PURE_COUNTS}.png",
-               f"Fig. 5B of every variant ({lengthgen} of each run), Paper A's points as circles":
+               f"Fig. 5B of every variant ({lengthgen} of each run{', ' + shown if shown else ''}), "
+               "Paper A's points as circles":
                    out / f"{layout.FIG_VARIANT_CURVES}.png"}
     outputs.text(pe_study_page(out, {k: str(v) for k, v in variants.items()}, header, rows, goal, figures),
                  out / layout.PE_STUDY_HTML)

@@ -38,14 +38,36 @@ def _architecture(folder: Path) -> tuple:
             pick("hidden_size", "n_embd"))
 
 
+def _encoding(folder: Path) -> str:
+    """The training-time positional encoding of a model folder's ``config.json``: posym's ``posym_pe``
+    (canonical; absent = ``rope``, :mod:`posym.model.pe`) and an HF family's RoPE settings where set."""
+    from posym.model.pe import CONFIG_ATTR, DEFAULT_PE, parse_pe
+
+    cfg = layout.read_json(Path(folder) / layout.CONFIG_JSON)
+    try:
+        pe = parse_pe(cfg.get(CONFIG_ATTR) or DEFAULT_PE).name
+    except PosymError:
+        pe = str(cfg.get(CONFIG_ATTR))
+    rope = [f"{k}={cfg[k]}" for k in ("rope_theta", "rope_scaling", "rope_parameters") if cfg.get(k) is not None]
+    return " ".join([pe, *rope])
+
+
 def check_targets(targets: list[tuple[int | None, Path]], task: str) -> None:
-    """Before any model is loaded: every folder of a series has one architecture (SPEC §3 curves compare
-    one model over training), and a vocabulary that holds the task's ids (SPEC §1.1)."""
+    """Before any model is loaded: every folder of a series has one architecture and one training-time
+    positional encoding (SPEC §3 curves compare one model over training), and a vocabulary that holds
+    the task's ids (SPEC §1.1)."""
     from posym.tasks import get_vocab
 
     need = get_vocab(task).size
     first = None
+    first_pe = None
     for _, folder in targets:
+        pe = _encoding(folder)
+        if first_pe is None:
+            first_pe = (folder, pe)
+        elif pe != first_pe[1]:
+            raise PosymError(f"the series mixes positional encodings: {first_pe[0]} has {first_pe[1]} but {folder} "
+                             f"has {pe}; score each model's checkpoints into its own table")
         vocab = layout.read_json(Path(folder) / layout.CONFIG_JSON).get("vocab_size")
         if isinstance(vocab, int) and vocab < need:
             raise PosymError(f"model at {folder} has vocab_size {vocab} < {need} of the {task} task")

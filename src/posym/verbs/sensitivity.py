@@ -9,19 +9,23 @@ from typing import Mapping
 
 from posym.errors import PosymError
 from posym.report.html import sensitivity_page
-from posym.report.sensitivity import (extrapolation_prediction, lengthgen_tables, plot_prediction, plot_variant_curves,
-                                      prediction_correlations, prediction_findings,
-                                      sensitivity_markdown, sensitivity_rows, sensitivity_table, variant_curves)
+from posym.report.sensitivity import (check_table_list, extrapolation_prediction, intervention_notes, lengthgen_tables,
+                                      plot_prediction, plot_variant_curves, prediction_correlations,
+                                      prediction_findings, sensitivity_markdown, sensitivity_rows, sensitivity_table,
+                                      variant_curves)
 from posym.runs import layout
+from posym.runs.tables import NO_INTERVENTION
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
 def check_variants(variants: Mapping[str, str | os.PathLike]) -> None:
-    """PosymError for a variant folder (or ``lengthgen`` table) that does not exist, or for one given
-    under two names."""
+    """PosymError for a variant folder (or ``lengthgen`` table) that does not exist, for one given
+    under two names, or for a table listed twice in one variant."""
     seen: dict[tuple[Path, ...], str] = {}
     for name, value in variants.items():
         tables = lengthgen_tables(value)
+        if tables is not None:
+            check_table_list(name, tables)
         paths = tables if tables is not None else [Path(value)]
         for p in paths:
             if not p.exists():
@@ -33,21 +37,28 @@ def check_variants(variants: Mapping[str, str | os.PathLike]) -> None:
 
 
 def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, *, predict: bool = True,
-                n: int = 256, force: bool = False, progress: bool = True) -> VerbResult:
+                n: int = 256, force: bool = False, progress: bool = True,
+                intervention: str = NO_INTERVENTION) -> VerbResult:
     """Write ``OUT/sensitivity.csv`` + ``.md`` + ``.html`` (the study as an HTML page), Fig. 5B of every
     variant (``OUT/fig5b_variants.csv`` + ``.png|pdf``) and, with ``predict``, ``OUT/prediction.csv`` +
-    ``prediction.png|pdf`` (Spearman rho in the figure titles)."""
+    ``prediction.png|pdf`` (Spearman rho in the figure titles). ``intervention``: whose rows of the
+    Fig. 5B-only variants' tables are shown (default the untouched model's; named in the text and the
+    page when the tables hold others); the reproductions' rows are the untouched model's."""
     check_variants(variants)
+    if intervention != NO_INTERVENTION and not any(lengthgen_tables(v) is not None for v in variants.values()):
+        raise PosymError(f"--intervention {intervention} selects the rows of a Fig. 5B-only variant's lengthgen "
+                         "tables (NAME=a.csv); no such variant is given (a reproduction's rows are the untouched model's)")
+    notes = intervention_notes(variants, intervention)  # every table read and value-checked before writing
     out = Path(out)
     files = [out / layout.SENSITIVITY, out / layout.SENSITIVITY_MD, out / layout.SENSITIVITY_HTML,
              out / layout.VARIANT_CURVES, *figure_paths(out / layout.FIG_VARIANT_CURVES)]
     if predict:
         files += [out / layout.PREDICTION, *figure_paths(out / layout.FIG_PREDICTION)]
     outputs = Outputs(files, force).check()
-    table = sensitivity_table(variants)
-    md = sensitivity_markdown(table)
+    table = sensitivity_table(variants, intervention)
+    md = sensitivity_markdown(table) + "".join(f"\n\nFig. 5B of {k}: {v}." for k, v in notes.items())
     pred = extrapolation_prediction(variants, n=n, progress=progress) if predict else None
-    curves = variant_curves(variants)
+    curves = variant_curves(variants, intervention)
     outputs.csv(table, out / layout.SENSITIVITY)
     outputs.text(md + "\n", out / layout.SENSITIVITY_MD)
     outputs.csv(curves, out / layout.VARIANT_CURVES)
@@ -59,7 +70,8 @@ def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLik
         outputs.figure(plot_prediction(pred, correlations=correlations), out / layout.FIG_PREDICTION)
         findings = prediction_findings(pred, correlations)
     header, rows = sensitivity_rows(table)
-    outputs.text(sensitivity_page(out, {k: str(v) for k, v in variants.items()}, header, rows, pred, findings),
+    shown = {k: str(v) + (f" (Fig. 5B: {notes[k]})" if k in notes else "") for k, v in variants.items()}
+    outputs.text(sensitivity_page(out, shown, header, rows, pred, findings),
                  out / layout.SENSITIVITY_HTML)
     lines = [md, *findings, f"wrote {out}"]
     return VerbResult(table, outputs.written, "\n".join(lines), {"prediction": pred})
