@@ -56,18 +56,24 @@ def test_classic_types_rule():
 
 
 def test_posym_types_rule():
-    assert posym_types(SCORES).tolist() == ["positional", "symbolic", "symbolic", "uninformative", "diffuse", "diffuse"]
-    assert posym_types(SCORES, min_mass=0.0).tolist()[3] == "symbolic"
-    assert posym_types(SCORES, max_entropy=None).tolist()[5] == "mixed"
-    assert posym_types(SCORES, gamma=0.01).tolist()[:3] == ["mixed", "mixed", "mixed"]
+    mean = dict(pure_fraction=0)  # the means alone decide
+    assert posym_types(SCORES, **mean).tolist() == ["positional", "symbolic", "symbolic", "uninformative", "diffuse",
+                                                    "diffuse"]
+    assert posym_types(SCORES, min_mass=0.0, **mean).tolist()[3] == "symbolic"
+    assert posym_types(SCORES, max_entropy=None, **mean).tolist()[5] == "mixed"
+    assert posym_types(SCORES, gamma=0.01, **mean).tolist()[:3] == ["mixed", "mixed", "mixed"]
     nan = SCORES.assign(s_pos=[np.nan, *SCORES.s_pos[1:]])
-    assert posym_types(nan).tolist()[0] == "uninformative"
+    assert posym_types(nan, **mean).tolist()[0] == "uninformative"
+    # the default needs the per-prompt fractions: one line naming them and the switch
+    with pytest.raises(PosymError, match=r"pure_fraction=0.9 needs the per-prompt fractions.*pure_fraction=0"):
+        posym_types(SCORES)
 
 
 def test_join_llm_heads_table_with_readings():
     table = _scores(SCORES.to_numpy().tolist(), mass="block_mass").assign(tau=1e-4, prompt_set="binding")
     readings = pd.DataFrame({"layer": [2, 0, 1, 0, 1, 2], "head": [1, 0, 0, 1, 1, 0],
                              "frac_positional": [0.1, 0.9, 0, 0, 0, 0.5], "frac_positional_lo": 0.0,
+                             "frac_symbolic": [0.0, 0.0, 0.95, 0.9, 0.5, 0.0],
                              "s_pos": 9.0})  # readings' own means are not copied
     det = DET.sample(frac=1.0, random_state=0).assign(sink=0.0)
     j = join_head_types(table.iloc[::-1], det, readings)
@@ -75,7 +81,8 @@ def test_join_llm_heads_table_with_readings():
     assert j["s_pos"].tolist() == SCORES["s_pos"].tolist()
     assert j["frac_positional"].tolist() == [0.9, 0, 0, 0, 0.5, 0.1] and "frac_positional_lo" in j
     assert j["classic_type"].tolist() == classic_types(DET).tolist()
-    assert j["posym_type"].tolist() == posym_types(SCORES).tolist()
+    assert j["posym_type"].tolist() == posym_types(SCORES, pure_fraction=0).tolist()  # every fraction >= 0.9
+    assert j["purity_fraction"].tolist()[:3] == [0.9, 0.9, 0.95] and np.isnan(j["purity_fraction"].iloc[3:]).all()
     assert {"block_mass", "sink", "prompt_set", "tau"} <= set(j.columns)
 
 
@@ -90,7 +97,12 @@ def test_join_refuses_bad_tables():
         join_head_types(SCORES.drop(columns="swap_mass"), DET)
     with pytest.raises(PosymError, match="no swap mass"):
         join_head_types(SCORES.assign(swap_mass=np.nan), DET)
-    assert join_head_types(SCORES.assign(swap_mass=np.nan), DET, min_mass=0)["posym_type"].tolist()[3] == "symbolic"
+    assert join_head_types(SCORES.assign(swap_mass=np.nan), DET, min_mass=0,
+                           pure_fraction=0)["posym_type"].tolist()[3] == "symbolic"
+    with pytest.raises(PosymError, match="per-prompt fractions"):
+        join_head_types(SCORES, DET)  # no readings: the purity rule cannot be read
+    with pytest.raises(PosymError, match="pure_fraction must be a number in"):
+        join_head_types(SCORES, DET, pure_fraction=1.5)
     with pytest.raises(PosymError, match="frac_"):
         join_head_types(SCORES, DET, DET[["layer", "head"]])
 
@@ -141,13 +153,16 @@ def test_type_correlations_exact_on_a_monotone_table_and_nan_rows():
 
 
 def test_contingency_counts():
-    j = join_head_types(SCORES, DET)
+    j = join_head_types(SCORES, DET, pure_fraction=0)
     tab = contingency(j)
-    assert list(tab.index) == [*CLASSIC_TYPES, "total"] and list(tab.columns) == [*POSYM_TYPES, "total"]
+    assert list(tab.index) == [*CLASSIC_TYPES, "total"]
+    assert list(tab.columns) == [*POSYM_TYPES, "total", "positional_purity", "symbolic_purity", "positional_mean_only",
+                                 "symbolic_mean_only", "sink_flagged"]
+    assert list(contingency(j[["classic_type", "posym_type"]]).columns) == [*POSYM_TYPES, "total"]
     assert tab.loc["previous_token", "positional"] == 1 and tab.loc["previous_token", "diffuse"] == 1
     assert tab.loc["induction", "symbolic"] == 1 and tab.loc["duplicate_token", "symbolic"] == 1
     assert tab.loc["sink", "uninformative"] == 1 and tab.loc["none", "diffuse"] == 1
     assert tab.loc["total", "total"] == 6 and tab.loc["total", "symbolic"] == 2 and tab.loc["sink", "total"] == 1
-    assert tab.drop(index="total", columns="total").to_numpy().sum() == 6
+    assert tab.drop(index="total", columns="total")[list(POSYM_TYPES)].to_numpy().sum() == 6
     with pytest.raises(PosymError, match="unknown head type"):
         contingency(j.assign(posym_type="weird"))
