@@ -28,7 +28,7 @@ def plot_head_type_planes(table: pd.DataFrame, title: str | None = None, ncols: 
     sets = list(dict.fromkeys(table["prompt_set"]))
     ncols = len(sets) if ncols is None else max(1, min(int(ncols), len(sets)))
     nrows = -(-len(sets) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(8.2 * ncols, 5.4 * nrows), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(nrows, ncols, figsize=(9.0 * ncols, 5.6 * nrows), squeeze=False, layout="constrained")
     for ax, s in zip(axes.ravel(), sets):
         plot_head_type_plane(table[table["prompt_set"] == s], ax=ax, title=SOURCE_TITLES.get(s, str(s)),
                              pure_fraction=pure_fraction)
