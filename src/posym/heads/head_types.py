@@ -362,9 +362,15 @@ def sink_counts(join: pd.DataFrame) -> dict[str, Any]:
             "sink_pure_positional": int((sinks["posym_type"] == "positional").sum())}
 
 
+def _mean_or_none(v: pd.Series, how: str = "mean") -> float | None:
+    v = v.dropna()
+    return float(getattr(v, how)()) if len(v) else None
+
+
 def pure_counts(join: pd.DataFrame) -> dict[str, Any]:
     """Per pure kind: heads typed pure, the mean and smallest ``purity_fraction`` among them, and the
-    heads pure on the mean only (``mean_type`` pure, ``posym_type`` not) with their mean fraction."""
+    heads pure on the mean only (``mean_type`` pure, ``posym_type`` not) with their mean fraction
+    (``None`` where there is none: the dict goes into ``head_types.json``)."""
     _need(join, ["posym_type"], "the join")
     out: dict[str, Any] = {}
     for kind in _PURE_FRAC:
@@ -373,9 +379,8 @@ def pure_counts(join: pd.DataFrame) -> dict[str, Any]:
         only = (join[(join["mean_type"] == kind) & (join["posym_type"] != kind)] if "mean_type" in join.columns
                 else join.iloc[:0])
         opf = only["purity_fraction"] if "purity_fraction" in join.columns else pd.Series(dtype=float)
-        out[kind] = {"heads": len(typed), "purity_mean": float(pf.mean()) if len(pf) else float("nan"),
-                     "purity_min": float(pf.min()) if len(pf) else float("nan"), "mean_only": len(only),
-                     "mean_only_purity_mean": float(opf.mean()) if len(opf) else float("nan")}
+        out[kind] = {"heads": len(typed), "purity_mean": _mean_or_none(pf), "purity_min": _mean_or_none(pf, "min"),
+                     "mean_only": len(only), "mean_only_purity_mean": _mean_or_none(opf)}
     return out
 
 

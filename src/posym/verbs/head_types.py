@@ -153,27 +153,25 @@ def headline_rho(corr: pd.DataFrame, heads: str = "informative") -> str:
 def _pure_line(s: str, counts: dict[str, Any], pure_fraction: float) -> list[str]:
     def part(kind: str) -> str:
         k = counts[kind]
-        pf = "" if not k["heads"] or np.isnan(k["purity_mean"]) else \
-            f" (pure on {k['purity_mean']:.0%} of the prompts on average, >= {k['purity_min']:.0%} each)"
-        return f"{k['heads']} {kind}{pf}"
+        pf = "" if k["purity_mean"] is None else \
+            f": pure on {k['purity_mean']:.0%} of the prompts on average, >= {k['purity_min']:.0%} each"
+        return f"  {kind} {k['heads']}{pf}"
 
-    only = counts["positional"]["mean_only"] + counts["symbolic"]["mean_only"]
-    rule = (f"pure on the mean over prompts and on >= {pure_fraction:.0%} of the prompts (--pure-fraction)"
-            if pure_fraction > 0 else "pure on the mean over prompts (--pure-fraction 0)")
-    lines = [f"{s}: pure heads, {rule}:", f"  {part('positional')}; {part('symbolic')}"]
+    rule = (f"on the mean and on >= {pure_fraction:.0%} of the prompts; --pure-fraction {pure_fraction:g}"
+            if pure_fraction > 0 else "on the mean over prompts; --pure-fraction 0")
+    lines = [f"{s}: pure heads ({rule}):", part("positional"), part("symbolic")]
     if pure_fraction > 0:
-        lines.append(f"  {only} more pure on the mean only (positional {counts['positional']['mean_only']}, "
-                     f"symbolic {counts['symbolic']['mean_only']}): pure on < {pure_fraction:.0%} of the prompts, "
-                     "typed mixed")
+        lines.append(f"  pure on the mean only (typed mixed): positional {counts['positional']['mean_only']}, "
+                     f"symbolic {counts['symbolic']['mean_only']}")
     return lines
 
 
-def _sink_line(s: str, k: dict[str, Any], sink_share: float) -> str:
+def _sink_line(s: str, k: dict[str, Any], sink_share: float) -> list[str]:
     pat = ", ".join(f"{t.replace('_', '-')} {n}" for t, n in k["sink_typed_pattern"].items())
     typed = f"{k['sink_typed_sink']} typed sink" + (f", {sum(k['sink_typed_pattern'].values())} typed by their "
                                                      f"pattern ({pat})" if pat else "")
-    return (f"{s}: {k['sink_heads']} sink heads (first-token share >= {sink_share:g}; {typed}); "
-            f"{k['sink_pure_symbolic']} read pure symbolic, {k['sink_pure_positional']} pure positional")
+    return [f"{s}: {k['sink_heads']} sink heads (first-token share >= {sink_share:g}): {typed}",
+            f"  of them {k['sink_pure_symbolic']} read pure symbolic, {k['sink_pure_positional']} pure positional"]
 
 
 def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, tokenizer: Any = None,
@@ -301,11 +299,12 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
     for s, corr, cont in zip(sources, corrs, conts):
         lines += [f"{s}: Spearman rho(detector, s_sym - s_pos), 95% bootstrap CI, p from {n_null} label shuffles",
                   _fmt_corr(corr),
-                  f"{s}: classic type (rows) x posym type (columns), heads; (x.xx): mean share of prompts on",
-                  f"which they are pure; mean-only: pure on the mean, on < {pure_fraction:.0%} of the prompts; "
-                  f"sink-flag: first token >= {SINK_SHARE:g}",
+                  f"{s}: classic type (rows) x posym type (columns), heads. positional, symbolic: count (mean",
+                  f"share of prompts on which they are pure); mean-only: pure on the mean over prompts but on",
+                  f"< {pure_fraction:.0%} of them (counted mixed); sink-flag: first-token share >= {SINK_SHARE:g}, "
+                  "whatever the type",
                   format_contingency(cont), *_pure_line(s, pures[s], pure_fraction),
-                  _sink_line(s, sinks[s], SINK_SHARE)]
+                  *_sink_line(s, sinks[s], SINK_SHARE)]
     lines += [f"wrote {len(outputs.written)} files to {out}{os.sep}", READ_POINTER]
     text = "\n".join(lines)
     return VerbResult(table, outputs.written, text, {"correlations": corr_t, "contingency": cont_t, "meta": meta})
