@@ -249,6 +249,10 @@ def test_a_head_pure_on_k_of_n_prompts_gets_fraction_k_over_n():
     assert _k_of_n_join(0.8)["posym_type"].tolist() == ["positional", "positional", "positional", "mixed"]
     assert _k_of_n_join(0.3)["posym_type"].tolist()[3] == "symbolic"
     assert _k_of_n_join(0)["posym_type"].tolist() == j["mean_type"].tolist()
+    sc = _k_of_n()
+    other = per_prompt_kinds(sc, gamma=0.05, min_mass=0.01, n_boot=5)  # read at another γ: refused
+    with pytest.raises(PosymError, match="read with gamma 0.05 and the heads are typed with gamma 0.1"):
+        join_head_types(sc.to_frame(), _det([(0, h, 0.1, 0.1, 0.1, 0.1) for h in range(4)]), other)
     tab = contingency(j)
     assert tab.loc["total", "positional"] == 2 and tab.loc["total", "positional_purity"] == pytest.approx(0.95)
     assert tab.loc["total", "positional_mean_only"] == 1 and tab.loc["total", "symbolic_mean_only"] == 1

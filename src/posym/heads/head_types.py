@@ -198,7 +198,8 @@ def join_head_types(scores_table: pd.DataFrame, detectors: pd.DataFrame, reading
     table (``layer, head, s_pos, s_sym, entropy`` and ``swap_mass`` or ``block_mass``).
     detectors: :func:`posym.heads.detectors.detector_scores`. readings (optional):
     :func:`posym.heads.prompt_readings.per_prompt_kinds`; its ``frac_*`` columns (and intervals) are
-    added; they are needed unless ``pure_fraction=0`` (the means alone decide). Heads missing from the
+    added; they are needed unless ``pure_fraction=0`` (the means alone decide) and must be read with
+    this ``gamma`` and ``min_mass`` (their ``gamma`` / ``min_mass`` columns). Heads missing from the
     detector table are an error. Columns: the scores table's, the detector columns, the ``frac_*``
     columns, ``classic_type``, ``is_sink``, ``mean_type``, ``purity_fraction``, ``posym_type``
     (module doc for the rules); sorted by layer and head.
@@ -219,6 +220,12 @@ def join_head_types(scores_table: pd.DataFrame, detectors: pd.DataFrame, reading
         frac = [c for c in readings.columns if c.startswith("frac_")]
         if not frac:
             raise PosymError("the readings table has no frac_* column (use per_prompt_kinds)")
+        for name, want in (("gamma", check_gamma(gamma)), ("min_mass", check_min_mass(min_mass))):
+            got = readings[name].dropna().unique() if name in readings.columns else []
+            if len(got) and not np.allclose(got, want, rtol=0, atol=1e-12):
+                raise PosymError(f"the readings were read with {name} {', '.join(f'{g:g}' for g in got)} and the "
+                                 f"heads are typed with {name} {want:g}: pass the same {name} to per_prompt_kinds "
+                                 "and join_head_types")
         out = out.merge(readings[_KEYS + frac], on=_KEYS, how="left", validate="one_to_one")
     out["classic_type"] = classic_types(out, sink_share=sink_share, threshold=threshold)
     out["is_sink"] = sink_flags(out, sink_share=sink_share)
