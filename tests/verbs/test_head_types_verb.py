@@ -203,3 +203,13 @@ def test_printed_p_at_the_floor_of_the_shuffles():
                       "duplicate_token": np.random.default_rng(1).random(60), "first_token": z[::-1]})
     text = _fmt_corr(type_correlations(t, n_boot=20, n_null=1000).assign(heads="all"))
     assert text.count("< 0.001") >= 2 and "0.000999" not in text and "0.001" not in text.replace("< 0.001", "")
+
+
+def test_sink_lines_stay_narrow_and_name_the_pattern_types():
+    from posym.verbs.head_types import WIDTH, _sink_line
+
+    k = {"sink_heads": 277, "sink_typed_sink": 274, "sink_pure_symbolic": 173, "sink_pure_positional": 109,
+         "sink_typed_pattern": {"previous_token": 1, "induction": 1, "duplicate_token": 1}}
+    lines = _sink_line("repeated", k, 0.5)
+    assert max(map(len, lines)) <= WIDTH and "3 typed by their pattern" in lines[0]
+    assert lines[1] == "  by pattern: previous-token 1, induction 1, duplicate-token 1"

@@ -167,10 +167,10 @@ def _pure_line(s: str, counts: dict[str, Any], pure_fraction: float) -> list[str
 
 
 def _sink_line(s: str, k: dict[str, Any], sink_share: float) -> list[str]:
-    pat = ", ".join(f"{t.replace('_', '-')} {n}" for t, n in k["sink_typed_pattern"].items())
-    typed = f"{k['sink_typed_sink']} typed sink" + (f", {sum(k['sink_typed_pattern'].values())} typed by their "
-                                                     f"pattern ({pat})" if pat else "")
-    return [f"{s}: {k['sink_heads']} sink heads (first-token share >= {sink_share:g}): {typed}",
+    by = k["sink_typed_pattern"]
+    pat = ", ".join(f"{t.replace('_', '-')} {n}" for t, n in by.items())
+    return [f"{s}: {k['sink_heads']} sink heads (first-token share >= {sink_share:g}): {k['sink_typed_sink']} "
+            f"typed sink, {sum(by.values())} typed by their pattern", *([f"  by pattern: {pat}"] if pat else []),
             f"  of them {k['sink_pure_symbolic']} read pure symbolic, {k['sink_pure_positional']} pure positional"]
 
 
