@@ -350,7 +350,8 @@ def _cmd_llm_heads(a):
 def _cmd_head_types(a):
     from posym.verbs.head_types import head_types
     _show(head_types(a.model, a.gguf, prompts=a.prompts, swap_exclude=a.swap_exclude, n=a.n, length=a.length,
-                     seed=a.seed, tau=a.tau, gamma=a.gamma, min_mass=a.min_mass, n_boot=a.n_boot, n_null=a.n_null,
+                     seed=a.seed, tau=a.tau, gamma=a.gamma, min_mass=a.min_mass, pure_fraction=a.pure_fraction,
+                     n_boot=a.n_boot, n_null=a.n_null,
                      window_length=a.window_length, n_entities=a.entities, n_examples=a.n_examples,
                      device=a.device, dtype=a.dtype, batch_size=a.batch_size, threads=a.threads, out=a.out,
                      force=a.force, progress=not a.quiet))
@@ -708,6 +709,9 @@ def build_parser() -> argparse.ArgumentParser:
     ht.add_argument("--gamma", type=gamma_type, default=0.1, help="purity tolerance of the readings, in (0, 0.5)")
     ht.add_argument("--min-mass", type=finite_float, default=reading.MIN_MASS,
                     help=f"a prompt's reading is uninformative below this swap mass (default {reading.MIN_MASS:g})")
+    ht.add_argument("--pure-fraction", type=finite_float, default=None,
+                    help="a head pure on the mean over prompts is typed pure only when it is pure of that kind on "
+                         "at least this share of the prompts (0..1; default 0.9; 0 = the mean alone decides)")
     ht.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples of the 95%% CIs")
     ht.add_argument("--n-null", type=positive_int, default=1000, help="shuffles of the null of the correlations")
     ht.add_argument("--window-length", type=positive_int, default=12, help="target-window length of the 1-hop sets")

@@ -127,23 +127,58 @@ def correlations(join: pd.DataFrame, min_mass: float, *, n_boot: int, n_null: in
 
 
 def _fmt_corr(corr: pd.DataFrame) -> str:
-    t = corr.assign(ci=[f"[{lo:+.2f}, {hi:+.2f}]" for lo, hi in zip(corr["rho_lo"], corr["rho_hi"])])
-    t = t[["detector", "heads", "n_heads", "rho", "ci", "p_value"]].rename(columns={"n_heads": "n", "p_value": "p"})
-    return t.to_string(index=False, formatters={"rho": "{:+.2f}".format, "p": "{:.3g}".format})
+    from posym.heads.head_types import format_p
+
+    t = corr.assign(ci=[f"[{lo:+.2f}, {hi:+.2f}]" for lo, hi in zip(corr["rho_lo"], corr["rho_hi"])],
+                    p=[format_p(p, b, f) for p, b, f in zip(corr["p_value"], corr["n_null"], corr["p_at_floor"])])
+    t = t[["detector", "heads", "n_heads", "rho", "ci", "p"]].rename(columns={"n_heads": "n"})
+    return t.to_string(index=False, formatters={"rho": "{:+.2f}".format})
 
 
-def sink_counts(join: pd.DataFrame) -> dict[str, int]:
-    """Sink heads (``classic_type == "sink"``) and how many of them read pure symbolic — the reading
-    that the start-token exclusion is for (docs/llm.md)."""
-    sinks = join[join["classic_type"] == "sink"]
-    return {"sink_heads": len(sinks), "sink_pure_symbolic": int((sinks["posym_type"] == "symbolic").sum()),
-            "sink_pure_positional": int((sinks["posym_type"] == "positional").sum())}
+def headline_rho(corr: pd.DataFrame, heads: str = "informative") -> str:
+    """The headline of the printed summary: Spearman ρ(detector, s_SYM − s_POS) with its 95 %
+    percentile-bootstrap CI over heads, one column per prompt set (``prompt_set`` of the stacked
+    correlation table), the detectors as rows, over ``heads`` (``informative``: swap mass >= the
+    floor), and the number of heads per set."""
+    t = corr[corr["heads"] == heads]
+    sets = list(dict.fromkeys(t["prompt_set"]))
+    dets = list(dict.fromkeys(t["detector"]))
+    cell = {(r.prompt_set, r.detector): (f"{r.rho:+.2f} [{r.rho_lo:+.2f},{r.rho_hi:+.2f}]" if np.isfinite(r.rho_lo)
+                                         else f"{r.rho:+.2f}") for r in t.itertuples()}
+    table = pd.DataFrame({s: [cell.get((s, d), "") for d in dets] for s in sets}, index=dets)
+    n = ", ".join(f"{s} {int(t[t['prompt_set'] == s]['n_heads'].max())}" for s in sets)
+    return f"{table.to_string()}\nheads ({heads}): {n}"
+
+
+def _pure_line(s: str, counts: dict[str, Any], pure_fraction: float) -> list[str]:
+    def part(kind: str) -> str:
+        k = counts[kind]
+        pf = "" if k["purity_mean"] is None else \
+            f": pure on {k['purity_mean']:.0%} of the prompts on average, >= {k['purity_min']:.0%} each"
+        return f"  {kind} {k['heads']}{pf}"
+
+    rule = (f"on the mean and on >= {pure_fraction:.0%} of the prompts; --pure-fraction {pure_fraction:g}"
+            if pure_fraction > 0 else "on the mean over prompts; --pure-fraction 0")
+    lines = [f"{s}: pure heads ({rule}):", part("positional"), part("symbolic")]
+    if pure_fraction > 0:
+        lines.append(f"  pure on the mean only (typed mixed): positional {counts['positional']['mean_only']}, "
+                     f"symbolic {counts['symbolic']['mean_only']}")
+    return lines
+
+
+def _sink_line(s: str, k: dict[str, Any], sink_share: float) -> list[str]:
+    by = k["sink_typed_pattern"]
+    pat = ", ".join(f"{t.replace('_', '-')} {n}" for t, n in by.items())
+    return [f"{s}: {k['sink_heads']} sink heads (first-token share >= {sink_share:g}): {k['sink_typed_sink']} "
+            f"typed sink, {sum(by.values())} typed by their pattern", *([f"  by pattern: {pat}"] if pat else []),
+            f"  of them {k['sink_pure_symbolic']} read pure symbolic, {k['sink_pure_positional']} pure positional"]
 
 
 def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, tokenizer: Any = None,
                prompts: str | Sequence[str] = PROMPT_SOURCES, swap_exclude: str = DEFAULT_SWAP_EXCLUDE,
                n: int = 32, length: int = DEFAULT_REPEAT_LENGTH, seed: int = 0, tau: float | None = None,
-               gamma: float = 0.1, min_mass: float | None = None, n_boot: int = 1000, n_null: int = 1000,
+               gamma: float = 0.1, min_mass: float | None = None, pure_fraction: float | None = None,
+               n_boot: int = 1000, n_null: int = 1000,
                window_length: int | None = None, n_entities: int | None = None, n_examples: int | None = None,
                device: str | None = None, dtype: Any = None, batch_size: int = 8, threads: int | None = None,
                out: str | os.PathLike | None = None, force: bool = False, progress: bool = True) -> VerbResult:
@@ -158,7 +193,9 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
     sequence's length (prompts of ``1 + 2·length`` tokens); ``swap_exclude``: ``bos`` | ``none`` |
     ``first:K`` (:func:`posym.heads.swaps.parse_swap_exclude`); ``tau``: τ of the swap weights (SPEC
     §3); ``gamma``: purity tolerance of the per-prompt readings; ``min_mass``: below it a prompt's
-    reading is uninformative; ``n_boot`` / ``n_null``: bootstrap resamples of the CIs and shuffles of
+    reading is uninformative; ``pure_fraction``: a head pure on the mean is typed pure only when it is
+    pure of that kind on at least this share of the prompts (default ``None``: 0.9; 0: the mean alone decides;
+    :func:`posym.heads.head_types.posym_types`); ``n_boot`` / ``n_null``: bootstrap resamples of the CIs and shuffles of
     the null; ``window_length``, ``n_entities``, ``n_examples``: as ``posym llm heads``.
     """
     import torch
@@ -166,7 +203,8 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
 
     from posym.checks import check_gamma
     from posym.heads.detectors import detector_scores
-    from posym.heads.head_types import contingency, join_head_types
+    from posym.heads.head_types import SINK_SHARE, check_pure_fraction, contingency, format_contingency, \
+        join_head_types, pure_counts, sink_counts
     from posym.heads.llm_heads import _load, check_min_mass
     from posym.heads.prompt_readings import per_prompt_kinds
     from posym.heads.reading import MIN_MASS, READ_POINTER
@@ -185,6 +223,7 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
     tau = tau[0]
     gamma = check_gamma(gamma)
     min_mass = check_min_mass(MIN_MASS if min_mass is None else min_mass)
+    pure_fraction = check_pure_fraction(pure_fraction)
     exclude = parse_swap_exclude(swap_exclude, np.zeros((1, 1 + 2 * length), dtype=np.int64))
     window_length = DEFAULT_LENGTH if window_length is None else positive_int(window_length, "window_length")
     n_entities = DEFAULT_N_ENTITIES if n_entities is None else positive_int(n_entities, "n_entities")
@@ -221,7 +260,8 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
             bar.set_postfix_str(s)
             sc = source_scores(lm, s, rep, built[s], tau, exclude, batch_size)
             readings = per_prompt_kinds(sc, gamma=gamma, min_mass=min_mass, tau_index=0, n_boot=n_boot, seed=seed)
-            join = join_head_types(sc.to_frame(), det, readings, gamma=gamma, min_mass=min_mass)
+            join = join_head_types(sc.to_frame(), det, readings, gamma=gamma, min_mass=min_mass,
+                                   pure_fraction=pure_fraction)
             joins.append(join.assign(prompt_set=s))
             corrs.append(correlations(join, min_mass, n_boot=n_boot, n_null=n_null, seed=seed).assign(prompt_set=s))
             conts.append(contingency(join))
@@ -230,11 +270,13 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
     table, corr_t = (lead(pd.concat(x, ignore_index=True)) for x in (joins, corrs))
     cont_t = lead(pd.concat([c.reset_index().assign(prompt_set=s) for s, c in zip(sources, conts)], ignore_index=True))
     sinks = {s: sink_counts(j) for s, j in zip(sources, joins)}
+    pures = {s: pure_counts(j) for s, j in zip(sources, joins)}
     meta = {"model": label, "prompts": list(sources), "n": n, "repeat_length": length, "seed": int(seed),
-            "tau": tau, "gamma": gamma, "min_mass": min_mass, "swap_exclude": str(swap_exclude),
+            "tau": tau, "gamma": gamma, "min_mass": min_mass, "pure_fraction": pure_fraction,
+            "sink_share": SINK_SHARE, "swap_exclude": str(swap_exclude),
             "exclude_keys": list(exclude), "n_boot": n_boot, "n_null": n_null, "window_length": window_length,
             "n_entities": n_entities, "n_examples": n_examples, "detectors_on": "repeated",
-            "repeated_tokens": int(rep.shape[1]), "sinks": sinks}
+            "repeated_tokens": int(rep.shape[1]), "sinks": sinks, "pure": pures}
 
     # ---- write
     outputs.csv(table, out / layout.HEAD_TYPES)
@@ -242,25 +284,31 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
     outputs.csv(cont_t, out / layout.HEAD_TYPES_CONTINGENCY)
     outputs.json(meta, out / layout.HEAD_TYPES_JSON)
     outputs.figure(plot_head_type_planes(table, title=f"{label} (swap exclusion: {swap_exclude})",
-                                        ncols=2 if len(sources) > 2 else None), stem)
+                                        ncols=2 if len(sources) > 2 else None, pure_fraction=pure_fraction), stem)
 
     # ---- the printed summary (narrow)
     excl = f"{swap_exclude} (keys {', '.join(map(str, exclude))})" if exclude else "none (SPEC §3: every key)"
     lines = [f"model: {label}",
              f"prompts: {', '.join(sources)}; {n} each; repeated: {rep.shape[1]} tokens",
-             f"tau {tau:g}; gamma {gamma:g}; min mass {min_mass:g}; swap exclusion: {excl}",
-             "classic types: detectors on the repeated sequences (docs/spec.md §7)"]
+             f"tau {tau:g}; gamma {gamma:g}; min mass {min_mass:g}; pure fraction {pure_fraction:g}; "
+             f"swap exclusion: {excl}",
+             "classic types: detectors on the repeated sequences (docs/spec.md §7)",
+             "Spearman rho(detector, s_sym - s_pos) per prompt set, heads with swap mass >= min mass,",
+             f"95% percentile-bootstrap CI over heads ({n_boot} resamples):",
+             headline_rho(corr_t)]
     for s, corr, cont in zip(sources, corrs, conts):
-        k = sinks[s]
-        lines += [f"{s}: Spearman rho(detector, s_sym - s_pos), 95% bootstrap CI, shuffled-label p",
-                  _fmt_corr(corr), f"{s}: classic type (rows) x posym type (columns), heads",
-                  cont.rename(columns={"uninformative": "uninform."}).to_string(),
-                  f"{s}: {k['sink_heads']} sink heads, {k['sink_pure_symbolic']} read pure symbolic, "
-                  f"{k['sink_pure_positional']} pure positional"]
+        lines += [f"{s}: Spearman rho(detector, s_sym - s_pos), 95% bootstrap CI, p from {n_null} label shuffles",
+                  _fmt_corr(corr),
+                  f"{s}: classic type (rows) x posym type (columns), heads. positional, symbolic: count (mean",
+                  f"share of prompts on which they are pure); mean-only: pure on the mean over prompts but on",
+                  f"< {pure_fraction:.0%} of them (counted mixed); sink-flag: first-token share >= {SINK_SHARE:g}, "
+                  "whatever the type",
+                  format_contingency(cont), *_pure_line(s, pures[s], pure_fraction),
+                  *_sink_line(s, sinks[s], SINK_SHARE)]
     lines += [f"wrote {len(outputs.written)} files to {out}{os.sep}", READ_POINTER]
     text = "\n".join(lines)
     return VerbResult(table, outputs.written, text, {"correlations": corr_t, "contingency": cont_t, "meta": meta})
 
 
 __all__ = ["DEFAULT_REPEAT_LENGTH", "DEFAULT_SWAP_EXCLUDE", "HEAD_TYPES_OUT_ROOT", "PROMPT_SOURCES", "correlations",
-           "head_types", "head_types_out", "parse_sources", "repeated_ids", "sink_counts", "source_scores"]
+           "head_types", "head_types_out", "headline_rho", "parse_sources", "repeated_ids", "source_scores"]
