@@ -87,3 +87,14 @@ def test_dynamics_refuses_scores_of_several_interventions(tmp_path):
     assert not (tmp_path / "purity_gamma0.1.csv").exists()
     t.assign(intervention="none").to_csv(tmp_path / "scores.csv", index=False)
     assert list(dynamics(tmp_path, gammas=[0.1]).table["kind"]) == ["positional", "symbolic", "mixed"]
+
+
+def test_dynamics_of_one_intervened_table_records_the_intervention(tmp_path):
+    """Scores of one non-`none` intervention: the purity tables carry it (the aggregation reads only
+    untouched tables), and the summary and figure title say so (issue 34: it was written unrecorded)."""
+    _table().assign(intervention="ntk:kappa=4").to_csv(tmp_path / "scores.csv", index=False)
+    res = dynamics(tmp_path, gammas=[0.1])
+    purity = pd.read_csv(tmp_path / "purity_gamma0.1.csv")
+    counts = pd.read_csv(tmp_path / "pure_counts_gamma0.1.csv")
+    assert set(purity["intervention"]) == {"ntk:kappa=4"} and set(counts["intervention"]) == {"ntk:kappa=4"}
+    assert "measured under the intervention ntk:kappa=4" in res.summary

@@ -15,7 +15,7 @@ from posym.heads.dynamics import (accuracy_keys, load_scores, pure_counts, purit
                                   trainer_eval_history)
 from posym.runs import layout
 from posym.runs.lock import in_progress_note
-from posym.runs.tables import INTERVENTION, read_run_table
+from posym.runs.tables import INTERVENTION, read_table, with_intervention
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
@@ -48,6 +48,7 @@ def dynamics(run: str | os.PathLike, *, gammas: Sequence[float] = (0.1,), tau: f
         raise PosymError(f"the scores of {run} were measured under {scores[INTERVENTION].nunique()} interventions "
                          f"({', '.join(map(str, dict.fromkeys(scores[INTERVENTION])))}); Fig. 2 reads one: score "
                          "each intervention into its own table (posym scores --intervene ... --out)")
+    iv = str(scores[INTERVENTION].iloc[0]) if INTERVENTION in scores and len(scores) else "none"
     n_layers = int(scores["layer"].max()) + 1
     bad_layers = [lay for lay in layers or () if not 0 <= lay < n_layers]
     if bad_layers:
@@ -61,13 +62,19 @@ def dynamics(run: str | os.PathLike, *, gammas: Sequence[float] = (0.1,), tau: f
     for g in gammas:
         purity = purity_table(scores, gamma=g)
         counts = pure_counts(purity, np.sort(scores["step"].unique()))
+        if iv != "none":  # the tables say what they read; the aggregation keeps them apart from untouched ones
+            purity, counts = with_intervention(purity, iv), with_intervention(counts, iv)
         outputs.csv(purity, out_dir / layout.purity(g))
         outputs.csv(counts, out_dir / layout.pure_counts(g))
         fig = plot_fig2(metrics, scores, counts, None if layers is None else list(layers), eval_history=history,
-                        title=f"{run.name} (γ = {g:g}, τ = {float(scores['tau'].iloc[0]):g})")
+                        title=f"{run.name} (γ = {g:g}, τ = {float(scores['tau'].iloc[0]):g}"
+                              + (f", {iv})" if iv != "none" else ")"))
         outputs.figure(fig, layout.figure(out_dir, layout.fig2(g)))
         tables[g] = purity
         lines += [f"gamma={g:g}:", purity.to_string(index=False)]
+    if iv != "none":
+        lines.append(f"note: the scores were measured under the intervention {iv}; the purity tables carry it "
+                     "in their intervention column (the reproduction's aggregation reads only untouched ones)")
     if source.startswith("left out"):
         lines.append(f"note: Fig. 2 panel A left out: {NO_ACCURACY_NOTE}")
     note = in_progress_note(run, int(scores["step"].max()))
@@ -79,8 +86,11 @@ def _accuracy_source(run: Path) -> tuple[pd.DataFrame, pd.DataFrame | None, str]
     """``(metrics, eval_history, description)`` for panel A: ``metrics.csv`` when the run has
     validation rows, else the HF ``Trainer``'s ``eval_*`` log entries, else neither."""
     metrics_path = run / layout.METRICS
-    metrics = (read_run_table(metrics_path, "metrics") if metrics_path.is_file()
-               else pd.DataFrame(columns=["split", "step", "acc"]))
+    metrics = read_table(metrics_path) if metrics_path.is_file() else pd.DataFrame(columns=["split", "step", "acc"])
+    missing = [c for c in ("split", "step", "acc") if c not in metrics]  # what panel A reads
+    if missing:
+        raise PosymError(f"{metrics_path} is not a valid {layout.METRICS} table: it lacks the column(s) "
+                         f"{', '.join(missing)}; restore it, or move it away to draw Fig. 2 without panel A")
     if (metrics["split"] == "val").any():
         return metrics, None, f"validation accuracy per hop from {layout.METRICS}"
     state = layout.hf_trainer_state(run)
