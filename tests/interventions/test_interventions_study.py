@@ -33,7 +33,7 @@ def test_the_study_writes_tables_figures_page_and_continues(runs, tmp_path, monk
     res = interventions([runs / "number", runs / "letter"], out, **args)
     s = res.table
     assert set(zip(s["task"], s["intervention"])) == {(t, i) for t in ("number", "letter") for i in
-                                                       ("none", "ntk:kappa=4", "temperature:beta=1,n_train=17")}
+                                                       ("none", "ntk:kappa=4", "temperature:beta=1,n_train=17,floor=1")}
     assert (s.loc[s["intervention"] == "ntk:kappa=4", "prediction"] != "").all()
     for f in ("interventions.csv", "interventions.md", "interventions.html", "interventions.json",
               "interventions_lengthgen.csv", "fig5b_interventions_number.png", "intervention_heads_letter.png",
