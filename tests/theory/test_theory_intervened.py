@@ -249,6 +249,34 @@ def test_cli_intervene_writes_the_table_and_keeps_fig5a(tmp_path, capsys):
         assert err.startswith("posym: error:") and needle in err and err.count("\n") == 1 and not bad.exists()
 
 
+@pytest.mark.parametrize("spec", ["ntk:kappa=1e300", "ntk:kappa=1e29", "temperature:beta=1e308", "rope-base:theta=1e-300"])
+def test_an_extreme_intervention_is_refused_before_fig5a_is_written(tmp_path, spec):
+    """Probe W2: ``--intervene ntk:kappa=1e300`` wrote Fig. 5A and then refused."""
+    from posym.errors import PosymError
+    from posym.verbs.theory import discrepancy
+
+    with pytest.raises(PosymError) as e:
+        discrepancy(tmp_path / "t", n_max=30, intervene=[spec], lengths=[17, 117], progress=False)
+    assert "\n" not in str(e.value) and not (tmp_path / "t").exists()
+
+
+def test_a_refusal_while_computing_writes_nothing(tmp_path, monkeypatch):
+    """Every table is computed before the first file is written, so a refusal in the intervened table
+    leaves no Fig. 5A behind (and the corrected call needs no --force)."""
+    import posym.theory.intervened as iv
+    from posym.errors import PosymError
+    from posym.verbs.theory import discrepancy
+
+    def refuse(*a, **k):
+        raise PosymError("refused")
+    monkeypatch.setattr(iv, "intervened_table", refuse)
+    with pytest.raises(PosymError, match="refused"):
+        discrepancy(tmp_path / "t", n_max=30, intervene=["ntk:kappa=4"], lengths=[17, 117], progress=False)
+    assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())
+    monkeypatch.undo()
+    discrepancy(tmp_path / "t", n_max=30, intervene=["ntk:kappa=4"], lengths=[17, 117], progress=False)
+
+
 def test_figure_panels_and_legend():
     import pandas as pd
 
