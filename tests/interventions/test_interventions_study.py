@@ -91,6 +91,11 @@ def test_grid_and_family_helpers():
     assert family("freq-mask:keep=1+2,layers=1+3") == "freq-mask@index" and family("ntk:kappa=2") == "ntk"
     fams = {family(g) for g in grid} - {"none"}
     assert all((f, t) in PREDICTION for f in fams for t in ("number", "letter"))
+    from posym.interventions import describe, parse_intervention
+
+    assert all(describe(parse_intervention(g)) == g for g in grid)  # canonical strings (the floor written)
+    assert "temperature:beta=0.5,n_train=17,floor=1" in grid
+    assert "freq-mask:keep=none" in study_grid(2)  # 75 % of 2 IDs dropped: none kept, said so
 
 
 def test_layers_index_is_each_models_own_index_layers():

@@ -75,7 +75,7 @@ def study_grid(n_pairs: int, index_layers: Sequence[int] = ()) -> list[str]:
     grid += [f"ntk:kappa={k}" for k in (2, 4, 8)]
     grid += ["interpolate:n_train=17", "interpolate:factor=2", "interpolate:factor=4"]
     for frac in (0.25, 0.5, 0.75):
-        keep = "+".join(str(i) for i in drop_lowest(n_pairs, frac))
+        keep = "+".join(str(i) for i in drop_lowest(n_pairs, frac)) or "none"  # none kept: freq-mask:keep=none
         grid.append(f"freq-mask:keep={keep}")
         if index_layers:
             grid.append(f"freq-mask:keep={keep},layers=" + "+".join(str(l) for l in sorted(index_layers)))

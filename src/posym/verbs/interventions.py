@@ -317,6 +317,8 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
             "heads_lengths": lengths, "heads_n": heads_n, "best_of": str(best_of) if best_of else None,
             "intervene": given}
     _record(out, call)  # an unreadable record is refused before any work
+    if out.is_dir():
+        _collect(out)  # every model folder's tables readable (checked) before this call measures anything
     refuse_live_outputs([out / label / layout.LENGTHGEN for label in labels] + [out / layout.INTERVENTIONS])
     done_lines = []
     for label, run in labels.items():
