@@ -169,6 +169,7 @@ def test_canonical_string_round_trips():
                                        ("temperature:beta=1,floor=2", "floor must be 1"),
                                        ("temperature:beta=1,floor=yes", "floor must be 1"),
                                        ("temperature:beta=1,form=ssmax,floor=0", "log form only"),
+                                       ("temperature:beta=0,form=ssmax", "uniform attention"),
                                        ("temperature:n_train=17", "needs beta"),
                                        ("temperature:beta=1,gamma=2", "unknown key"),
                                        ("temperature:beta", "key=value"),

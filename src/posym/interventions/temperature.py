@@ -56,8 +56,8 @@ class Temperature:
 
 
 def check_temperature(beta: float, n_train: int, form: str) -> tuple[float, int, str]:
-    """``(beta, n_train, form)`` checked: β in ``[0, MAX_BETA]``, ``n_train`` an integer in
-    ``1..MAX_N_TRAIN``, ``form`` one of :data:`FORMS`; a one-line PosymError otherwise."""
+    """``(beta, n_train, form)`` checked: β in ``[0, MAX_BETA]`` (> 0 for SSMax), ``n_train`` an integer
+    in ``1..MAX_N_TRAIN``, ``form`` one of :data:`FORMS`; a one-line PosymError otherwise."""
     try:
         b = float(beta)
     except (TypeError, ValueError):
@@ -70,6 +70,9 @@ def check_temperature(beta: float, n_train: int, form: str) -> tuple[float, int,
                          "(the training length, 17 for posym runs)")
     if form not in FORMS:
         raise PosymError(f"temperature: form={form!r} is not one of {', '.join(FORMS)}")
+    if form == "ssmax" and b == 0:
+        raise PosymError("temperature: beta=0 with form=ssmax sets every logit to 0 (uniform attention); "
+                         "give beta > 0, e.g. beta=0.35 (1/ln 17)")
     return b, n_train, form
 
 
