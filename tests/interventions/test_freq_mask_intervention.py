@@ -118,7 +118,9 @@ def test_bad_masks_are_one_line_errors_and_canonical_strings():
     assert not any(m._forward_hooks for m in model.modules())
     assert describe(FreqMask((1, 2, 3), (0,))) == "freq-mask:keep=1+2+3,layers=0"
     assert parse_intervention("freq-mask:keep=3+1+2,layers=0") == FreqMask((1, 2, 3), (0,))
-    assert parse_intervention("freq-mask:keep=") == FreqMask(())
-    for text, msg in [("freq-mask:layers=0", "needs keep"), ("freq-mask:keep=0", "start at 1"), ("freq-mask:keep=a", "integers")]:
+    assert parse_intervention("freq-mask:keep=none") == FreqMask(())  # dropping every frequency: said so
+    assert describe(FreqMask(())) == "freq-mask:keep=none"
+    for text, msg in [("freq-mask:layers=0", "needs keep"), ("freq-mask:keep=0", "start at 1"), ("freq-mask:keep=a", "integers"),
+                      ("freq-mask:keep=", "keep=none drops every frequency"), ("freq-mask:keep=1+", "integers")]:
         with pytest.raises(PosymError, match=msg):
             parse_intervention(text)

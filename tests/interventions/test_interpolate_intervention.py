@@ -185,3 +185,19 @@ def test_interventions_keep_a_posym_training_time_variant(pe):
                 assert torch.equal(table[:, 4:half], torch.zeros_like(table[:, 4:half])), text  # sin of pairs 4..7
                 assert torch.equal(table[:, half + 4:], torch.ones_like(table[:, half + 4:])), text
                 assert not torch.equal(table[:, :4], torch.zeros_like(table[:, :4]))
+
+
+@pytest.mark.parametrize("family", ["gemma2", "phi3"])
+def test_an_unsupported_family_is_named_by_interpolate_not_rope_base(family):
+    """Unclear message 6: ``interpolate`` on gemma2/phi3 said "rope-base: model_type=... is not supported"."""
+    with pytest.raises(PosymError, match=r"^interpolate: model_type='" + family) as e:
+        with interpolate(build_family(family), factor=2):
+            pass
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("text, msg", [("interpolate:factor=1e308", "<= 1e"), ("interpolate:factor=1e7", "<= 1e"),
+                                       ("interpolate:n_train=10000000000", "<= 1e")])
+def test_extreme_interpolation_values_are_refused(text, msg):
+    with pytest.raises(PosymError, match=msg):
+        parse_intervention(text)

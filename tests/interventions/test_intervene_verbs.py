@@ -18,8 +18,8 @@ from posym.verbs.freqs import freqs
 from posym.verbs.scores import scores
 
 CONFIG = {"task": "number", "preset": "quick", "config": {"task": "number", "distractors": "pool"}}
-TWO = ["none", "temperature:beta=1", "freq-mask:keep=1+2+3"]
-CANON = ["none", "temperature:beta=1,n_train=17", "freq-mask:keep=1+2+3"]
+TWO = ["none", "temperature:beta=1,n_train=5", "freq-mask:keep=1+2+3"]  # n_train 5: the floored scale acts on the prompts
+CANON = ["none", "temperature:beta=1,n_train=5,floor=1", "freq-mask:keep=1+2+3"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -90,6 +90,19 @@ def test_freqs_two_interventions_none_rows_equal_and_a_mask_zeroes_the_dropped_i
     assert (masked.loc[masked["freq_id"] <= 3, "use"] > 0).all()
     table = pd.read_csv(tmp_path / "both" / "freq_table.csv")
     assert (table.loc[table["intervention"] != "none", "dominant_id"] <= 3).all()
+
+
+def test_a_freqs_refusal_writes_nothing(run, tmp_path):
+    """Probe W1: the refusal "no head uses any rotary frequency" came after 7 files were written (and the
+    corrected command was then refused without --force). Now every table is computed first."""
+    out = tmp_path / "fq"
+    with pytest.raises(PosymError, match="no head uses any rotary frequency"):
+        freqs(run, out=out, n=4, geometry_prompts=2, progress=False, intervene=["freq-mask:keep=none"])
+    assert not out.exists() or not any(out.rglob("*.*"))
+    for bad in ("rope-base:theta=1e-300", "ntk:kappa=1e300", "freq-mask:keep="):  # refused at parse (T1, N4)
+        with pytest.raises(PosymError):
+            freqs(run, out=out, n=4, geometry_prompts=2, progress=False, intervene=[bad])
+    freqs(run, out=out, n=4, geometry_prompts=2, progress=False, scores=False)  # the corrected call: no --force
 
 
 @pytest.mark.parametrize("per_prompt", [False, True])

@@ -33,7 +33,7 @@ def test_the_study_writes_tables_figures_page_and_continues(runs, tmp_path, monk
     res = interventions([runs / "number", runs / "letter"], out, **args)
     s = res.table
     assert set(zip(s["task"], s["intervention"])) == {(t, i) for t in ("number", "letter") for i in
-                                                       ("none", "ntk:kappa=4", "temperature:beta=1,n_train=17")}
+                                                       ("none", "ntk:kappa=4", "temperature:beta=1,n_train=17,floor=1")}
     assert (s.loc[s["intervention"] == "ntk:kappa=4", "prediction"] != "").all()
     for f in ("interventions.csv", "interventions.md", "interventions.html", "interventions.json",
               "interventions_lengthgen.csv", "fig5b_interventions_number.png", "intervention_heads_letter.png",
@@ -91,6 +91,11 @@ def test_grid_and_family_helpers():
     assert family("freq-mask:keep=1+2,layers=1+3") == "freq-mask@index" and family("ntk:kappa=2") == "ntk"
     fams = {family(g) for g in grid} - {"none"}
     assert all((f, t) in PREDICTION for f in fams for t in ("number", "letter"))
+    from posym.interventions import describe, parse_intervention
+
+    assert all(describe(parse_intervention(g)) == g for g in grid)  # canonical strings (the floor written)
+    assert "temperature:beta=0.5,n_train=17,floor=1" in grid
+    assert "freq-mask:keep=none" in study_grid(2)  # 75 % of 2 IDs dropped: none kept, said so
 
 
 def test_layers_index_is_each_models_own_index_layers():
@@ -162,3 +167,157 @@ def test_a_head_readout_of_another_prompt_count_is_refused_not_mixed(runs, tmp_p
     with pytest.raises(PosymError, match="not 3"):
         interventions([runs / "number"], out, heads_n=3, **kw)
     assert (out / "number-s0" / "intervention_heads.csv").read_bytes() == before
+
+
+def test_layers_index_is_explicit_and_a_layer_number_stays_a_layer_number():
+    """Item 7: ``layers=1000000`` was the stand-in for ``layers=index``, so that literal became
+    ``layers=index``; now the keyword is kept apart and a layer list is a layer list."""
+    from posym.verbs.interventions import _settings
+
+    assert _settings(["freq-mask:keep=1,layers=1000000"]) == ["freq-mask:keep=1,layers=1000000"]
+    assert _settings(["temperature:beta=1,layers=1000000"]) == ["temperature:beta=1,n_train=17,floor=1,layers=1000000"]
+    assert _settings(["freq-mask:keep=2+1,layers=index", "temperature:beta=1,layers=index"]) == [
+        "freq-mask:keep=1+2,layers=index", "temperature:beta=1,n_train=17,floor=1,layers=index"]
+    for texts, msg in ((["ntk:kappa=2,layers=index"], "temperature and freq-mask only"),
+                       (["freq-mask:keep=1,layers=index,layers=0"], "not a new key|given twice"),
+                       (["freq-mask:keep=1,layers=index", "freq-mask:keep=1, layers=index"], "repeats")):
+        with pytest.raises(PosymError, match=msg):
+            _settings(texts)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("setting", ["freq-mask:keep=1,layers=1000000", "temperature:beta=1,layers=1000000",
+                                     "ntk:kappa=1e300", "rope-base:theta=1e-300"])
+def test_an_out_of_range_setting_is_refused_and_leaves_no_model_folder(runs, tmp_path, setting):
+    out = tmp_path / "s"
+    with pytest.raises(PosymError) as e:
+        interventions([runs / "number"], out, intervene=[setting], grid=[0], n=4, heads_lengths=[], progress=False)
+    assert "\n" not in str(e.value)
+    assert not (out / "number-s0").exists()
+
+
+@pytest.mark.integration
+def test_a_call_into_a_run_still_training_leaves_no_folder(runs, tmp_path):
+    import json
+    import os
+    import shutil
+
+    from posym.runs.layout import LOCK
+
+    run = tmp_path / "live"
+    shutil.copytree(runs / "number", run)  # held by a live writer (our parent), as posym train holds it
+    (run / LOCK).write_text(json.dumps({"pid": os.getppid(), "host": os.uname().nodename, "started": 0}))
+    with pytest.raises(PosymError, match="still training"):
+        interventions([runs / "number"], run, intervene=["ntk:kappa=2"], grid=[0], n=4, heads_lengths=[],
+                      progress=False)
+    assert not (run / "number-s0").exists()
+
+
+def test_heads_n_zero_is_refused_as_the_cli_does(tmp_path):
+    with pytest.raises(PosymError, match="heads_n=0"):
+        interventions([tmp_path], tmp_path / "s", heads_n=0, heads_lengths=[0], progress=False)
+    assert not (tmp_path / "s").exists()
+
+
+def test_settings_display_shows_each_models_settings_when_they_differ():
+    from posym.report.interventions import settings_display
+
+    a = {"runs": {"number-s0": "r/n"}, "grid": [0, 10], "n": 16}
+    b = {"runs": {"letter-s0": "r/l"}, "grid": [0, 20], "n": 8}
+    shown = settings_display({"calls": [a, b]})
+    assert "different settings" in shown["note"]
+    assert shown["number-s0"] == {"run": "r/n", "grid": [0, 10], "n": 16}
+    assert shown["letter-s0"] == {"run": "r/l", "grid": [0, 20], "n": 8}
+    same = settings_display({"calls": [a, {**a, "runs": {"number-s1": "r/n1"}}]})
+    assert same == {"models": {"number-s0": "r/n", "number-s1": "r/n1"}, "grid": [0, 10], "n": 16}
+    assert settings_display({"grid": [0, 10], "n": 8})["grid"] == [0, 10]  # an older record: one call
+
+
+@pytest.mark.integration
+def test_two_calls_into_one_folder_keep_both_calls_settings(runs, tmp_path):
+    import json
+
+    out = tmp_path / "mix"
+    interventions([runs / "number"], out, intervene=["ntk:kappa=2"], grid=[0, 10], n=4, heads_lengths=[0], heads_n=2,
+                  progress=False)
+    interventions([runs / "letter"], out, intervene=["temperature:beta=1"], grid=[0, 20], n=8, heads_lengths=[0],
+                  heads_n=3, progress=False)
+    calls = json.loads((out / "interventions.json").read_text())["calls"]
+    assert [(list(c["runs"]), c["grid"], c["n"], c["heads_n"]) for c in calls] == [
+        (["number-s0"], [0, 10], 4, 2), (["letter-s0"], [0, 20], 8, 3)]
+    page = (out / "interventions.html").read_text()
+    assert "different settings" in page and "number-s0" in page and "letter-s0" in page
+
+
+@pytest.mark.integration
+def test_a_lengthgen_refusal_inside_the_study_names_no_force(runs, tmp_path):
+    out, kw = tmp_path / "s", dict(intervene=["ntk:kappa=2"], grid=[0], heads_lengths=[], progress=False)
+    interventions([runs / "number"], out, n=4, **kw)
+    with pytest.raises(PosymError) as e:
+        interventions([runs / "number"], out, n=8, **kw)
+    assert "--force to" not in str(e.value) and "has no --force" in str(e.value) and "number-s0" in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def study(runs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("iv") / "study"
+    interventions([runs / "number", runs / "letter"], out, intervene=["ntk:kappa=2"], grid=[0, 10], n=4,
+                  heads_lengths=[0], heads_n=2, progress=False)
+    return out
+
+
+def _copy(study, tmp_path):
+    import shutil
+
+    dst = tmp_path / "cor"
+    shutil.copytree(study, dst)
+    for p in dst.rglob("*.parquet"):
+        p.unlink()
+    return dst
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("where, text, msg", [
+    ("letter-s0/lengthgen.csv", "garbage\x00\x01\n", "lacks the column"),
+    ("letter-s0/lengthgen.csv", "", "empty"),
+    ("number-s0/intervention_heads.csv", "garbage\n", "lacks the column"),
+    ("number-s0/intervention_heads.csv", "", "empty"),
+    ("number-s0/intervention_heads.csv", "intervention,extra_tokens\nnone,0\n", "lacks the column"),
+    ("number-s0/intervention_heads.csv", "s_pos=7.5", "not a score in"),
+    ("number-s0/intervention_heads.csv", "duplicate", "repeat the point")])
+def test_corrupt_model_folder_tables_are_one_line_errors(study, tmp_path, where, text, msg):
+    """Probe T3/N6: KeyError / EmptyDataError tracebacks, or a corrupt row (s_pos 7.5, a row twice) kept."""
+    out = _copy(study, tmp_path)
+    path = out / where
+    if text == "s_pos=7.5":
+        t = pd.read_csv(path)
+        t.loc[0, "s_pos"] = 7.5
+        t.to_csv(path, index=False)
+    elif text == "duplicate":
+        t = pd.read_csv(path)
+        pd.concat([t, t.iloc[[0]]]).to_csv(path, index=False)
+    else:
+        path.write_text(text)
+    before = path.read_bytes()
+    with pytest.raises(PosymError, match=msg) as e:
+        interventions([runs_of(study, "number")], out, intervene=["ntk:kappa=2"], grid=[0, 10], n=4,
+                      heads_lengths=[0], heads_n=2, progress=False)
+    assert "\n" not in str(e.value) and path.read_bytes() == before
+
+
+def runs_of(study, task):
+    import json
+
+    return json.loads((study / "interventions.json").read_text())["calls"][0]["runs"][f"{task}-s0"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("text, msg", [("garbage\n", "lacks the column"), ("", "cannot read"),
+                                       ("task,intervention,family,acc_0_mean,reach_mean,acc_grid_mean\n", "no rows")])
+def test_a_corrupt_best_of_table_is_a_one_line_error(runs, tmp_path, text, msg):
+    search = tmp_path / "search"
+    search.mkdir()
+    (search / "interventions.csv").write_text(text)
+    with pytest.raises(PosymError, match=msg) as e:
+        interventions([runs / "number"], tmp_path / "s", best_of=search, grid=[0], n=4, heads_lengths=[], progress=False)
+    assert "\n" not in str(e.value) and not (tmp_path / "s").exists()

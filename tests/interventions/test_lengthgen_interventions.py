@@ -71,13 +71,31 @@ def test_resume_keys_on_the_intervention(model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(trained, "evaluate_length", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
     t = _run(model_dir, out, intervene=["interpolate:n_train=17"], resume=True).table
     assert len(calls) == 4  # only the new intervention's points
-    assert list(t["intervention"].unique()) == ["temperature:beta=1,n_train=17", "interpolate:n_train=17"]
+    assert list(t["intervention"].unique()) == ["temperature:beta=1,n_train=17,floor=1", "interpolate:n_train=17"]
     back = pd.read_csv(out)
-    kept = back[back["intervention"] == "temperature:beta=1,n_train=17"].reset_index(drop=True)
+    kept = back[back["intervention"] == "temperature:beta=1,n_train=17,floor=1"].reset_index(drop=True)
     pd.testing.assert_frame_equal(kept, first)
     calls.clear()
     _run(model_dir, out, intervene=["temperature:beta=1", "interpolate:n_train=17"], resume=True)
     assert calls == []
+
+
+def test_rows_of_the_unfloored_temperature_of_an_old_table_are_never_mixed_with_floored_ones(model_dir, tmp_path,
+                                                                                             monkeypatch):
+    """A table written before the floor holds ``temperature:beta=1,n_train=17`` (measured unfloored):
+    resuming with ``temperature:beta=1`` (now floored) measures the floored rows under their own string
+    and keeps the old ones apart; ``legacy_temperature`` names what the old ones are."""
+    from posym.interventions.spec import legacy_temperature
+
+    out = tmp_path / "lg.csv"
+    _run(model_dir, out, intervene=["temperature:beta=1,floor=0"])
+    old = pd.read_csv(out)
+    old["intervention"] = "temperature:beta=1,n_train=17"  # as an older posym wrote it
+    old.to_csv(out, index=False)
+    t = _run(model_dir, out, intervene=["temperature:beta=1"], resume=True).table
+    assert list(t["intervention"].unique()) == ["temperature:beta=1,n_train=17", "temperature:beta=1,n_train=17,floor=1"]
+    assert {legacy_temperature(i) for i in t["intervention"]} == {"temperature:beta=1,n_train=17,floor=0",
+                                                                  "temperature:beta=1,n_train=17,floor=1"}
 
 
 def test_an_old_table_without_the_column_holds_untouched_rows(model_dir, tmp_path, monkeypatch):

@@ -209,6 +209,10 @@ def test_in_float64_the_fast_and_reference_scores_agree_to_1e10_under_a_base_cha
                                        (lambda m: rope_base(m, 100.0, layers=[0]), "per-layer"),
                                        (lambda m: ntk(m, 0.5), ">= 1"),
                                        (lambda m: ntk(m, "x"), "not a number"),
+                                       (lambda m: ntk(m, 1e300), "<= 1e"),  # was OverflowError (probe T1)
+                                       (lambda m: ntk(m, 1e29), "beyond 1e"),  # θ·κ^(d/(d-2)) past the range
+                                       (lambda m: rope_base(m, 1e300), "in \\[1e-30, 1e"),  # was OverflowError
+                                       (lambda m: rope_base(m, 1e-300), "in \\[1e-30, 1e"),  # was NaN scores
                                        (lambda m: rope_base(build_family("gemma"), 100.0), "not supported")])
 def test_bad_parameters_are_one_line_errors(call, msg):
     model = _gptj()
@@ -224,7 +228,30 @@ def test_canonical_strings():
     assert describe(RopeBase(theta=20000.0, kappa=4.0)) == "ntk:kappa=4"
     assert parse_intervention("rope-base:theta=20000") == RopeBase(theta=20000.0)
     assert parse_intervention("ntk:kappa=2.5") == RopeBase(kappa=2.5)
+    assert describe(RopeBase(theta=1e20)) == "rope-base:theta=1e+20"  # not 21 digits
+    assert parse_intervention("rope-base:theta=1e20") == RopeBase(theta=1e20)
     for text, msg in [("ntk:kappa=0.5", ">= 1"), ("rope-base:theta=0", "> 0"), ("ntk:", "needs kappa"),
+                      ("ntk:kappa=1e300", "<= 1e"), ("rope-base:theta=1e300", "1e-30"), ("rope-base:theta=1e-300", "1e-30"),
                       ("rope-base:theta=1,beta=2", "unknown key")]:
         with pytest.raises(PosymError, match=msg):
             parse_intervention(text)
+
+
+@pytest.mark.parametrize("text", ["ntk:kappa=1e300", "rope-base:theta=1e300", "rope-base:theta=1e-300",
+                                  "interpolate:factor=1e308", "temperature:beta=1e308", "freq-mask:keep="])
+def test_api_intervened_refuses_extreme_values_with_a_posym_error(text):
+    """The API raised OverflowError (probe T1) or gave NaN scores (N3, N4) on these."""
+    from posym.interventions import intervened
+
+    model = _gptj()
+    with pytest.raises(PosymError) as e:
+        with intervened(model, text):
+            pass
+    assert "\n" not in str(e.value)
+
+
+def test_ntk_within_the_range_builds_a_finite_table():
+    model = _gptj()
+    ids = torch.randint(1, 31, (2, 9), generator=torch.Generator().manual_seed(0))
+    with ntk(model, 1e20), torch.no_grad():
+        assert torch.isfinite(model(ids).logits).all()

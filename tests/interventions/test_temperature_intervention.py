@@ -147,8 +147,15 @@ def test_unsupported_family_and_bad_parameters_are_one_line_errors():
 
 def test_canonical_string_round_trips():
     t = Temperature(1.0, 17)
-    assert describe(t) == "temperature:beta=1,n_train=17"
+    assert describe(t) == "temperature:beta=1,n_train=17,floor=1"  # the floor is always written (log form)
     assert parse_intervention("temperature:beta=1") == t
+    assert parse_intervention("temperature:beta=1,floor=1") == t
+    raw = Temperature(0.5, 17, floor=False)
+    assert describe(raw) == "temperature:beta=0.5,n_train=17,floor=0"
+    assert parse_intervention(describe(raw)) == raw
+    with_layers = Temperature(2.0, 17, "log", (1,), False)
+    assert describe(with_layers) == "temperature:beta=2,n_train=17,floor=0,layers=1"
+    assert parse_intervention(describe(with_layers)) == with_layers
     full = Temperature(0.5, 33, "ssmax", (0, 2))
     assert describe(full) == "temperature:beta=0.5,n_train=33,form=ssmax,layers=0+2"
     assert parse_intervention(describe(full)) == full
@@ -156,6 +163,13 @@ def test_canonical_string_round_trips():
 
 @pytest.mark.parametrize("text, msg", [("warmth:beta=1", "unknown intervention"),
                                        ("temperature:beta=inf", "finite"),
+                                       ("temperature:beta=-1", r"in \[0, 1000\]"),
+                                       ("temperature:beta=1e308", r"in \[0, 1000\]"),
+                                       ("temperature:beta=1,n_train=" + "9" * 400, "n_train"),
+                                       ("temperature:beta=1,floor=2", "floor must be 1"),
+                                       ("temperature:beta=1,floor=yes", "floor must be 1"),
+                                       ("temperature:beta=1,form=ssmax,floor=0", "log form only"),
+                                       ("temperature:beta=0,form=ssmax", "uniform attention"),
                                        ("temperature:n_train=17", "needs beta"),
                                        ("temperature:beta=1,gamma=2", "unknown key"),
                                        ("temperature:beta", "key=value"),
@@ -164,3 +178,61 @@ def test_parser_rejects_bad_text_in_one_line(text, msg):
     with pytest.raises(PosymError, match=msg) as e:
         parse_intervention(text)
     assert "\n" not in str(e.value)
+
+
+def test_scale_known_values_floored_and_unfloored():
+    """s(n) for β = 0.5, N = 17: unfloored 1 + 0.5·ln(n/17) (s(2) = −0.0700, negative: the issue's flip),
+    floored max(1, ·): 1 up to n = 17, the same above."""
+    n = torch.tensor([1, 2, 17, 34, 170])
+    raw = temperature_scale(n, 0.5, 17, floor=False)
+    floored = temperature_scale(n, 0.5, 17)
+    expect = [1 + 0.5 * math.log(k / 17) for k in (1, 2, 17, 34, 170)]
+    assert raw.tolist() == pytest.approx(expect, abs=1e-12)
+    assert raw[1].item() == pytest.approx(-0.070033, abs=1e-6)
+    assert floored.tolist() == pytest.approx([1.0, 1.0, 1.0, 1 + 0.5 * math.log(2), 1 + 0.5 * math.log(10)], abs=1e-12)
+    assert temperature_scale(n, 0.5, 17, "ssmax", floor=True).tolist() == pytest.approx([0.5 * math.log(k) for k in n.tolist()])
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_floored_form_leaves_queries_up_to_n_train_untouched(name):
+    """Floored (the default): every query with n <= n_train keys has exactly its untouched attention,
+    so the logits of those positions are bit-identical; the unfloored form changes them (s < 1)."""
+    model, ids = MODELS[name](), _ids()
+    base, a0 = _logits(model, ids), _attn(model, ids)
+    with temperature(model, 2.0, n_train=N_TRAIN):
+        floored, a1 = _logits(model, ids), _attn(model, ids)
+    with temperature(model, 2.0, n_train=N_TRAIN, floor=False):
+        raw = _logits(model, ids)
+    assert torch.equal(floored[:, :N_TRAIN], base[:, :N_TRAIN])
+    assert all(torch.equal(x[..., :N_TRAIN, :], y[..., :N_TRAIN, :]) for x, y in zip(a0, a1))
+    assert not torch.allclose(floored[:, N_TRAIN:], base[:, N_TRAIN:], atol=1e-4)
+    assert not torch.allclose(raw[:, :N_TRAIN], base[:, :N_TRAIN], atol=1e-4)
+
+
+def test_spec_string_applies_the_floor_it_names():
+    model, ids = _gptj(), _ids()
+    from posym.interventions import intervened
+
+    out = {}
+    for text in ("temperature:beta=2,n_train=5", "temperature:beta=2,n_train=5,floor=0"):
+        with intervened(model, text) as canon:
+            out[canon] = _logits(model, ids)
+    assert set(out) == {"temperature:beta=2,n_train=5,floor=1", "temperature:beta=2,n_train=5,floor=0"}
+    assert torch.equal(out["temperature:beta=2,n_train=5,floor=1"][:, :5], _logits(model, ids)[:, :5])
+
+
+def test_legacy_strings_read_as_the_unfloored_form():
+    """Tables written before the floor hold strings without ``floor=``: they were measured unfloored."""
+    from posym.interventions.spec import legacy_temperature
+
+    assert legacy_temperature("temperature:beta=0.5,n_train=17") == "temperature:beta=0.5,n_train=17,floor=0"
+    assert legacy_temperature("temperature:beta=1,n_train=17,layers=0+2") == "temperature:beta=1,n_train=17,floor=0,layers=0+2"
+    for same in ("temperature:beta=0.5,n_train=17,floor=1", "temperature:beta=0.5,n_train=17,form=ssmax",
+                 "ntk:kappa=4", "none"):
+        assert legacy_temperature(same) == same
+
+
+def test_with_layers_keeps_the_floor():
+    from posym.interventions import with_layers
+
+    assert with_layers(Temperature(1.0, 17, floor=False), [0]) == Temperature(1.0, 17, "log", (0,), False)

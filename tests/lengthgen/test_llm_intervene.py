@@ -16,7 +16,7 @@ from posym.lengthgen.llm_eval import contrast_markdown, intervention_contrast, l
 from posym.verbs.llm import llm_eval, llm_heads
 
 GRID = dict(lengths=[4, 8], runs=1, n=2, progress=False, threads=1)
-TEMP = "temperature:beta=1,n_train=17"
+TEMP = "temperature:beta=1,n_train=17,floor=1"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -77,7 +77,7 @@ def test_identity_intervention_through_the_cache_free_path_answers_as_none(tiny_
         by.setdefault((r["task"], r["length"], r["index"]), {})[r["intervention"]] = r
     assert len(by) == 8
     for pair in by.values():
-        a, b = pair["none"], pair["temperature:beta=0,n_train=17"]
+        a, b = pair["none"], pair["temperature:beta=0,n_train=17,floor=1"]
         assert a["prediction"] == b["prediction"]
         assert a["logprobs"] == pytest.approx(b["logprobs"], abs=1e-4)
     assert res.n_new == 16

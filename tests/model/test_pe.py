@@ -47,13 +47,35 @@ def test_names_parse_to_canonical_strings_that_parse_back(text, name):
 @pytest.mark.parametrize("text,match", [("alibi", "unknown positional encoding"), ("nope:3", "takes no value"),
                                         ("p-rope", "needs a value"), ("p-rope:1.5", r"in \[0, 1\]"),
                                         ("p-rope:x", "not a number"), ("rope-base:1", "must be > 1"),
-                                        ("rope-base:inf", "finite"), ("randomized:10.5", "integer >= 2"),
+                                        ("rope-base:inf", "finite"), ("rope-base:1e31", "<= 1e"),
+                                        ("rope-base:1e300", "<= 1e"), ("randomized:10.5", "integer >= 2"),
                                         ("randomized:2000000", "L must be <= 1,000,000"),
                                         ("ssmax:1", "integer >= 2"), (7, "must be a string")])
 def test_bad_values_are_one_line_errors(text, match):
     with pytest.raises(PosymError, match=match) as err:
         parse_pe(text)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["rope-base:1e20", "rope-base:1e30"])
+def test_a_huge_base_below_the_limit_builds_a_finite_table(text):
+    """θ >= 2^63 was an ``OverflowError: int too big to convert`` (probe T2); up to 1e30 every inverse
+    frequency is a finite nonzero float32 number, and the name stays short and parses back."""
+    pe = parse_pe(text)
+    assert parse_pe(pe.name) == pe and len(pe.name) < 20
+    inv = gptj_inv_freq(pe, 16)
+    assert torch.isfinite(inv).all() and (inv > 0).all()
+    assert torch.isfinite(gptj_rotary_table(pe, 50, 16)).all()
+    m = _model(text)
+    with torch.no_grad():
+        assert torch.isfinite(m(_ids()).logits).all()
+
+
+def test_api_make_config_with_a_too_large_base_is_a_posym_error():
+    from posym.train import make_config
+
+    with pytest.raises(PosymError, match="<= 1e"):
+        make_config("number", pe="rope-base:1e300")
 
 
 def test_rope_and_rope_base_10000_tables_are_hf_bit_for_bit():

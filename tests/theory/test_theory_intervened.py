@@ -50,13 +50,15 @@ def test_identity_parameters_give_the_untouched_delta_bit_for_bit():
 
 
 def test_temperature_is_the_closed_form_scaled_margin():
-    """Δ under temperature = s(n)·Δ of the untouched construction, s(n) = 1 + β·ln(n/17); the weight is the
-    softmax of the scaled logits."""
+    """Δ under temperature = s(n)·Δ of the untouched construction, s(n) = max(1, 1 + β·ln(n/17)) (floored,
+    the default) or 1 + β·ln(n/17) (floor=0); the weight is the softmax of the scaled logits."""
     lengths = [2, 5, 17, 40, 117, 300, 1017]
-    t = intervened_table(intervention_effects(["temperature:beta=2", "temperature:beta=0.5,form=ssmax"]), lengths,
+    t = intervened_table(intervention_effects(["temperature:beta=2", "temperature:beta=2,floor=0",
+                                               "temperature:beta=0.5,form=ssmax"]), lengths,
                          rotary_dim=D, base=BASE, n0=17)
     none = t[t["intervention"] == "none"].set_index(["mechanism", "n"])
-    for name, s_of in (("temperature:beta=2,n_train=17", lambda n: 1 + 2 * math.log(n / 17)),
+    for name, s_of in (("temperature:beta=2,n_train=17,floor=0", lambda n: 1 + 2 * math.log(n / 17)),
+                       ("temperature:beta=2,n_train=17,floor=1", lambda n: max(1.0, 1 + 2 * math.log(n / 17))),
                        ("temperature:beta=0.5,n_train=17,form=ssmax", lambda n: 0.5 * math.log(n))):
         g = t[t["intervention"] == name].set_index(["mechanism", "n"])
         for (mech, n), row in g.iterrows():
@@ -64,9 +66,15 @@ def test_temperature_is_the_closed_form_scaled_margin():
             assert row["logit_scale"] == pytest.approx(s, rel=1e-14)
             if s >= 0:
                 assert row["delta"] == pytest.approx(s * none.loc[(mech, n), "delta"], rel=1e-9, abs=1e-15)
-    # a negative scale (n < 17·e^(-1/2) at β = 2) flips the logits: the correct key loses
-    g = t[t["intervention"] == "temperature:beta=2,n_train=17"].set_index(["mechanism", "n"])
+    # unfloored, a negative scale (n < 17·e^(-1/2) at β = 2) flips the logits: the correct key loses
+    g = t[t["intervention"] == "temperature:beta=2,n_train=17,floor=0"].set_index(["mechanism", "n"])
     assert g.loc[("index", 5), "logit_scale"] < 0 and g.loc[("index", 5), "delta"] < 0
+    # floored, the short lengths are the untouched construction exactly
+    g = t[t["intervention"] == "temperature:beta=2,n_train=17,floor=1"].set_index(["mechanism", "n"])
+    for mech in ("index", "retrieval"):
+        for n in (2, 5, 17):
+            assert g.loc[(mech, n), "delta"] == none.loc[(mech, n), "delta"]
+            assert g.loc[(mech, n), "weight"] == none.loc[(mech, n), "weight"]
 
 
 def test_temperature_weight_is_the_softmax_of_the_scaled_logits():
@@ -154,10 +162,10 @@ def test_retrieval_brute_force_with_moved_rotation():
 
 def test_dropped_frequency_gives_uniform_attention():
     keep_fast = "freq-mask:keep=" + "+".join(str(i) for i in range(1, 33))  # drops ID 42 (Retrieval's θ)
-    t = intervened_table(intervention_effects([keep_fast, "freq-mask:keep="]), [17, 117], rotary_dim=D, base=BASE, n0=17)
+    t = intervened_table(intervention_effects([keep_fast, "freq-mask:keep=none"]), [17, 117], rotary_dim=D, base=BASE, n0=17)
     for name, g in t.groupby("intervention"):
         for _, row in g.iterrows():
-            dropped = name == "freq-mask:keep=" or (name == keep_fast and row["mechanism"] == "retrieval")
+            dropped = name == "freq-mask:keep=none" or (name == keep_fast and row["mechanism"] == "retrieval")
             assert row["kept"] == (not dropped)
             if dropped:
                 assert row["delta"] == 0 and row["weight"] == pytest.approx(1 / row["n"], rel=1e-12)
@@ -229,7 +237,7 @@ def test_cli_intervene_writes_the_table_and_keeps_fig5a(tmp_path, capsys):
     assert "theory under interventions" in capsys.readouterr().out
     assert (plain / "discrepancy.csv").read_bytes() == (under / "discrepancy.csv").read_bytes()
     t = pd.read_csv(under / "discrepancy_interventions.csv")
-    assert list(dict.fromkeys(t["intervention"])) == ["none", "temperature:beta=1,n_train=17", "ntk:kappa=4"]
+    assert list(dict.fromkeys(t["intervention"])) == ["none", "temperature:beta=1,n_train=17,floor=1", "ntk:kappa=4"]
     assert set(t["n"]) == {17, 117} and set(t["mechanism"]) == {"index", "retrieval"} and len(t) == 12
     assert (under / "discrepancy_interventions.png").exists()
     for argv, needle in ((["--intervene", "ntk:kappa=0.5"], "kappa"),
@@ -239,6 +247,34 @@ def test_cli_intervene_writes_the_table_and_keeps_fig5a(tmp_path, capsys):
         assert main(["theory", "discrepancy", "--out", str(bad), *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith("posym: error:") and needle in err and err.count("\n") == 1 and not bad.exists()
+
+
+@pytest.mark.parametrize("spec", ["ntk:kappa=1e300", "ntk:kappa=1e29", "temperature:beta=1e308", "rope-base:theta=1e-300"])
+def test_an_extreme_intervention_is_refused_before_fig5a_is_written(tmp_path, spec):
+    """Probe W2: ``--intervene ntk:kappa=1e300`` wrote Fig. 5A and then refused."""
+    from posym.errors import PosymError
+    from posym.verbs.theory import discrepancy
+
+    with pytest.raises(PosymError) as e:
+        discrepancy(tmp_path / "t", n_max=30, intervene=[spec], lengths=[17, 117], progress=False)
+    assert "\n" not in str(e.value) and not (tmp_path / "t").exists()
+
+
+def test_a_refusal_while_computing_writes_nothing(tmp_path, monkeypatch):
+    """Every table is computed before the first file is written, so a refusal in the intervened table
+    leaves no Fig. 5A behind (and the corrected call needs no --force)."""
+    import posym.theory.intervened as iv
+    from posym.errors import PosymError
+    from posym.verbs.theory import discrepancy
+
+    def refuse(*a, **k):
+        raise PosymError("refused")
+    monkeypatch.setattr(iv, "intervened_table", refuse)
+    with pytest.raises(PosymError, match="refused"):
+        discrepancy(tmp_path / "t", n_max=30, intervene=["ntk:kappa=4"], lengths=[17, 117], progress=False)
+    assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())
+    monkeypatch.undo()
+    discrepancy(tmp_path / "t", n_max=30, intervene=["ntk:kappa=4"], lengths=[17, 117], progress=False)
 
 
 def test_figure_panels_and_legend():

@@ -88,10 +88,10 @@ def test_scores_cli_gemma3_under_interventions_and_refusals(prompts, tmp_path, c
     assert main(base + ["--out", str(out), "--intervene", "none", "--intervene", "ntk:kappa=4",
                         "--intervene", "temperature:beta=1,n_train=5"]) == 0, capsys.readouterr().err
     df, plain = pd.read_csv(out), pd.read_csv(tmp_path / "plain.csv")
-    assert list(dict.fromkeys(df["intervention"])) == ["none", "ntk:kappa=4", "temperature:beta=1,n_train=5"]
+    assert list(dict.fromkeys(df["intervention"])) == ["none", "ntk:kappa=4", "temperature:beta=1,n_train=5,floor=1"]
     none = df[df["intervention"] == "none"].reset_index(drop=True)
     np.testing.assert_array_equal(none[["s_pos", "s_sym"]].to_numpy(), plain[["s_pos", "s_sym"]].to_numpy())
-    for iv in ("ntk:kappa=4", "temperature:beta=1,n_train=5"):
+    for iv in ("ntk:kappa=4", "temperature:beta=1,n_train=5,floor=1"):
         assert not np.allclose(df[df["intervention"] == iv]["s_pos"].to_numpy(), none["s_pos"].to_numpy(), atol=1e-6)
     capsys.readouterr()
     _save("gemma2", tmp_path / "g2")

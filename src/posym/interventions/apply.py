@@ -25,7 +25,7 @@ def with_layers(intervention: Intervention | None, layers: Sequence[int] | None)
     if isinstance(intervention, Temperature):
         if intervention.layers is not None and intervention.layers != layers:
             raise PosymError(f"{describe(intervention)}: layers given twice (in the string and --layers)")
-        return Temperature(intervention.beta, intervention.n_train, intervention.form, layers)
+        return Temperature(intervention.beta, intervention.n_train, intervention.form, layers, intervention.floor)
     if isinstance(intervention, FreqMask):
         if intervention.layers is not None and intervention.layers != layers:
             raise PosymError(f"{describe(intervention)}: layers given twice (in the string and --layers)")
@@ -42,7 +42,7 @@ def intervened(model: nn.Module, intervention: Intervention | str | None) -> Ite
     if spec is None:
         yield describe(None)
     elif isinstance(spec, Temperature):
-        with temperature(model, spec.beta, n_train=spec.n_train, layers=spec.layers, form=spec.form):
+        with temperature(model, spec.beta, n_train=spec.n_train, layers=spec.layers, form=spec.form, floor=spec.floor):
             yield describe(spec)
     elif isinstance(spec, RopeBase):
         if spec.kappa is not None:

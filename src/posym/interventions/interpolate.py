@@ -30,6 +30,11 @@ from posym.errors import PosymError
 from posym.interventions.sites import with_full_forward
 from posym.interventions.rope import _family, _gptj_tables, _rope_modules, gptj_table
 
+#: The largest fixed interpolation factor: ``c = 1/F`` maps a million-token context into one position.
+MAX_FACTOR = 1e6
+#: The largest ``n_train`` of dynamic interpolation.
+MAX_N_TRAIN = 10**9
+
 
 @dataclass(frozen=True)
 class Interpolate:
@@ -49,15 +54,17 @@ def check_interpolate(factor: Any = None, n_train: Any = None) -> Interpolate:
             f = float(factor)
         except (TypeError, ValueError):
             raise PosymError(f"interpolate: factor={factor!r} is not a number; give a factor >= 1 such as factor=4") from None
-        if not math.isfinite(f) or f < 1:
-            raise PosymError(f"interpolate: factor={factor!r} must be finite and >= 1 (1 = no change), e.g. factor=4")
+        if not (math.isfinite(f) and 1 <= f <= MAX_FACTOR):
+            raise PosymError(f"interpolate: factor={factor!r} must be finite and >= 1 and <= {MAX_FACTOR:g} (1 = no change; a larger "
+                             "factor maps a million-token context into less than one position), e.g. factor=4")
         return Interpolate(factor=f)
     try:
         n = int(str(n_train))
     except ValueError:
         n = 0
-    if n < 1:
-        raise PosymError(f"interpolate: n_train={n_train!r} must be an integer >= 1 (the training length, 17 for posym runs)")
+    if not 1 <= n <= MAX_N_TRAIN:
+        raise PosymError(f"interpolate: n_train={n_train!r} must be an integer >= 1 and <= {MAX_N_TRAIN:.0e} "
+                         "(the training length, 17 for posym runs)")
     return Interpolate(n_train=n)
 
 
@@ -83,7 +90,7 @@ def interpolate(model: nn.Module, *, factor: float | None = None, n_train: int |
     exit. ``factor=1`` (and ``n_train`` ≥ every input length) is a bit-for-bit no-op. Yields the
     :class:`Interpolate` applied."""
     spec = check_interpolate(factor, n_train)
-    inner, mt = _family(model)
+    inner, mt = _family(model, "interpolate")
     state = {"c": 1.0}
     handles = []
     if mt == "gptj":
@@ -147,4 +154,4 @@ def interpolate(model: nn.Module, *, factor: float | None = None, n_train: int |
             h.remove()
 
 
-__all__ = ["Interpolate", "check_interpolate", "interpolation_scale", "interpolate"]
+__all__ = ["MAX_FACTOR", "Interpolate", "check_interpolate", "interpolation_scale", "interpolate"]

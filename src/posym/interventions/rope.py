@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from posym.errors import PosymError
 from posym.interventions.sites import with_full_forward
 from posym.model.adapters import unwrap_model
-from posym.model.pe import GPTJ_BASE, config_pe, gptj_rotary_table
+from posym.model.pe import GPTJ_BASE, MAX_ROPE_BASE, MIN_ROPE_BASE, config_pe, gptj_rotary_table
 
 #: model_type values whose RoPE base and positions this module can change (default RoPE: one base for
 #: all layers, or one per layer type).
@@ -42,41 +42,53 @@ class RopeBase:
     kappa: float | None = None
 
 
+_BASE_RANGE = f"[{MIN_ROPE_BASE:g}, {MAX_ROPE_BASE:g}]"
+_WHY = "so every inverse frequency is a finite, nonzero float32 number"
+
+
 def check_theta(theta: float) -> float:
-    """θ′ as a float; one-line PosymError unless finite and > 0."""
+    """θ′ as a float; one-line PosymError unless > 0 and in [MIN_ROPE_BASE, MAX_ROPE_BASE]
+    (:mod:`posym.model.pe`: every inverse frequency ``θ′^(−2k/d)`` a finite, nonzero float32 number)."""
     try:
         t = float(theta)
     except (TypeError, ValueError):
         raise PosymError(f"rope-base: theta={theta!r} is not a number; give a base > 0 such as theta=20000") from None
-    if not math.isfinite(t) or t <= 0:
-        raise PosymError(f"rope-base: theta={theta!r} must be finite and > 0, e.g. theta=20000")
+    if not (math.isfinite(t) and MIN_ROPE_BASE <= t <= MAX_ROPE_BASE):
+        raise PosymError(f"rope-base: theta={theta!r} must be > 0 and in {_BASE_RANGE} ({_WHY}), e.g. theta=20000")
     return t
 
 
 def check_kappa(kappa: float) -> float:
-    """κ as a float; one-line PosymError unless finite and ≥ 1."""
+    """κ as a float; one-line PosymError unless in [1, MAX_ROPE_BASE]."""
     try:
         k = float(kappa)
     except (TypeError, ValueError):
         raise PosymError(f"ntk: kappa={kappa!r} is not a number; give a factor >= 1 such as kappa=4") from None
-    if not math.isfinite(k) or k < 1:
-        raise PosymError(f"ntk: kappa={kappa!r} must be finite and >= 1 (1 = no change), e.g. kappa=4")
+    if not (math.isfinite(k) and 1 <= k <= MAX_ROPE_BASE):
+        raise PosymError(f"ntk: kappa={kappa!r} must be finite, >= 1 and <= {MAX_ROPE_BASE:g} (1 = no change), e.g. kappa=4")
     return k
 
 
 def ntk_theta(theta: float, kappa: float, rotary_dim: int) -> float:
-    """The NTK-aware base θ·κ^{d/(d−2)} (d = ``rotary_dim``); exactly θ at κ = 1."""
+    """The NTK-aware base θ·κ^{d/(d−2)} (d = ``rotary_dim``); exactly θ at κ = 1. One-line PosymError
+    when the new base leaves [MIN_ROPE_BASE, MAX_ROPE_BASE] (never an OverflowError)."""
     theta, kappa = check_theta(theta), check_kappa(kappa)
     if rotary_dim <= 2:
         raise PosymError(f"ntk: rotary dim {rotary_dim} must be > 2")
-    return theta if kappa == 1 else theta * kappa ** (rotary_dim / (rotary_dim - 2))
+    if kappa == 1:
+        return theta
+    log10 = math.log10(theta) + rotary_dim / (rotary_dim - 2) * math.log10(kappa)
+    if log10 > math.log10(MAX_ROPE_BASE):
+        raise PosymError(f"ntk: kappa={kappa:g} turns the base {theta:g} into 1e{log10:.0f}, beyond {MAX_ROPE_BASE:g} "
+                         f"({_WHY}); give a smaller kappa, e.g. kappa=4")
+    return theta * kappa ** (rotary_dim / (rotary_dim - 2))
 
 
-def _family(model: nn.Module) -> tuple[nn.Module, str]:
+def _family(model: nn.Module, what: str = "rope-base") -> tuple[nn.Module, str]:
     inner = unwrap_model(model)
     mt = getattr(getattr(inner, "config", None), "model_type", None)
     if mt not in ROPE_FAMILIES:
-        raise PosymError(f"rope-base: model_type={mt!r} is not supported; supported: {', '.join(ROPE_FAMILIES)}")
+        raise PosymError(f"{what}: model_type={mt!r} is not supported; supported: {', '.join(ROPE_FAMILIES)}")
     return inner, mt
 
 

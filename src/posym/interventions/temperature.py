@@ -1,7 +1,15 @@
 """Length-dependent attention temperature: the chosen layers' logits of the query at position ``p``
-(context length ``n = p + 1``) times ``s(n) = 1 + β·ln(n / n_train)`` (``form="log"``, the log-n
-temperature laws) or ``s(n) = β·ln n`` (``form="ssmax"``, Scalable-Softmax, Nakanishi 2025,
-arXiv 2501.19399).
+(context length ``n = p + 1``) times
+
+* ``form="log"`` (the log-n temperature laws), floored (the default, ``floor=1``):
+  ``s(n) = max(1, 1 + β·ln(n / n_train))``, so queries with ``n ≤ n_train`` keys are untouched and later
+  ones sharpened (as Llama-4's temperature tuning, ``≥ 1`` by construction); unfloored (``floor=0``):
+  ``s(n) = 1 + β·ln(n / n_train)``, below 1 for ``n < n_train`` and negative for the first queries when
+  ``β > 1/ln(n_train)`` (β = 0.5, n_train = 17: ``s(2) = −0.07``), which inverts their attention;
+* ``form="ssmax"``: ``s(n) = β·ln n`` (Scalable-Softmax, Nakanishi 2025, arXiv 2501.19399; no floor).
+
+β must be in ``[0, MAX_BETA]`` (:data:`MAX_BETA`): a negative β is no temperature law (its scale turns
+negative at long contexts), and a larger one overflows float32 logits.
 
 Exact for the eager path: the query of position ``p`` is multiplied by ``s(p+1)`` by a forward hook
 where the adapter captures q (``q_proj``, or the q norm of Qwen3 / Gemma-3: after it q is linear up to
@@ -29,46 +37,60 @@ from posym.interventions.sites import LINEAR_QK_FAMILIES, linear_sites, prepend_
 #: model_type values whose attention logit is linear in the captured q (:mod:`posym.interventions.sites`).
 TEMPERATURE_FAMILIES: tuple[str, ...] = LINEAR_QK_FAMILIES
 FORMS: tuple[str, ...] = ("log", "ssmax")
+#: The largest β accepted: ``s(n) ≤ 1 + 1000·ln(10⁹/1) ≈ 2·10⁴``, so float32 logits keep their range.
+MAX_BETA = 1000.0
+#: The largest ``n_train`` accepted (a training length, 17 for posym runs).
+MAX_N_TRAIN = 10**9
 
 
 @dataclass(frozen=True)
 class Temperature:
-    """The parameters of a temperature intervention (``layers`` None = every layer)."""
+    """The parameters of a temperature intervention (``layers`` None = every layer; ``floor``: the log
+    form's scale floored at 1, the default; ignored by ``form="ssmax"``)."""
 
     beta: float
     n_train: int
     form: str = "log"
     layers: tuple[int, ...] | None = None
+    floor: bool = True
 
 
 def check_temperature(beta: float, n_train: int, form: str) -> tuple[float, int, str]:
-    """``(beta, n_train, form)`` checked: β finite, ``n_train`` an integer ≥ 1, ``form`` one of :data:`FORMS`."""
+    """``(beta, n_train, form)`` checked: β in ``[0, MAX_BETA]`` (> 0 for SSMax), ``n_train`` an integer
+    in ``1..MAX_N_TRAIN``, ``form`` one of :data:`FORMS`; a one-line PosymError otherwise."""
     try:
         b = float(beta)
     except (TypeError, ValueError):
         raise PosymError(f"temperature: beta={beta!r} is not a number; give a finite float such as beta=1") from None
-    if not math.isfinite(b):
-        raise PosymError(f"temperature: beta={beta!r} must be finite; give e.g. beta=1")
-    if isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 1:
-        raise PosymError(f"temperature: n_train={n_train!r} must be an integer >= 1 (the training length, 17 for posym runs)")
+    if not math.isfinite(b) or not 0 <= b <= MAX_BETA:
+        raise PosymError(f"temperature: beta={beta!r} must be finite and in [0, {MAX_BETA:g}] (a negative beta turns the scale "
+                         "negative at long contexts, a larger one overflows float32 logits); give e.g. beta=1")
+    if isinstance(n_train, bool) or not isinstance(n_train, int) or not 1 <= n_train <= MAX_N_TRAIN:
+        raise PosymError(f"temperature: n_train={n_train!r} must be an integer >= 1 and <= {MAX_N_TRAIN:.0e} "
+                         "(the training length, 17 for posym runs)")
     if form not in FORMS:
         raise PosymError(f"temperature: form={form!r} is not one of {', '.join(FORMS)}")
+    if form == "ssmax" and b == 0:
+        raise PosymError("temperature: beta=0 with form=ssmax sets every logit to 0 (uniform attention); "
+                         "give beta > 0, e.g. beta=0.35 (1/ln 17)")
     return b, n_train, form
 
 
-def temperature_scale(n: Tensor, beta: float, n_train: int, form: str = "log") -> Tensor:
-    """``s(n)`` for context lengths ``n`` (float64): ``1 + β·ln(n / n_train)`` or ``β·ln n`` (SSMax)."""
+def temperature_scale(n: Tensor, beta: float, n_train: int, form: str = "log", floor: bool = True) -> Tensor:
+    """``s(n)`` for context lengths ``n`` (float64): ``max(1, 1 + β·ln(n / n_train))`` (``floor``, the
+    default), ``1 + β·ln(n / n_train)`` (``floor=False``) or ``β·ln n`` (SSMax, never floored)."""
     beta, n_train, form = check_temperature(beta, n_train, form)
     n = n.to(torch.float64)
     if form == "ssmax":
         return beta * torch.log(n)
-    return 1.0 + beta * torch.log(n / n_train)
+    s = 1.0 + beta * torch.log(n / n_train)
+    return s.clamp(min=1.0) if floor else s
 
 
-def _scale_hook(beta: float, n_train: int, form: str, n_heads: int, heads_first: bool):
+def _scale_hook(beta: float, n_train: int, form: str, floor: bool, n_heads: int, heads_first: bool):
     def hook(module: nn.Module, args, out: Tensor) -> Tensor:
         T = out.shape[time_axis(out, n_heads, heads_first)]
-        s = temperature_scale(torch.arange(1, T + 1, device=out.device), beta, n_train, form)
+        s = temperature_scale(torch.arange(1, T + 1, device=out.device), beta, n_train, form, floor)
         return scale_tokens(out, s, n_heads, heads_first)
     return hook
 
@@ -76,21 +98,23 @@ def _scale_hook(beta: float, n_train: int, form: str, n_heads: int, heads_first:
 @with_full_forward
 @contextmanager
 def temperature(model: nn.Module, beta: float, *, n_train: int, layers: Sequence[int] | None = None,
-                form: str = "log") -> Iterator[Temperature]:
-    """Context manager: the attention logits of ``layers`` (None = all) times ``s(n)`` (module docstring)
-    for the duration; the hooks are removed on exit, also after an exception. β = 0 with ``form="log"``
-    multiplies by exactly 1.0, a bit-for-bit no-op. Yields the :class:`Temperature` applied."""
+                form: str = "log", floor: bool = True) -> Iterator[Temperature]:
+    """Context manager: the attention logits of ``layers`` (None = all) times ``s(n)`` (module docstring;
+    ``floor``: the log form floored at 1, the default) for the duration; the hooks are removed on exit,
+    also after an exception. β = 0 with ``form="log"`` multiplies by exactly 1.0, a bit-for-bit no-op, and
+    so does the floored form on every query with ``n ≤ n_train`` keys. Yields the :class:`Temperature` applied."""
     beta, n_train, form = check_temperature(beta, n_train, form)
+    floor = bool(floor)
     ad, sites = linear_sites(model, layers, "temperature")
-    applied = Temperature(beta, n_train, form, None if layers is None else tuple(int(l) for l in layers))
+    applied = Temperature(beta, n_train, form, None if layers is None else tuple(int(l) for l in layers), floor)
     handles = []
     try:
         for _, q, _, heads_first in sites:
-            handles.append(prepend_hook(q, _scale_hook(beta, n_train, form, ad.n_heads, heads_first)))
+            handles.append(prepend_hook(q, _scale_hook(beta, n_train, form, floor, ad.n_heads, heads_first)))
         yield applied
     finally:
         for h in handles:
             h.remove()
 
 
-__all__ = ["TEMPERATURE_FAMILIES", "FORMS", "Temperature", "check_temperature", "temperature_scale", "temperature"]
+__all__ = ["TEMPERATURE_FAMILIES", "FORMS", "MAX_BETA", "MAX_N_TRAIN", "Temperature", "check_temperature", "temperature_scale", "temperature"]

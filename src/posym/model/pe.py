@@ -43,7 +43,13 @@ CONFIG_ATTR = "posym_pe"
 #: cannot run: ``AutoModelForCausalLM`` refuses an unknown model type, ``GPTJForCausalLM`` warns.
 POSYM_MODEL_TYPE = "posym_gptj"
 POSYM_ARCHITECTURE = "PosymGPTJForCausalLM"
-_USAGE = "rope, nope, p-rope:F (0 <= F <= 1), rope-base:THETA (> 1), randomized:L (L >= the training length), ssmax"
+#: The RoPE bases accepted (training-time ``rope-base:θ`` needs θ > 1 too; the inference-time
+#: ``rope-base``/``ntk`` interventions use the same range): every inverse frequency ``θ^(−2k/d)``, k < d/2,
+#: is then a finite, nonzero float32 number whatever the rotary dim, and so are the angles.
+MIN_ROPE_BASE = 1e-30
+MAX_ROPE_BASE = 1e30
+_USAGE = ("rope, nope, p-rope:F (0 <= F <= 1), rope-base:THETA (1 < THETA <= 1e30), randomized:L (L >= the training "
+          "length), ssmax")
 
 
 @dataclass(frozen=True)
@@ -112,9 +118,10 @@ def parse_pe(text: "str | PositionalEncoding | None") -> PositionalEncoding:
             raise PosymError(f"positional encoding {text!r}: the fraction F must be in [0, 1] (p-rope:0.75)")
         return PositionalEncoding(kind, num)
     if kind == "rope-base":
-        if not num > 1:
-            raise PosymError(f"positional encoding {text!r}: the base must be > 1 (rope-base:500000)")
-        return PositionalEncoding(kind, int(num) if num.is_integer() else num)
+        if not 1 < num <= MAX_ROPE_BASE:
+            raise PosymError(f"positional encoding {text!r}: the base must be > 1 and <= {MAX_ROPE_BASE:g} "
+                             "(so every inverse frequency is a nonzero float32 number), e.g. rope-base:500000")
+        return PositionalEncoding(kind, int(num) if num.is_integer() and num < 2**53 else num)
     if not num.is_integer() or num < 2:
         what = "L (randomized:2048)" if kind == "randomized" else "N, the initial length (ssmax:17)"
         raise PosymError(f"positional encoding {text!r}: {what} must be an integer >= 2")
@@ -145,6 +152,8 @@ def gptj_inv_freq(pe: PositionalEncoding, rotary_dim: int, theta: float | None =
     pair that does not rotate). ``rope`` and ``rope-base:10000`` give HF's values bit for bit.
     ``theta``: another base for the rotating pairs (an inference-time base change)."""
     base = pe.theta if theta is None else (int(theta) if float(theta).is_integer() else float(theta))
+    if isinstance(base, int) and base >= 2**53:  # torch takes no int beyond int64; such a base is no exact int anyway
+        base = float(base)
     inv = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64) / rotary_dim))
     keep = pe.rotating_pairs(rotary_dim)
     if keep < inv.numel():
@@ -198,6 +207,6 @@ def ssmax_factor(s: Tensor, positions: Tensor) -> Tensor:
     return torch.log1p(positions.to(s.dtype))[:, None] * s[None, :]
 
 
-__all__ = ["PE_KINDS", "DEFAULT_PE", "GPTJ_BASE", "CONFIG_ATTR", "POSYM_MODEL_TYPE", "POSYM_ARCHITECTURE",
+__all__ = ["PE_KINDS", "DEFAULT_PE", "GPTJ_BASE", "MIN_ROPE_BASE", "MAX_ROPE_BASE", "CONFIG_ATTR", "POSYM_MODEL_TYPE", "POSYM_ARCHITECTURE",
            "PositionalEncoding", "parse_pe", "complete_pe", "config_pe", "gptj_inv_freq", "gptj_rotary_table",
            "random_positions", "ssmax_init", "ssmax_factor"]

@@ -68,14 +68,14 @@ def drop_lowest(n_pairs: int, fraction: float) -> list[int]:
 
 def study_grid(n_pairs: int, index_layers: Sequence[int] = ()) -> list[str]:
     """The study's default interventions (canonical strings, ``none`` first): temperature β ∈ {0.5, 1,
-    2} (log form, n_train = 17); NTK κ ∈ {2, 4, 8}; interpolation dynamic (n_train = 17) and fixed
+    2} (log form floored at 1, n_train = 17); NTK κ ∈ {2, 4, 8}; interpolation dynamic (n_train = 17) and fixed
     factors 2, 4; frequency masks dropping the lowest 25 / 50 / 75 % of the ``n_pairs`` IDs in every
     layer and, when ``index_layers`` is given, only there."""
-    grid = ["none"] + [f"temperature:beta={b},n_train=17" for b in ("0.5", "1", "2")]
+    grid = ["none"] + [f"temperature:beta={b},n_train=17,floor=1" for b in ("0.5", "1", "2")]
     grid += [f"ntk:kappa={k}" for k in (2, 4, 8)]
     grid += ["interpolate:n_train=17", "interpolate:factor=2", "interpolate:factor=4"]
     for frac in (0.25, 0.5, 0.75):
-        keep = "+".join(str(i) for i in drop_lowest(n_pairs, frac))
+        keep = "+".join(str(i) for i in drop_lowest(n_pairs, frac)) or "none"  # none kept: freq-mask:keep=none
         grid.append(f"freq-mask:keep={keep}")
         if index_layers:
             grid.append(f"freq-mask:keep={keep},layers=" + "+".join(str(l) for l in sorted(index_layers)))
@@ -343,6 +343,29 @@ def study_settings(lengthgen: pd.DataFrame, heads: pd.DataFrame) -> tuple[pd.Dat
     return rewrite(lengthgen), rewrite(heads)
 
 
+def settings_display(record: Mapping) -> dict:
+    """The study page's settings table (setting -> value) from ``interventions.json``: the record of
+    every call (``{"calls": [...]}``; an older record, one call's settings, counts as one call). When
+    every call used the same settings (models aside) they are shown once with the models; otherwise
+    one row per model with the settings of each call that measured it, and a note that they differ."""
+    calls = list(record.get("calls", [])) if "calls" in record else [dict(record)]
+    per_model: dict[str, list[dict]] = {}
+    for c in calls:
+        rest = {k: v for k, v in c.items() if k != "runs"}
+        for label, run in (c.get("runs") or {"(models not recorded)": None}).items():
+            entry = {**({"run": run} if run is not None else {}), **rest}
+            if entry not in per_model.setdefault(label, []):
+                per_model[label].append(entry)
+    distinct = {repr(sorted((k, v) for k, v in e.items() if k != "run")) for es in per_model.values() for e in es}
+    if len(distinct) <= 1:
+        models = {label: es[0].get("run") for label, es in per_model.items()}
+        first = next((e for es in per_model.values() for e in es), {})
+        return {"models": models, **{k: v for k, v in first.items() if k != "run"}}
+    shown = {label: es[0] if len(es) == 1 else es for label, es in per_model.items()}
+    return {"note": f"the models were measured with different settings ({len(calls)} calls); one row per model",
+            **shown}
+
+
 def check_grid_names(names: Iterable[str]) -> list[str]:
     """The list with duplicates removed, order kept."""
     return list(dict.fromkeys(names))
@@ -351,4 +374,4 @@ def check_grid_names(names: Iterable[str]) -> list[str]:
 __all__ = ["short", "prediction_rows", "MIN_ACC_AT_ZERO", "REPORT_LENGTHS", "SEARCH_GRID", "HEAD_LENGTHS", "PREDICTION", "family", "drop_lowest",
            "study_grid", "model_reach", "pure_heads", "study_summary", "best_settings", "summary_rows",
            "summary_markdown", "plot_intervention_curves", "plot_head_readout", "index_layers", "check_grid_names",
-           "INDEX_LAYERS", "for_model", "as_setting", "study_settings"]
+           "INDEX_LAYERS", "for_model", "as_setting", "study_settings", "settings_display"]

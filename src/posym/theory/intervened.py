@@ -26,7 +26,8 @@ another key can win. Retrieval's weights encode letters only (angles ``mω``), s
 logit minus the largest other logit (negative: some input makes the head prefer a wrong key). Where the
 correct key is the unique arg-max (every untouched case that table covers) this is the discrepancy
 ``Δ``, and identity parameters reproduce the table's value bit for bit. Temperature gives exactly
-``s(n)·Δ`` (``s ≥ 0``; to rounding). Index enumerates the query offsets ``v′ = 0..n−1`` (as
+``s(n)·Δ`` (``s ≥ 0``; to rounding): the floored log form (the default, ``s ≥ 1``) and SSMax
+always, the unfloored one (``floor=0``) where ``1 + β·ln(n/n_train) ≥ 0``. Index enumerates the query offsets ``v′ = 0..n−1`` (as
 :func:`~posym.theory.discrepancy.index_deltas`), Retrieval the match distance with the worst letter
 at every other distance (as :func:`~posym.theory.discrepancy.retrieval_deltas`; no ``θ < ω/(2n)``
 restriction here: past it the margin turns negative).

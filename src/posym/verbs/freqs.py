@@ -76,6 +76,19 @@ def freqs(path: str | os.PathLike, *, task: str | None = None, n: int = DEFAULT_
         if fs is not None:
             fss.append(with_intervention(with_step(fs, rm.step), text))
     use, table = uses[0], tables[0]  # the figures and the geometry head: the first intervention's
+    layer, head = pick_geometry_head(table, layer_geometry)  # may refuse (no rotary use): before any file
+    dom = table.loc[(table["layer"] == layer) & (table["head"] == head), "dominant_id"].iloc[0]
+    geo = layout.qk_geometry(layer)
+    geo_outputs = Outputs([out_dir / f"{geo}.csv", *figure_paths(layout.figure(out_dir, geo))], force).check()
+    pts_all = []
+    for spec, text in zip(specs, labels):
+        with intervened(model, spec):
+            pts = qk_geometry(ad, batch.input_ids[: int(geometry_prompts)], layer, head,
+                              freq_id=int(dom) if dom > 0 else None, task=task)
+        pts_all.append(with_intervention(with_step(pts, rm.step), text))
+        bar.update(1)
+    bar.close()
+    # every table computed and every refusal passed: only now the files
     outputs.csv(pd.concat(uses, ignore_index=True), out_dir / layout.FREQ_USE)
     outputs.csv(pd.concat(tables, ignore_index=True), out_dir / layout.FREQ_TABLE)
     if scores:
@@ -84,20 +97,9 @@ def freqs(path: str | os.PathLike, *, task: str | None = None, n: int = DEFAULT_
     label += f" ({task}" + (f", step {rm.step}" if rm.step is not None else "")
     label += (f", {labels[0]})" if specs[0] is not None else ")")
     outputs.figure(plot_freq_use(use, title=f"frequency use — {label}"), layout.figure(out_dir, layout.FIG_FREQ_USE))
-    layer, head = pick_geometry_head(table, layer_geometry)
-    dom = table.loc[(table["layer"] == layer) & (table["head"] == head), "dominant_id"].iloc[0]
-    geo = layout.qk_geometry(layer)
-    Outputs([out_dir / f"{geo}.csv", *figure_paths(layout.figure(out_dir, geo))], force).check()
-    pts_all = []
-    for spec, text in zip(specs, labels):
-        with intervened(model, spec):
-            pts = qk_geometry(ad, batch.input_ids[: int(geometry_prompts)], layer, head,
-                              freq_id=int(dom) if dom > 0 else None, task=task)
-        pts_all.append(with_intervention(with_step(pts, rm.step), text))
-        bar.update(1)
-    outputs.csv(pd.concat(pts_all, ignore_index=True), out_dir / f"{geo}.csv")
-    outputs.figure(plot_qk_geometry(pts_all[0]), layout.figure(out_dir, geo))
-    bar.close()
+    geo_outputs.csv(pd.concat(pts_all, ignore_index=True), out_dir / f"{geo}.csv")
+    geo_outputs.figure(plot_qk_geometry(pts_all[0]), layout.figure(out_dir, geo))
+    outputs.written += geo_outputs.written
     table.attrs.update(task=task, step=rm.step, checkpoint=str(rm.path), geometry_layer=layer, geometry_head=head,
                        files=[str(p) for p in outputs.written])
     if len(specs) > 1:

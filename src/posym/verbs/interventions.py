@@ -11,7 +11,9 @@ into one ``OUT`` at once; the study table, figures and page are rebuilt from eve
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -19,8 +21,44 @@ import pandas as pd
 
 from posym.errors import PosymError
 from posym.runs import layout
-from posym.runs.lock import DirLock
+from posym.runs.lock import DirLock, refuse_live_outputs
+from posym.runs.tables import INTERVENTION, NO_INTERVENTION, RUN_TABLES, TableSchema, check_rows, read_table
 from posym.verbs import Outputs, VerbResult, figure_paths
+
+#: ``intervention_heads.csv`` of a model folder: one row per (intervention, added length, head); read
+#: back (resumed, collected) only after these checks.
+HEADS_SCHEMA = TableSchema(layout.INTERVENTION_HEADS, "intervention, added length and head of one model", {
+    INTERVENTION: "canonical intervention string", "extra_tokens": "added target-window tokens",
+    "layer": "layer index", "head": "head index", "s_pos": "s_POS in [-1, 1]", "s_sym": "s_SYM in [-1, 1]",
+    "n_prompts": "prompts averaged"}, "posym interventions", (INTERVENTION, "extra_tokens", "layer", "head"),
+    kinds={INTERVENTION: "intervention", "extra_tokens": "count", "layer": "count", "head": "count",
+           "n_prompts": "positive"})
+#: The columns ``--best-of`` reads from an earlier study's ``interventions.csv``.
+BEST_OF_COLUMNS: tuple[str, ...] = ("task", "intervention", "family", "acc_0_mean", "reach_mean", "acc_grid_mean")
+_NO_FORCE = "(posym interventions has no --force)"
+
+
+def _read_heads(path: Path) -> pd.DataFrame:
+    """A model folder's head readout, checked (schema, kinds, no point twice, scores in [-1, 1])."""
+    remedy = f"remove {path} to measure the head readout afresh {_NO_FORCE}"
+    t = check_rows(path, HEADS_SCHEMA, remedy)
+    for col in ("s_pos", "s_sym"):
+        bad = pd.to_numeric(t[col], errors="coerce")
+        bad = t.index[~(bad.abs() <= 1)]  # NaN, text and |s| > 1 fail
+        if len(bad):
+            raise PosymError(f"{path} row {bad[0] + 1}: {col} = {t.loc[bad[0], col]!r} is not a score in [-1, 1]; "
+                             f"fix or remove the row, or {remedy}")
+    return t
+
+
+def _read_lengthgen(path: Path) -> pd.DataFrame:
+    """A model folder's length table, checked (:data:`~posym.runs.tables.RUN_TABLES` ``lengthgen``)."""
+    t = check_rows(path, RUN_TABLES["lengthgen"], f"remove {path.parent} to measure that model afresh {_NO_FORCE}")
+    if INTERVENTION not in t.columns:
+        t.insert(0, INTERVENTION, NO_INTERVENTION)
+    if t.empty:
+        raise PosymError(f"{path} holds no rows; remove {path.parent} to measure that model afresh {_NO_FORCE}")
+    return t
 
 
 def _label(run: Path) -> tuple[str, str]:
@@ -62,9 +100,10 @@ def _measure_heads(model, task: str, folder: Path, interventions: Sequence[str],
 
     path = folder / layout.INTERVENTION_HEADS
     out = Outputs([path], True)
-    old = pd.read_csv(path) if path.is_file() else None
+    old = _read_heads(path) if path.is_file() else None
     if old is not None and len(old) and set(old["n_prompts"].unique()) != {n}:
-        raise PosymError(f"{path} holds head scores of {sorted(old['n_prompts'].unique())} prompts, not {n}; "
+        counts = ", ".join(str(int(c)) for c in sorted(old["n_prompts"].unique()))
+        raise PosymError(f"{path} holds head scores of {counts} prompts, not {n}; "
                          "give the same --heads-n, or another --out")
     have = set() if old is None else set(zip(old["intervention"], old["extra_tokens"].astype(int)))
     frames = [] if old is None else [old]
@@ -82,11 +121,11 @@ def _collect(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every model folder's lengthgen rows and head rows, with ``model`` (the folder name) and ``task``."""
     lg, hd = [], []
     for folder in sorted(p for p in out.iterdir() if p.is_dir() and (p / layout.LENGTHGEN).is_file()):
-        t = pd.read_csv(folder / layout.LENGTHGEN)
+        t = _read_lengthgen(folder / layout.LENGTHGEN)
         t.insert(0, "model", folder.name)
         lg.append(t)
         if (folder / layout.INTERVENTION_HEADS).is_file():
-            h = pd.read_csv(folder / layout.INTERVENTION_HEADS)
+            h = _read_heads(folder / layout.INTERVENTION_HEADS)
             h.insert(0, "task", t["task"].iloc[0])
             h.insert(0, "model", folder.name)
             hd.append(h)
@@ -101,7 +140,17 @@ def _best_of(search: Path) -> dict[str, list[str]]:
     if not path.is_file():
         raise PosymError(f"--best-of {search}: no {layout.INTERVENTIONS} there; run the search first "
                          "(posym interventions RUN... --grid search --out DIR)")
-    best = best_settings(pd.read_csv(path))
+    table = read_table(path)
+    missing = [c for c in BEST_OF_COLUMNS if c not in table.columns]
+    if missing or table.empty:
+        what = f"lacks the column(s) {', '.join(missing)}" if missing else "holds no rows"
+        raise PosymError(f"--best-of {search}: {path} {what}, so it is not a study table; "
+                         "give the folder of a finished posym interventions study")
+    for c in BEST_OF_COLUMNS[3:]:
+        if pd.to_numeric(table[c], errors="coerce").isna().all():
+            raise PosymError(f"--best-of {search}: {path} column {c} holds no numbers; "
+                             "give the folder of a finished posym interventions study")
+    best = best_settings(table)
     picked: dict[str, list[str]] = {}
     for (task, _), interv in best.items():
         picked.setdefault(task, ["none"]).append(interv)
@@ -110,27 +159,82 @@ def _best_of(search: Path) -> dict[str, list[str]]:
 
 def _settings(intervene: Sequence[str]) -> list[str]:
     """The canonical strings of ``intervene``, checked; ``layers=index`` (a mask or temperature in each
-    model's own Index layers, :data:`~posym.report.interventions.INDEX_LAYERS`) is kept as written."""
-    from posym.interventions import describe, plan_interventions
+    model's own Index layers, :data:`~posym.report.interventions.INDEX_LAYERS`) is taken out before the
+    rest is parsed and written back after it (``layers`` is the last key of a canonical string), so
+    no layer number stands in for it: an explicit layer list (``layers=1000000`` too) stays a layer
+    list, checked against each model before any work."""
+    from posym.interventions import FreqMask, Temperature, describe, parse_intervention
     from posym.report.interventions import INDEX_LAYERS
 
-    key, stand_in = f"layers={INDEX_LAYERS}", "layers=1000000"  # parsed as a layer list, put back after
-    texts = [t.replace(key, stand_in) for t in intervene]
-    return [describe(spec).replace(stand_in, key) for spec in plan_interventions(texts)]
+    out: dict[str, str] = {}
+    for text in intervene:
+        name, colon, rest = str(text).partition(":")
+        items = [i.strip() for i in rest.split(",") if i.strip()]
+        index = [i for i in items if re.fullmatch(rf"layers\s*=\s*{INDEX_LAYERS}", i)]
+        spec = parse_intervention(f"{name}{colon}{','.join(i for i in items if i not in index)}" if index else text)
+        canon = describe(spec)
+        if index:
+            if not isinstance(spec, (Temperature, FreqMask)):
+                raise PosymError(f"{text!r}: layers={INDEX_LAYERS} applies to temperature and freq-mask only")
+            if spec.layers is not None:
+                raise PosymError(f"{text!r}: layers given twice; write layers={INDEX_LAYERS} or a layer list, not both")
+            canon += f",layers={INDEX_LAYERS}"
+        if canon in out:
+            raise PosymError(f"--intervene {text!r} repeats {out[canon]!r} (both are {canon}); give each once")
+        out[canon] = text
+    return list(out)
+
+
+def _checkable(setting: str) -> str:
+    """``setting`` with ``layers=index`` dropped (every layer): what can be checked against a model
+    before its Index layers are known."""
+    from posym.report.interventions import INDEX_LAYERS
+
+    name, colon, rest = setting.partition(":")
+    return f"{name}{colon}{','.join(i for i in rest.split(',') if i != f'layers={INDEX_LAYERS}')}" if colon else setting
+
+
+def _record(out: Path, call: dict) -> dict:
+    """The study's record (``interventions.json``) with ``call`` appended: every call's settings, in
+    order (a record of an older posym, one call's settings, becomes the first call)."""
+    path = out / layout.INTERVENTIONS_JSON
+    calls: list = []
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            raise PosymError(f"{path} is not a study record (not JSON); remove it (the tables in the model "
+                             "folders stay) or choose another --out") from None
+        calls = list(old.get("calls", [])) if isinstance(old, dict) and "calls" in old else [old]
+    return {"calls": [*calls, call]}
+
+
+def _measured(folder: Path) -> bool:
+    """Whether a model folder holds anything but the lock (a refused call leaves no empty folder)."""
+    return folder.is_dir() and any(p.name != layout.LOCK for p in folder.iterdir())
+
+
+def _no_force(exc: PosymError, folder: Path) -> PosymError:
+    """A refusal of the length sweep that says "pass --force", said for this verb (it has no --force)."""
+    text = re.sub(r"pass --force[^;,)]*", f"remove {folder} to measure this model afresh {_NO_FORCE}", str(exc))
+    return PosymError(text)
 
 
 def write_page(out: str | os.PathLike, outputs: Outputs | None = None) -> Path:
     """``OUT/interventions.html`` from the study's saved tables and figures (``interventions.csv``,
-    ``interventions.json``, the figures present) and, when ``OUT`` also holds a training-time encodings
+    ``interventions.json``: the settings of every call, per model where they differ,
+    :func:`~posym.report.interventions.settings_display`; the figures present) and, when ``OUT`` also holds a training-time encodings
     study (``posym pe-study --out OUT``), its table, goal line and figures as a section of the same page."""
-    import json
-
     from posym.report.html import interventions_page
-    from posym.report.interventions import prediction_rows, summary_rows
+    from posym.report.interventions import prediction_rows, settings_display, summary_rows
 
     out = Path(out)
-    summary = pd.read_csv(out / layout.INTERVENTIONS)
-    settings = json.loads((out / layout.INTERVENTIONS_JSON).read_text())
+    summary = read_table(out / layout.INTERVENTIONS)
+    try:
+        settings = settings_display(json.loads((out / layout.INTERVENTIONS_JSON).read_text()))
+    except (OSError, ValueError):
+        raise PosymError(f"{out / layout.INTERVENTIONS_JSON} is not a study record (not JSON); run the study "
+                         "again into this folder to rebuild it") from None
     tasks = [t for t in ("number", "letter") if t in set(summary["task"])]
     figs = {}
     for t in tasks:
@@ -194,6 +298,9 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     out = Path(out)
     grid_values = _grid(grid)
     lengths = list(HEAD_LENGTHS if heads_lengths is None else heads_lengths)
+    if lengths and (isinstance(heads_n, bool) or not isinstance(heads_n, int) or heads_n < 1):
+        raise PosymError(f"heads_n={heads_n!r}: the head readout needs an integer >= 1 of prompts "
+                         "(--heads-n 16); give heads_lengths=[] (--no-heads) for no head readout")
     given = _settings(intervene) if intervene else None
     picked = _best_of(Path(best_of)) if best_of else None
     labels: dict[str, Path] = {}
@@ -206,34 +313,55 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
         if label in labels:
             raise PosymError(f"{labels[label]} and {r} are both {label}; give each model once")
         labels[label], tasks[label] = r, task
+    call = {"runs": {k: str(v) for k, v in labels.items()}, "grid": grid_values, "n": n, "seeds": seeds,
+            "heads_lengths": lengths, "heads_n": heads_n, "best_of": str(best_of) if best_of else None,
+            "intervene": given}
+    _record(out, call)  # an unreadable record is refused before any work
+    if out.is_dir():
+        _collect(out)  # every model folder's tables readable (checked) before this call measures anything
+    refuse_live_outputs([out / label / layout.LENGTHGEN for label in labels] + [out / layout.INTERVENTIONS])
     done_lines = []
     for label, run in labels.items():
         folder = out / label
-        with DirLock(folder, "interventions model folder"):
-            model, task, _ = resolve_model(run)
-            if given is not None:
-                plan = given if "none" in given else ["none", *given]
-            elif picked is not None:
-                plan = picked.get(task, ["none"])
-            else:
-                plan = None
-            found: list[int] = []
-            if plan is None or any(f"layers={INDEX_LAYERS}" in p for p in plan):  # the model's Index layers
-                base = _measure_heads(model, task, folder, ["none"], [0], heads_n, progress, label)
-                found = index_layers(base[(base["intervention"] == "none") & (base["extra_tokens"] == 0)])
-            if plan is None:
-                from posym.model.adapters import get_adapter
-                plan = study_grid(get_adapter(model).rotary_dim // 2, found if task == "number" else [])
-            resolved = [for_model(p, found) for p in plan]
-            skipped = [p for p, r in zip(plan, resolved) if r is None]
-            plan = [r for r in resolved if r is not None]
-            check_interventions(model, plan)  # every intervention applies to this model, before the long work
-            res = lengthgen(run, grid=grid_values, n=n, seeds=seeds, out=folder / layout.LENGTHGEN, device=device,
-                            resume=True, progress=progress, intervene=plan)
-            if lengths:
-                _measure_heads(model, task, folder, plan, lengths, heads_n, progress, label)
-            done_lines.append(f"{label}: {len(plan)} interventions, {len(res.table)} lengthgen rows"
-                              + (f"; no Index layers, not measured: {', '.join(skipped)}" if skipped else ""))
+        existed = folder.exists()
+        model, task, _ = resolve_model(run)
+        if given is not None:
+            plan = given if "none" in given else ["none", *given]
+        elif picked is not None:
+            plan = picked.get(task, ["none"])
+        else:
+            plan = None
+        if plan is not None:  # every setting applies to this model (layers, families), before any file
+            check_interventions(model, [_checkable(p) for p in plan])
+        try:
+            with DirLock(folder, "interventions model folder"):
+                found: list[int] = []
+                if plan is None or any(f"layers={INDEX_LAYERS}" in p for p in plan):  # the model's Index layers
+                    base = _measure_heads(model, task, folder, ["none"], [0], heads_n, progress, label)
+                    found = index_layers(base[(base["intervention"] == "none") & (base["extra_tokens"] == 0)])
+                if plan is None:
+                    from posym.model.adapters import get_adapter
+                    plan = study_grid(get_adapter(model).rotary_dim // 2, found if task == "number" else [])
+                resolved = [for_model(p, found) for p in plan]
+                skipped = [p for p, r in zip(plan, resolved) if r is None]
+                plan = [r for r in resolved if r is not None]
+                check_interventions(model, plan)  # every intervention applies to this model, before the long work
+                try:
+                    res = lengthgen(run, grid=grid_values, n=n, seeds=seeds, out=folder / layout.LENGTHGEN,
+                                    device=device, resume=True, progress=progress, intervene=plan)
+                except PosymError as exc:
+                    raise _no_force(exc, folder) from None
+                if lengths:
+                    _measure_heads(model, task, folder, plan, lengths, heads_n, progress, label)
+        except BaseException:
+            if not existed and folder.is_dir() and not _measured(folder):
+                try:
+                    folder.rmdir()  # a refused or interrupted call leaves no empty model folder
+                except OSError:
+                    pass
+            raise
+        done_lines.append(f"{label}: {len(plan)} interventions, {len(res.table)} lengthgen rows"
+                          + (f"; no Index layers, not measured: {', '.join(skipped)}" if skipped else ""))
     lg, hd = study_settings(*_collect(out))
     summary = study_summary(lg, hd if len(hd) else None)
     task_list = [t for t in ("number", "letter") if t in set(lg["task"])]
@@ -252,10 +380,7 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
         outputs.figure(plot_intervention_curves(lg, t, LENGTHGEN.get(t)), out / layout.FIG_INTERVENTIONS.format(task=t))
         if len(hd):
             outputs.figure(plot_head_readout(hd, t), out / layout.FIG_INTERVENTION_HEADS.format(task=t))
-    settings = {"runs": {k: str(v) for k, v in labels.items()}, "grid": grid_values, "n": n, "seeds": seeds,
-                "heads_lengths": lengths, "heads_n": heads_n, "best_of": str(best_of) if best_of else None,
-                "intervene": given}
-    outputs.json(settings, out / layout.INTERVENTIONS_JSON)
+    outputs.json(_record(out, call), out / layout.INTERVENTIONS_JSON)  # this call appended to the earlier ones
     write_page(out, outputs)
     text = "\n".join([*done_lines, md, f"wrote {out / layout.INTERVENTIONS_HTML}"])
     return VerbResult(summary, outputs.written, text, {"lengthgen": lg, "heads": hd})

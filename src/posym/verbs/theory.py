@@ -47,36 +47,41 @@ def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retri
         files += _files(out, layout.DISCREPANCY_INTERVENTIONS)
     outputs = Outputs(files, force).check()
     models = [resolve_model(p, task=task) for p in runs]  # every path checked before the work
+    # every table computed (and every refusal passed) before the first file is written
     table = discrepancy_table(theta_index, theta_retrieval, alphabet, n_max)
-    outputs.csv(table, out / f"{layout.DISCREPANCY}.csv")
-    outputs.figure(plot_discrepancy(table), out / layout.DISCREPANCY)
     at = table[table["n"].isin([8, 20, 40, 80, 100])]
     lines = [at.pivot(index="n", columns="mechanism", values="delta").round(4).to_string()]
     data = {"discrepancy": table}
+    trained = under = None
     if runs:
         import pandas as pd
 
         frames = [trained_discrepancy(m.model, m.task, grid=list(grid or DEFAULT_GRID), n=n, seed=seed,
                                       progress=progress).assign(run=str(p)) for m, p in zip(models, runs)]
         trained = pd.concat(frames, ignore_index=True)
-        outputs.csv(trained, out / f"{layout.TRAINED_DISCREPANCY}.csv")
-        outputs.figure(plot_trained_discrepancy(trained), out / layout.TRAINED_DISCREPANCY)
         per_layer = trained.groupby(["task", "layer", "extra_tokens"])["delta_median"].median()
         lines += ["trained heads: median Δ of the last query per layer (rows) and added tokens (columns)",
                   per_layer.unstack("extra_tokens").round(4).to_string()]
         data["trained"] = trained
     if effects is not None:
-        from posym.report.theory_figures import plot_intervened
         from posym.theory.intervened import intervened_table
 
         rotary_dim, base = rope_frame()
         under = intervened_table(effects, lengths, rotary_dim=rotary_dim, base=base, theta_index=theta_index,
                                  theta_retrieval=theta_retrieval, alphabet=alphabet, n0=DEFAULT_N_TRAIN,
                                  progress=progress)
-        outputs.csv(under, out / f"{layout.DISCREPANCY_INTERVENTIONS}.csv")
-        outputs.figure(plot_intervened(under), out / layout.DISCREPANCY_INTERVENTIONS)
         lines.append(_summary(under))
         data["interventions"] = under
+    outputs.csv(table, out / f"{layout.DISCREPANCY}.csv")
+    outputs.figure(plot_discrepancy(table), out / layout.DISCREPANCY)
+    if trained is not None:
+        outputs.csv(trained, out / f"{layout.TRAINED_DISCREPANCY}.csv")
+        outputs.figure(plot_trained_discrepancy(trained), out / layout.TRAINED_DISCREPANCY)
+    if under is not None:
+        from posym.report.theory_figures import plot_intervened
+
+        outputs.csv(under, out / f"{layout.DISCREPANCY_INTERVENTIONS}.csv")
+        outputs.figure(plot_intervened(under), out / layout.DISCREPANCY_INTERVENTIONS)
     lines.append(f"wrote {', '.join(str(p) for p in outputs.written if p.suffix == '.csv')}")
     return VerbResult(table, outputs.written, "\n".join(lines), data)
 
@@ -132,7 +137,7 @@ def intervention_effects(specs: Sequence[str]) -> dict:
             raise PosymError(f"{text!r}: the theory's constructions are one head; drop layers=")
         if isinstance(iv, Temperature):
             effect = Effect(logit_scale=lambda ns, iv=iv: temperature_scale(
-                torch.as_tensor(ns), iv.beta, iv.n_train, iv.form).numpy())
+                torch.as_tensor(ns), iv.beta, iv.n_train, iv.form, iv.floor).numpy())
         elif isinstance(iv, RopeBase):
             new_base = ntk_theta(base, iv.kappa, rotary_dim) if iv.kappa is not None else iv.theta
             effect = Effect(base=float(new_base))
