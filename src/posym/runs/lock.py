@@ -145,17 +145,7 @@ class DirLock:
                     except FileNotFoundError:
                         pass
                     continue
-                since = holder.get("started")
-                when = time.strftime(" since %Y-%m-%d %H:%M:%S", time.localtime(since)) if since else ""
-                who = f"process {holder.get('pid', '?')} on {holder.get('host', '?')}{when}" if holder else "another process"
-                jobs = holder.get("slurm_jobs") or []
-                if jobs and holder.get("submission"):
-                    shown = ",".join(map(str, jobs[:6])) + (",…" if len(jobs) > 6 else "")
-                    raise PosymError(f"{self.subject} is in use by Slurm jobs {shown} "
-                                     f"(submitted by {who}); wait for them (posym status {self.directory}) or "
-                                     "scancel them") from None
-                raise PosymError(f"{self.subject} is in use by {who}; wait for it to "
-                                 f"finish (or, if that process is gone, delete {self.path})") from None
+                raise self._refusal(holder) from None
             except OSError as exc:
                 raise PosymError(f"cannot write to {self.directory}: {exc.strerror or exc}") from exc
             with os.fdopen(fd, "w") as fh:
@@ -165,6 +155,28 @@ class DirLock:
             self._key = key
             return self
         raise PosymError(f"could not lock {self.directory}: the lock file keeps changing; try again")
+
+    def _refusal(self, holder: dict) -> PosymError:
+        """The one-line error for a lock that the live ``holder`` has."""
+        since = holder.get("started")
+        when = time.strftime(" since %Y-%m-%d %H:%M:%S", time.localtime(since)) if since else ""
+        who = f"process {holder.get('pid', '?')} on {holder.get('host', '?')}{when}" if holder else "another process"
+        jobs = holder.get("slurm_jobs") or []
+        if jobs and holder.get("submission"):
+            shown = ",".join(map(str, jobs[:6])) + (",…" if len(jobs) > 6 else "")
+            return PosymError(f"{self.subject} is in use by Slurm jobs {shown} (submitted by {who}); wait for them "
+                              f"(posym status {self.directory}) or scancel them")
+        return PosymError(f"{self.subject} is in use by {who}; wait for it to finish (or, if that process is gone, "
+                          f"delete {self.path})")
+
+    def check_free(self) -> "DirLock":
+        """PosymError (the refusal :meth:`acquire` would give) when another live process holds the lock
+        now; creates nothing. For a check before slow work that comes before the lock is taken."""
+        holder = read_lock(self.directory, self.name)
+        key = str(self.path.resolve()) if self.directory.exists() else str(self.path.absolute())
+        if holder is not None and not DirLock._held.get(key) and not (holder and _is_stale(holder)):
+            raise self._refusal(holder)
+        return self
 
     def hold_for_jobs(self, jobs: list[str], **fields: object) -> None:
         """Name the Slurm ``jobs`` that write for this holder (and ``fields``, e.g. a submission id) in

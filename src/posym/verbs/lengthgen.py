@@ -63,6 +63,7 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
                          "saving the table); pass --resume to write the rest from the table without measuring "
                          "again, or --force to measure afresh")
     outputs = Outputs([table_path, *derived], force or resume).check()
+    lock = DirLock.for_file(table_path, "length table").check_free()  # a second writer: refused before any work
     resolved = resolve_model(run, task=task, step=step)
     model, task, ckpt_step = resolved
     names = check_interventions(model, specs)  # family, layers, frequency IDs: before any work
@@ -72,7 +73,7 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
            "distractors": distractors}
     # one writer per table (posym.runs.lock): a second lengthgen into it is refused before it reads the
     # table, so two --resume calls can never overwrite each other's saved points
-    with DirLock.for_file(table_path, "length table"):
+    with lock:
         outputs.check()  # again under the lock: a writer that finished meanwhile may have written it
         old = _rows_to_keep(table_path, key, n, force) if resume and table_path.is_file() else None
         note = in_progress_note(run, ckpt_step)
