@@ -44,7 +44,18 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
     rule, n). The table is checked against its schema first (``posym.runs.tables.check_rows``); a
     corrupt table, one of an older posym without the identity columns, or rows measured another way
     are refused unless ``force`` (then they are replaced). A table without the ``intervention`` column
-    (older posym) holds untouched-model rows.
+    (older posym) holds untouched-model rows; a row whose ``intervention`` is not a canonical string
+    (it must parse and describe back to itself) is refused likewise.
+
+    **One writer per table**: the call holds the table's lock (``.NAME.lock`` beside it,
+    ``posym.runs.lock.DirLock.for_file``) from before it reads the table to its last write, so a
+    second ``lengthgen`` into the same table (the run's own ``lengthgen.csv`` included) is refused in
+    one line before any work; a lock left by a killed call is stale and taken over.
+
+    **A set cut short** (e.g. a full disk after the table was saved): the table is written first and
+    the summary and figure are derived from it, so the failure says so and ``resume`` writes the
+    missing files from the table without measuring again; a plain re-run says to pass ``--resume``
+    (or ``--force`` to measure afresh).
     """
     from posym.interventions import check_interventions, intervened, plan_interventions
     from posym.report.figures import plot_lengthgen
