@@ -18,7 +18,11 @@ It writes to ``out``:
   the cache: a rerun (or a resumed, interrupted run) asks only for the samples whose ``(protocol,
   intervention, model, task, length, run, index, prompt digest)`` is not there yet (a record without
   a protocol is a ``generate`` one, without an intervention a ``none`` one); lines are flushed as
-  answers arrive, and a torn last line is ignored.
+  answers arrive, and a torn last line is ignored. One writer per folder: a call holds the lock
+  ``.answers.jsonl.lock`` (``posym.runs.lock.DirLock.for_file``) while it asks and tabulates, so a
+  second ``llm eval`` into the same ``--out`` is refused in one line (before its model loads when
+  ``--out`` is given). A sample recorded twice (by two writers before the lock existed) is kept once
+  and the repeat removed from the file; two different answers to one sample are refused, naming both lines.
 * ``llm_runs.csv`` — accuracy (and, for ``choice``, chance) per (intervention, task, length, run);
 * ``llm_table.csv`` / ``llm_table.md`` — Table 3 style: mean (sd) over runs per (intervention, task, length);
   sd is the sample standard deviation (ddof = 1) of the per-run accuracies; ``choice`` adds the
