@@ -180,3 +180,16 @@ def test_resume_keeps_each_answer_once(tmp_path):
         f.write(json.dumps({**twice[2], "prediction": "zz", "correct": False}) + "\n")
     with pytest.raises(PosymError, match="lines 3 and 91 answer one sample .* differently"):
         run_protocol(Oracle(), "m", tmp_path, **GRID)
+
+
+def test_the_llm_eval_verb_holds_the_lock_to_its_last_write(tiny_dirs, tmp_path, monkeypatch):
+    import posym.report.llm_figures as figures
+    from posym.verbs.llm import llm_eval as llm_eval_verb
+
+    real, held = figures.plot_llm_lengthgen, []
+    monkeypatch.setattr(figures, "plot_llm_lengthgen", lambda *a, **k: held.append(
+        (tmp_path / "o/.answers.jsonl.lock").is_file()) or real(*a, **k))
+    res = llm_eval_verb(model=tiny_dirs["chat"], out=tmp_path / "o", lengths=[4], runs=1, n=2, tasks=["number"],
+                        protocol="choice", progress=False)
+    assert held == [True] and res.data["result"].n_new == 2  # the inner lock of the same process is re-entered
+    assert not (tmp_path / "o/.answers.jsonl.lock").exists() and (tmp_path / "o/figures/llm_lengthgen.png").is_file()
