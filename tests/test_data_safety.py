@@ -114,6 +114,30 @@ def test_lock_refuses_a_live_holder_and_takes_over_a_stale_one(tmp_path):
     assert not (d / LOCK_FILE).exists()
 
 
+def test_a_file_lock_refuses_a_live_holder_takes_over_a_stale_one_and_tidies_up(tmp_path):
+    """``DirLock.for_file``: one writer per table (``.NAME.lock`` beside it; probe 4, A)."""
+    with DirLock.for_file(tmp_path / "new/sub/t.csv", "length table") as lock:
+        assert lock.path == tmp_path / "new/sub/.t.csv.lock" and lock.path.is_file()
+    assert not (tmp_path / "new").exists()  # the folders the lock created, left empty, are removed
+    table = tmp_path / "keep" / "t.csv"
+    table.parent.mkdir()
+    path = DirLock.for_file(table).path
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        path.write_text(json.dumps({"pid": sleeper.pid, "host": os.uname().nodename, "started": 0}))
+        code = f"from posym.runs.lock import DirLock; DirLock.for_file({str(table)!r}, 'length table').acquire()"
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert r.returncode != 0 and f"length table {table} is in use by process {sleeper.pid}" in r.stderr
+        with pytest.raises(PosymError, match=f"in use by process {sleeper.pid}"):  # the path spelled otherwise
+            DirLock.for_file(tmp_path / "keep/../keep/t.csv", "length table").check_free()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    with DirLock.for_file(table) as taken:  # its holder is gone: stale, taken over
+        assert json.loads(taken.path.read_text())["pid"] == os.getpid()
+    assert not path.exists() and table.parent.is_dir()  # a folder that was there stays
+
+
 def _wait_for(pred, timeout=120.0):
     t0 = time.time()
     while not pred():

@@ -133,3 +133,63 @@ def test_figure(tmp_path):
     matplotlib.pyplot.close(fig)
     with pytest.raises(PosymError):
         plot_llm_lengthgen(pd.DataFrame({"task": ["number"]}))
+
+
+# one writer per --out (reliability probe 4, A): two llm eval into one folder left duplicated records ------
+def test_a_second_writer_of_one_answers_file_is_refused_and_a_stale_lock_taken_over(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from posym.runs.lock import DirLock
+
+    run_protocol(Oracle(), "m", tmp_path, **GRID)
+    before = (tmp_path / "answers.jsonl").read_bytes()
+    lock = DirLock.for_file(tmp_path / "answers.jsonl", "LLM answers file").path
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock.write_text(json.dumps({"pid": sleeper.pid, "host": os.uname().nodename, "started": 0}))
+        asked = Oracle()
+        with pytest.raises(PosymError, match=f"LLM answers file .*answers.jsonl is in use by process {sleeper.pid}"):
+            run_protocol(asked, "m", tmp_path, **{**GRID, "runs": 4})
+        assert asked.asked == [] and (tmp_path / "answers.jsonl").read_bytes() == before
+        from posym.lengthgen.llm_eval import llm_eval  # the verb's path: refused before any model loads
+        with pytest.raises(PosymError, match="answers.jsonl is in use by process"):
+            llm_eval(model=tmp_path / "no-such-model", out=tmp_path, lengths=[4], runs=1, n=1, progress=False)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    res = run_protocol(Oracle(), "m", tmp_path, **{**GRID, "runs": 4})  # the holder is gone: taken over
+    assert res.n_cached == 90 and res.n_new == 30 and not lock.exists()
+    assert len((tmp_path / "answers.jsonl").read_text().splitlines()) == 120
+
+
+def test_resume_keeps_each_answer_once(tmp_path):
+    run_protocol(Oracle(), "m", tmp_path, **GRID)
+    path = tmp_path / "answers.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    twice = [json.loads(x) for x in lines[:5]]
+    with path.open("a") as f:  # what two writers of one folder left: the same answers again (other timings)
+        f.writelines(json.dumps({**r, "seconds": r["seconds"] + 1}) + "\n" for r in twice)
+    assert len(load_cache(path)) == 90
+    again = Oracle()
+    res = run_protocol(again, "m", tmp_path, **GRID)
+    assert again.asked == [] and res.n_cached == 90
+    assert path.read_text().splitlines(keepends=True) == lines  # the repeats are gone from the file
+    with path.open("a") as f:  # one sample answered differently: which one counts cannot be told
+        f.write(json.dumps({**twice[2], "prediction": "zz", "correct": False}) + "\n")
+    with pytest.raises(PosymError, match="lines 3 and 91 answer one sample .* differently"):
+        run_protocol(Oracle(), "m", tmp_path, **GRID)
+
+
+def test_the_llm_eval_verb_holds_the_lock_to_its_last_write(tiny_dirs, tmp_path, monkeypatch):
+    import posym.report.llm_figures as figures
+    from posym.verbs.llm import llm_eval as llm_eval_verb
+
+    real, held = figures.plot_llm_lengthgen, []
+    monkeypatch.setattr(figures, "plot_llm_lengthgen", lambda *a, **k: held.append(
+        (tmp_path / "o/.answers.jsonl.lock").is_file()) or real(*a, **k))
+    res = llm_eval_verb(model=tiny_dirs["chat"], out=tmp_path / "o", lengths=[4], runs=1, n=2, tasks=["number"],
+                        protocol="choice", progress=False)
+    assert held == [True] and res.data["result"].n_new == 2  # the inner lock of the same process is re-entered
+    assert not (tmp_path / "o/.answers.jsonl.lock").exists() and (tmp_path / "o/figures/llm_lengthgen.png").is_file()

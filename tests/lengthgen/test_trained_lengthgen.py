@@ -135,3 +135,110 @@ def test_resume_refuses_points_measured_otherwise(tmp_path):
     with pytest.raises(PosymError, match="not a lengthgen table"):
         lengthgen_verb(tmp_path / "hf", task="number", grid="0", n=4, out=tmp_path / "bad.csv", resume=True,
                        progress=False)
+
+
+# one writer per table (reliability probe 4, A): two --resume into one table lost points ----------------
+def _holder(path, pid):
+    import json
+    import os
+
+    from posym.runs.lock import DirLock
+
+    lock = DirLock.for_file(path, "length table")
+    lock.directory.mkdir(parents=True, exist_ok=True)
+    lock.path.write_text(json.dumps({"pid": pid, "host": os.uname().nodename, "started": 0}))
+    return lock.path
+
+
+@pytest.mark.parametrize("own_table", [False, True])
+def test_a_second_writer_of_one_length_table_is_refused_before_it_writes(tmp_path, own_table):
+    import subprocess
+    import sys
+
+    save_model(_tiny(), tmp_path / "hf")
+    out = None if own_table else tmp_path / "lg.csv"  # the run's own lengthgen.csv is covered too
+    table = tmp_path / "hf/lengthgen.csv" if own_table else out
+    lengthgen_verb(tmp_path / "hf", task="number", grid="0", n=4, out=out, progress=False)
+    before = table.read_bytes()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock = _holder(table, sleeper.pid)  # a live writer holds the table
+        with pytest.raises(PosymError, match=f"length table .*{table.name} is in use by process {sleeper.pid}"):
+            lengthgen_verb(tmp_path / "hf", task="number", grid="0,20", n=4, out=out, resume=True, progress=False)
+        assert table.read_bytes() == before and lock.is_file()
+        (tmp_path / "x").mkdir()
+        with pytest.raises(PosymError, match="in use by process"):  # the path spelled otherwise: the same lock
+            lengthgen_verb(tmp_path / "hf", task="number", grid="0,20", n=4, out=tmp_path / "x/.." / table.relative_to(tmp_path),
+                           resume=True, progress=False)
+        assert table.read_bytes() == before
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # the holder is gone: its lock is stale and taken over; the lock is removed when the call ends
+    t = lengthgen_verb(tmp_path / "hf", task="number", grid="0,20", n=4, out=out, resume=True, progress=False).table
+    assert list(t["extra_tokens"]) == [0, 20] and not lock.exists()
+
+
+def test_the_length_table_is_locked_while_it_is_measured(tmp_path, monkeypatch):
+    import posym.lengthgen.trained as trained
+
+    save_model(_tiny(), tmp_path / "hf")
+    out = tmp_path / "new" / "lg.csv"
+    real, held = trained.evaluate_length, []
+    monkeypatch.setattr(trained, "evaluate_length", lambda *a, **k: held.append(
+        (tmp_path / "new/.lg.csv.lock").is_file()) or real(*a, **k))
+    lengthgen_verb(tmp_path / "hf", task="number", grid="0,20", n=4, out=out, resume=True, progress=False)
+    assert held == [True, True] and not (tmp_path / "new/.lg.csv.lock").exists()
+
+    def refuse(*a, **k):
+        raise PosymError("too long")
+
+    monkeypatch.setattr(trained, "evaluate_length", refuse)  # a refused call leaves no empty folder behind
+    with pytest.raises(PosymError, match="too long"):
+        lengthgen_verb(tmp_path / "hf", task="number", grid="0", n=4, out=tmp_path / "a/b/lg.csv", progress=False)
+    assert not (tmp_path / "a").exists()
+
+
+# N2: a resumed row with an intervention string posym does not write -------------------------------------
+@pytest.mark.parametrize("bad, why", [("bogus:x=1", "unknown intervention"), ("ntk:kappa=4.0", "writes it 'ntk:kappa=4'")])
+def test_resume_refuses_an_unknown_intervention_string(tmp_path, bad, why):
+    save_model(_tiny(), tmp_path / "hf")
+    out = tmp_path / "lg.csv"
+    lengthgen_verb(tmp_path / "hf", task="number", grid="0,20", n=4, out=out, progress=False)
+    t = pd.read_csv(out)
+    t.loc[1, "intervention"] = bad
+    t.to_csv(out, index=False)
+    before = out.read_bytes()
+    with pytest.raises(PosymError, match=f"lg.csv row 2: intervention = '{bad}' is not a canonical.*{why}"):
+        lengthgen_verb(tmp_path / "hf", task="number", grid="0,20", n=4, out=out, resume=True, progress=False)
+    assert out.read_bytes() == before
+    t = lengthgen_verb(tmp_path / "hf", task="number", grid="0,20", n=4, out=out, resume=True, force=True,
+                       progress=False).table
+    assert set(t["intervention"]) == {"none"} and len(t) == 2
+
+
+# W5: a call that saved its table but not its figure (a full disk) is finished by --resume ---------------
+def test_resume_finishes_a_table_whose_figure_was_not_written(tmp_path, monkeypatch):
+    import posym.lengthgen.trained as trained
+    import posym.verbs as verbs
+
+    save_model(_tiny(), tmp_path / "hf")
+    out = tmp_path / "lg.csv"
+    real_figure = verbs.Outputs.figure
+
+    def disk_full(self, fig, stem):
+        raise PosymError(f"cannot write {stem}.png: No space left on device")
+
+    monkeypatch.setattr(verbs.Outputs, "figure", disk_full)
+    with pytest.raises(PosymError, match="No space left.*lg.csv holds every measured point: rerun with --resume"):
+        lengthgen_verb(tmp_path / "hf", task="number", grid="0,20", n=4, out=out, progress=False)
+    table = out.read_bytes()
+    assert (tmp_path / "lg_summary.csv").is_file() and not (tmp_path / "figures/lg_fig5b.png").exists()
+    monkeypatch.setattr(verbs.Outputs, "figure", real_figure)
+    with pytest.raises(PosymError, match="lg_fig5b.png does not .*pass --resume to write the rest"):
+        lengthgen_verb(tmp_path / "hf", task="number", grid="0,20", n=4, out=out, progress=False)
+    seen = []
+    monkeypatch.setattr(trained, "evaluate_length", lambda *a, **k: seen.append(a))
+    lengthgen_verb(tmp_path / "hf", task="number", grid="0,20", n=4, out=out, resume=True, progress=False)
+    assert seen == [] and out.read_bytes() == table  # nothing measured again, the table unchanged
+    assert (tmp_path / "figures/lg_fig5b.png").is_file() and (tmp_path / "figures/lg_fig5b.pdf").is_file()

@@ -15,7 +15,7 @@ import torch
 
 from posym.heads.scores import DEFAULT_TAU, scores_blocks_fast, scores_fast
 from posym.runs import layout
-from posym.runs.tables import append_table, write_table
+from posym.runs.tables import RESUME_REMEDY, append_table, check_resumed, write_table
 
 SCORES_FILE = layout.SCORES
 COLUMNS = ["step", "layer", "head", "tau", "s_pos", "s_sym", "entropy", "swap_mass", "n_prompts"]
@@ -66,11 +66,11 @@ def append_rows(path: Path, df: pd.DataFrame) -> None:
 
 
 def truncate_scores(run_dir: str | os.PathLike, max_step: int) -> None:
-    """Drop tracked rows after ``max_step`` (used when a run resumes from that step)."""
+    """Drop tracked rows after ``max_step`` (used when a run resumes from that step); the rows kept are
+    checked first (``posym.runs.tables.check_resumed``: a corrupt table is one line, nothing changed)."""
     path = Path(run_dir) / SCORES_FILE
     if path.is_file():
-        df = pd.read_csv(path)
-        write_table(df[df["step"] <= max_step], path)
+        write_table(check_resumed(path, "scores", max_step, RESUME_REMEDY), path)
 
 
 __all__ = ["COLUMNS", "HeadTracker", "append_rows", "score_table", "truncate_scores"]

@@ -40,7 +40,7 @@ from posym.heads.scores import DEFAULT_TAU, vocab_size
 from posym.heads.tracking import COLUMNS, score_table
 from posym.model.adapters import get_adapter, unwrap_model
 from posym.runs import layout
-from posym.runs.tables import append_table, parquet_path, read_scores, write_table
+from posym.runs.tables import append_table, check_resumed, parquet_path, read_scores, write_table
 from posym.tasks import TASKS, get_vocab, make_split
 from posym.tasks.llm_prompts import LLMPrompt, group_prompts
 
@@ -279,8 +279,10 @@ class ScoreTracker:
             if self.table_state(self.out) == "other":
                 raise self._mismatch(self.out)
             old = read_scores(path)
+            # the rows kept are checked as train --resume checks them (values, no key twice)
+            kept = check_resumed(path, "scores", step, "restore it, or give the tracker another folder as out")
             if (old["step"] > step).any():
-                write_table(old[old["step"] <= step], path)
+                write_table(kept, path)
 
     def steps_written(self) -> set[int]:
         """The steps ``out/scores.csv`` holds (empty without a table)."""

@@ -18,7 +18,11 @@ It writes to ``out``:
   the cache: a rerun (or a resumed, interrupted run) asks only for the samples whose ``(protocol,
   intervention, model, task, length, run, index, prompt digest)`` is not there yet (a record without
   a protocol is a ``generate`` one, without an intervention a ``none`` one); lines are flushed as
-  answers arrive, and a torn last line is ignored.
+  answers arrive, and a torn last line is ignored. One writer per folder: a call holds the lock
+  ``.answers.jsonl.lock`` (``posym.runs.lock.DirLock.for_file``) while it asks and tabulates, so a
+  second ``llm eval`` into the same ``--out`` is refused in one line (before its model loads when
+  ``--out`` is given). A sample recorded twice (by two writers before the lock existed) is kept once
+  and the repeat removed from the file; two different answers to one sample are refused, naming both lines.
 * ``llm_runs.csv`` — accuracy (and, for ``choice``, chance) per (intervention, task, length, run);
 * ``llm_table.csv`` / ``llm_table.md`` — Table 3 style: mean (sd) over runs per (intervention, task, length);
   sd is the sample standard deviation (ddof = 1) of the per-run accuracies; ``choice`` adds the
@@ -61,6 +65,7 @@ import pandas as pd
 from posym.errors import PosymError
 from posym.runs import layout
 from posym.runs.layout import safe_name
+from posym.runs.lock import DirLock
 from posym.runs.tables import INTERVENTION, NO_INTERVENTION, parquet_path, short_intervention, write_table
 from posym.tasks.prompts import (
     DEFAULT_LENGTHS,
@@ -127,23 +132,53 @@ def load_cache(path: str | os.PathLike) -> dict[tuple, dict]:
     """Records of an ``answers.jsonl`` keyed by ``(protocol, intervention, model, task, length, run,
     index, digest)``.
 
-    Lines that do not parse (a line torn by an interrupted write) are skipped.
+    Lines that do not parse (a line torn by an interrupted write) are skipped. A sample answered twice
+    (two writers of one folder before it was locked) keeps its first record when the two agree (they
+    may differ in ``seconds`` only); two different answers to one sample are a PosymError naming both
+    lines (which one counts cannot be told).
     """
+    return _read_cache(Path(path))[0]
+
+
+def _read_cache(p: Path) -> tuple[dict[tuple, dict], list[int]]:
+    """:func:`load_cache` and the (0-based) numbers of the lines it dropped as repeats."""
     out: dict[tuple, dict] = {}
-    p = Path(path)
+    line_of: dict[tuple, int] = {}
+    repeats: list[int] = []
     if not p.is_file():
-        return out
+        return out, repeats
     with p.open(encoding="utf-8") as f:
-        for line in f:
+        for i, line in enumerate(f):
             line = line.strip()
             if not line:
                 continue
             try:
                 r = json.loads(line)
-                out[_record_key(r)] = r
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                key = _record_key(r)
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
                 continue
-    return out
+            if key in out:
+                first = out[key]
+                if {k: v for k, v in first.items() if k != "seconds"} != {k: v for k, v in r.items() if k != "seconds"}:
+                    raise PosymError(f"{p} lines {line_of[key] + 1} and {i + 1} answer one sample ({key[3]}, length "
+                                     f"{key[4]}, run {key[5]}, index {key[6]}, intervention {key[1]}) differently; "
+                                     "remove the line that should not count")
+                repeats.append(i)
+                continue
+            out[key], line_of[key] = r, i
+    return out, repeats
+
+
+def _drop_lines(p: Path, lines: Sequence[int]) -> None:
+    """Rewrite ``p`` (atomically) without the given 0-based lines (the repeats :func:`_read_cache` found)."""
+    drop = set(lines)
+    kept = [x for i, x in enumerate(p.read_text(encoding="utf-8").splitlines(keepends=True)) if i not in drop]
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text("".join(kept), encoding="utf-8")
+        os.replace(tmp, p)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 class _CacheWriter:
@@ -235,7 +270,22 @@ def run_protocol(answer_fn: AnswerFn | ScoreFn, model: str, out: str | os.PathLi
     out_dir = Path(out)
     check_out(out_dir, protocol)
     cache_path = out_dir / CACHE_NAME
-    cache = load_cache(cache_path)
+    # one writer per answers.jsonl (posym.runs.lock): a second llm eval into this --out is refused in one
+    # line, so no sample is asked and recorded twice
+    with DirLock.for_file(cache_path, "LLM answers file"):
+        return _run_locked(answer_fn, model, out_dir, cache_path, tasks, lengths, runs, n, n_examples, batch_size,
+                           concurrency, progress, meta, protocol, plan, labels)
+
+
+def _run_locked(answer_fn: AnswerFn | ScoreFn, model: str, out_dir: Path, cache_path: Path, tasks: tuple,
+                lengths: tuple, runs: int, n: int, n_examples: int, batch_size: int, concurrency: int,
+                progress: bool, meta: dict[str, Any] | None, protocol: str, plan: list,
+                labels: list[str]) -> LLMEvalResult:
+    """:func:`run_protocol` under the lock of ``cache_path``."""
+    check_out(out_dir, protocol)  # again under the lock: a writer that finished meanwhile
+    cache, repeats = _read_cache(cache_path)
+    if repeats:  # answers recorded twice (two writers before the lock): keep each sample once
+        _drop_lines(cache_path, repeats)
     t0, c0 = time.perf_counter(), time.process_time()
 
     # every sample of the grid under each intervention, grouped into calls of <= batch_size within a
@@ -644,6 +694,7 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
                             if protocol == "choice" else {"max_new_tokens": max_new_tokens})
     if out is not None:
         check_out(out, protocol)  # before the model loads
+        DirLock.for_file(Path(out) / CACHE_NAME, "LLM answers file").check_free()  # a second writer: refused now
     t_load = time.perf_counter()
     if api_base is not None:
         from posym.lengthgen.api import ChatClient

@@ -13,6 +13,11 @@ process still runs (``--detach``), and stale once every job has ended (completed
 or lost with its node); a lock taken in a job is live while its process lives (same host) or, asked
 from another host, while its job does. When ``squeue`` cannot be asked, the lock counts as live.
 
+**One writer per table, too.** :meth:`DirLock.for_file` is the same lock for one file: ``.NAME.lock``
+beside ``NAME`` (``posym lengthgen`` holds it on its table while it measures and saves, ``posym llm
+eval`` on its ``answers.jsonl``), so a second writer of one table is refused in one line, and a lock
+left by a killed writer is stale and taken over, as for a directory.
+
 Readers check it too: an analysis never writes into a run that a live writer holds
 (:func:`refuse_live_outputs`), and says so when it analyses one (:func:`in_progress_note`).
 """
@@ -46,9 +51,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def read_lock(directory: str | os.PathLike) -> dict | None:
-    """The holder record of ``directory``'s lock, ``{}`` if unreadable, None if there is no lock."""
-    path = Path(directory) / LOCK_FILE
+def read_lock(directory: str | os.PathLike, name: str = LOCK_FILE) -> dict | None:
+    """The holder record of ``directory``'s lock (the file ``name`` in it), ``{}`` if unreadable, None if
+    there is no lock."""
+    path = Path(directory) / name
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
@@ -77,18 +83,33 @@ def _is_stale(holder: dict) -> bool:
 class DirLock:
     """Context manager holding ``directory/.posym.lock`` (the directory is created if needed).
 
-    ``what`` names the directory in messages ("run", "reproduction"). Re-entrant within a process:
+    ``what`` names the directory in messages ("run", "reproduction"); ``name`` is the lock file's name
+    in it and ``subject`` what a refusal says is in use (:meth:`for_file`). Re-entrant within a process:
     a lock this process already holds is accepted (a reproduction run in-process trains into its
     own sub-directories, each with its own lock, so this only matters for nested use of one path).
     """
 
     _held: dict[str, int] = {}
 
-    def __init__(self, directory: str | os.PathLike, what: str = "run"):
+    def __init__(self, directory: str | os.PathLike, what: str = "run", *, name: str = LOCK_FILE,
+                 subject: str | None = None):
         self.directory = Path(directory)
-        self.path = self.directory / LOCK_FILE
+        self.name = name
+        self.path = self.directory / name
         self.what = what
+        self.subject = subject or f"{what} directory {self.directory}"
         self._owner = False
+        self._tidy = False  # remove the folders the lock created, if still empty, on release (for_file)
+        self._made: Path | None = None
+
+    @classmethod
+    def for_file(cls, path: str | os.PathLike, what: str = "table") -> "DirLock":
+        """One writer per file: the lock ``.NAME.lock`` beside ``path`` (its folder is created when the
+        lock is taken), refused while another live process holds it, taken over when it is stale."""
+        real = Path(os.path.realpath(path))  # one lock for every spelling of the path (and a symlink's target)
+        lock = cls(real.parent, what, name=f".{real.name}.lock", subject=f"{what} {path}")
+        lock._tidy = True  # a refused or failed call leaves no empty folder behind
+        return lock
 
     def acquire(self) -> "DirLock":
         key = str(self.path.resolve()) if self.directory.exists() else str(self.path.absolute())
@@ -96,6 +117,10 @@ class DirLock:
             DirLock._held[key] += 1
             self._key = key
             return self
+        made = self.directory
+        while not made.parent.exists() and made.parent != made:
+            made = made.parent
+        self._made = None if made.exists() else made
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -108,29 +133,19 @@ class DirLock:
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
-                holder = read_lock(self.directory)
+                holder = read_lock(self.directory, self.name)
                 if holder is None:
                     continue  # released meanwhile: try again
                 if holder and _is_stale(holder):
                     # take a stale lock over atomically: only one contender's rename succeeds
-                    trash = self.path.with_name(f"{LOCK_FILE}.stale-{uuid.uuid4().hex[:8]}")
+                    trash = self.path.with_name(f"{self.name}.stale-{uuid.uuid4().hex[:8]}")
                     try:
                         os.replace(self.path, trash)
                         trash.unlink()
                     except FileNotFoundError:
                         pass
                     continue
-                since = holder.get("started")
-                when = time.strftime(" since %Y-%m-%d %H:%M:%S", time.localtime(since)) if since else ""
-                who = f"process {holder.get('pid', '?')} on {holder.get('host', '?')}{when}" if holder else "another process"
-                jobs = holder.get("slurm_jobs") or []
-                if jobs and holder.get("submission"):
-                    shown = ",".join(map(str, jobs[:6])) + (",…" if len(jobs) > 6 else "")
-                    raise PosymError(f"{self.what} directory {self.directory} is in use by Slurm jobs {shown} "
-                                     f"(submitted by {who}); wait for them (posym status {self.directory}) or "
-                                     "scancel them") from None
-                raise PosymError(f"{self.what} directory {self.directory} is in use by {who}; wait for it to "
-                                 f"finish (or, if that process is gone, delete {self.path})") from None
+                raise self._refusal(holder) from None
             except OSError as exc:
                 raise PosymError(f"cannot write to {self.directory}: {exc.strerror or exc}") from exc
             with os.fdopen(fd, "w") as fh:
@@ -141,14 +156,36 @@ class DirLock:
             return self
         raise PosymError(f"could not lock {self.directory}: the lock file keeps changing; try again")
 
+    def _refusal(self, holder: dict) -> PosymError:
+        """The one-line error for a lock that the live ``holder`` has."""
+        since = holder.get("started")
+        when = time.strftime(" since %Y-%m-%d %H:%M:%S", time.localtime(since)) if since else ""
+        who = f"process {holder.get('pid', '?')} on {holder.get('host', '?')}{when}" if holder else "another process"
+        jobs = holder.get("slurm_jobs") or []
+        if jobs and holder.get("submission"):
+            shown = ",".join(map(str, jobs[:6])) + (",…" if len(jobs) > 6 else "")
+            return PosymError(f"{self.subject} is in use by Slurm jobs {shown} (submitted by {who}); wait for them "
+                              f"(posym status {self.directory}) or scancel them")
+        return PosymError(f"{self.subject} is in use by {who}; wait for it to finish (or, if that process is gone, "
+                          f"delete {self.path})")
+
+    def check_free(self) -> "DirLock":
+        """PosymError (the refusal :meth:`acquire` would give) when another live process holds the lock
+        now; creates nothing. For a check before slow work that comes before the lock is taken."""
+        holder = read_lock(self.directory, self.name)
+        key = str(self.path.resolve()) if self.directory.exists() else str(self.path.absolute())
+        if holder is not None and not DirLock._held.get(key) and not (holder and _is_stale(holder)):
+            raise self._refusal(holder)
+        return self
+
     def hold_for_jobs(self, jobs: list[str], **fields: object) -> None:
         """Name the Slurm ``jobs`` that write for this holder (and ``fields``, e.g. a submission id) in
         the lock record, rewritten atomically: the lock then stays live while any of them is queued or
         running, also after this process exits (module docstring)."""
         if not self._owner:
             raise PosymError(f"{self.path} is not held by this process")
-        record = {**(read_lock(self.directory) or {}), **fields, "slurm_jobs": [str(j) for j in jobs]}
-        tmp = self.path.with_name(f"{LOCK_FILE}.{os.getpid()}.tmp")
+        record = {**(read_lock(self.directory, self.name) or {}), **fields, "slurm_jobs": [str(j) for j in jobs]}
+        tmp = self.path.with_name(f"{self.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(record))
         os.replace(tmp, self.path)
 
@@ -163,12 +200,26 @@ class DirLock:
             return
         del DirLock._held[key]
         if self._owner:
-            holder = read_lock(self.directory)
+            holder = read_lock(self.directory, self.name)
             if holder and holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
                 jobs = [j for j in holder.get("slurm_jobs") or [] if j != job_id()]
                 if not jobs or queued(jobs) == {}:
                     self.path.unlink(missing_ok=True)
             self._owner = False
+            if self._tidy and self._made is not None:
+                self._remove_empty_folders()
+
+    def _remove_empty_folders(self) -> None:
+        """rmdir the folders :meth:`acquire` created (``directory`` up to ``_made``) that are empty."""
+        d = self.directory
+        while True:
+            try:
+                d.rmdir()  # only an empty folder
+            except OSError:
+                return
+            if d == self._made or d.parent == d:
+                return
+            d = d.parent
 
     def __enter__(self) -> "DirLock":
         return self.acquire()

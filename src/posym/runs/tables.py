@@ -14,7 +14,7 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 import pandas as pd
 
@@ -162,7 +162,8 @@ RUN_TABLES: dict[str, TableSchema] = {
 #: What a cell of each kind must hold (a trailing ``?``: or be empty).
 KINDS: dict[str, str] = {"task": "`number` or `letter`", "count": "an integer >= 0", "positive": "an integer >= 1",
                          "fraction": "a number in [0, 1]", "nonnegative": "a number >= 0", "hex": "a hex digest",
-                         "name": "a name", "intervention": "an intervention's canonical string (`none`, `ntk:kappa=4`, …)"}
+                         "name": "a name", "intervention": "an intervention's canonical string (`none`, `ntk:kappa=4`, …)",
+                         "split": "`val` or `test`", "score": "a score in [-1, 1]"}
 
 
 def _cell_ok(kind: str, value: str) -> bool:
@@ -171,6 +172,8 @@ def _cell_ok(kind: str, value: str) -> bool:
     v = value.strip()
     if kind == "task":
         return v in ("number", "letter")
+    if kind == "split":
+        return v in ("val", "test")
     if kind == "hex":
         return bool(v) and all(c in "0123456789abcdef" for c in v)
     if kind == "name":
@@ -187,6 +190,8 @@ def _cell_ok(kind: str, value: str) -> bool:
         return x.is_integer() and x >= (1 if kind == "positive" else 0)
     if kind == "fraction":
         return 0.0 <= x <= 1.0
+    if kind == "score":  # s_POS / s_SYM, up to float rounding
+        return -1.0 - 1e-6 <= x <= 1.0 + 1e-6
     return kind == "nonnegative" and x >= 0.0  # NaN fails every comparison
 
 
@@ -215,19 +220,32 @@ def check_rows(path: str | os.PathLike, schema: TableSchema, remedy: str) -> pd.
     lines = list(csv.reader(io.StringIO(text)))
     if not lines:
         raise PosymError(f"{path} is empty; {remedy}")
-    header = lines[0]
+    if not text.endswith("\n"):
+        _check_header(path, lines[0], schema, remedy)
+        raise PosymError(f"{path} row {len(lines) - 1}: the line is torn (no line end); remove the row, or {remedy}")
+    _check_body(path, lines[0], list(enumerate(lines[1:], start=1)), schema, remedy)
+    return pd.read_csv(io.StringIO(text)) if len(lines) > 1 else pd.DataFrame(columns=lines[0])
+
+
+def _check_header(path: Path, header: list[str], schema: TableSchema, remedy: str) -> None:
     missing = [c for c in schema.columns if c not in header and c not in schema.optional]
     if missing:
         raise PosymError(f"{path} lacks the column(s) {', '.join(missing)}; {remedy}")
-    if not text.endswith("\n"):
-        raise PosymError(f"{path} row {len(lines) - 1}: the line is torn (no line end); remove the row, or {remedy}")
-    for i, cells in enumerate(lines[1:], start=1):
+
+
+def _check_body(path: Path, header: list[str], rows: list[tuple[int, list[str]]], schema: TableSchema,
+                remedy: str) -> None:
+    """The checks of :func:`check_rows` on ``rows`` (file row number, cells) of the table at ``path``:
+    columns, cell counts, kinds, unique keys."""
+    _check_header(path, header, schema, remedy)
+    for i, cells in rows:
         if len(cells) != len(header):
             raise PosymError(f"{path} row {i}: {len(cells)} cells, the header has {len(header)}; fix or remove the "
                              f"row, or {remedy}")
-    raw = pd.DataFrame(lines[1:], columns=header, dtype=str)
+    raw = pd.DataFrame([cells for _, cells in rows], columns=header, dtype=str)
+    numbers = [i for i, _ in rows]
     kinds = {c: k for c, k in schema.kinds.items() if c in header}  # an optional column may be absent
-    for i, row in enumerate(raw[list(kinds)].itertuples(index=False), start=1):
+    for i, row in zip(numbers, raw[list(kinds)].itertuples(index=False)):
         for (col, kind), v in zip(kinds.items(), row):
             if not _cell_ok(kind, v):
                 want = KINDS[kind.rstrip("?")] + (" or empty" if kind.endswith("?") else "")
@@ -237,10 +255,74 @@ def check_rows(path: str | os.PathLike, schema: TableSchema, remedy: str) -> pd.
         keys = raw[key].map(_cell_text)
         dup = keys.duplicated(keep=False)
         if dup.any():
-            rows = [i + 1 for i in dup.to_numpy().nonzero()[0]]
-            point = ", ".join(f"{k} {raw[k].iloc[rows[0] - 1]}" for k in key)
-            raise PosymError(f"{path} rows {rows[0]} and {rows[1]} repeat the point {point}; remove one, or {remedy}")
-    return pd.read_csv(io.StringIO(text)) if len(raw) else pd.DataFrame(columns=header)
+            at = dup.to_numpy().nonzero()[0]
+            point = ", ".join(f"{k} {raw[k].iloc[at[0]]}" for k in key)
+            raise PosymError(f"{path} rows {numbers[at[0]]} and {numbers[at[1]]} repeat the point {point}; remove "
+                             f"one, or {remedy}")
+
+
+# --- resume checks: the tables a resumed training run keeps (train --resume) ---------------------------
+#: What a refusal of a corrupt run table on ``train --resume`` tells the user to do.
+RESUME_REMEDY = "restore it, or pass --force to start the run over"
+
+#: Kinds of the columns of the tables that ``train --resume`` keeps and appends to (:func:`check_resumed`).
+RESUMED_KINDS: dict[str, dict[str, str]] = {
+    "metrics": {"split": "split", "step": "count", "train_loss": "nonnegative?", "lr": "nonnegative",
+                "loss": "nonnegative?", "acc": "fraction", **{h: "fraction?" for h in _HOPS},
+                "time_s": "nonnegative"},
+    "scores": {"step": "count", "layer": "count", "head": "count", "tau": "nonnegative", "s_pos": "score?",
+               "s_sym": "score?", "entropy": "nonnegative?", "swap_mass": "nonnegative?", "n_prompts": "positive",
+               INTERVENTION: "intervention"},
+}
+
+
+def check_resumed(path: str | os.PathLike, name: str, upto_step: int, remedy: str,
+                  cover: "Iterable[int] | None" = None, split: str | None = None) -> pd.DataFrame:
+    """The rows of the run table ``path`` (:data:`RUN_TABLES` ``name``) that a run resumed from the
+    checkpoint at ``upto_step`` keeps (``step <= upto_step``), checked as :func:`check_rows` checks a
+    resumed length table: its columns, every kept cell of its kind (:data:`RESUMED_KINDS`), no key twice
+    and, with ``cover``, a row for each of those steps (of ``split`` when given: the evaluation steps
+    the schedule says were written before the checkpoint). Rows after the checkpoint and a torn last
+    line (what a killed writer leaves) are dropped unchecked, as resuming drops them. A missing file
+    holds no rows. PosymError naming the file, row and column, then ``remedy``."""
+    import csv
+    import io
+
+    from dataclasses import replace
+
+    path = Path(path)
+    schema = replace(RUN_TABLES[name], kinds=RESUMED_KINDS[name])
+    if path.is_file():
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            raise PosymError(f"{path} is not a text table; {remedy}") from None
+        lines = list(csv.reader(io.StringIO(text)))
+        if not lines:
+            raise PosymError(f"{path} is empty; {remedy}")
+        header, body = lines[0], list(enumerate(lines[1:], start=1))
+        if body and not text.endswith("\n"):
+            body = body[:-1]  # torn by a killed writer: after the checkpoint, dropped
+        _check_header(path, header, schema, remedy)
+        col = header.index("step")
+        body = [(i, cells) for i, cells in body
+                if not (len(cells) == len(header) and _cell_ok("count", cells[col]) and float(cells[col]) > upto_step)]
+        _check_body(path, header, body, schema, remedy)
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows([header] + [cells for _, cells in body])
+        kept = pd.read_csv(io.StringIO(buf.getvalue())) if body else pd.DataFrame(columns=header)
+    else:
+        kept = pd.DataFrame(columns=list(schema.columns))
+    if cover is not None:
+        rows = kept if split is None else kept[kept["split"].astype(str) == split]
+        have = {int(s) for s in rows["step"]}
+        missing = [s for s in sorted(set(cover)) if s <= upto_step and s not in have]
+        if missing:
+            shown = ", ".join(map(str, missing[:5])) + (", …" if len(missing) > 5 else "")
+            what = f"{split} rows" if split else "rows"
+            raise PosymError(f"{path} lacks the {what} of step(s) {shown} (written before the checkpoint of step "
+                             f"{upto_step} that is resumed); {remedy}")
+    return kept
 
 
 def with_step(df: pd.DataFrame, step: int | None) -> pd.DataFrame:
@@ -430,6 +512,6 @@ def schema_markdown() -> str:
     return "\n".join(lines)
 
 
-__all__ = ["INTERVENTION", "KINDS", "NO_INTERVENTION", "RUN_TABLES", "TableSchema", "append_table", "check_columns", "check_rows", "check_unique_keys",
+__all__ = ["INTERVENTION", "KINDS", "NO_INTERVENTION", "RESUMED_KINDS", "RESUME_REMEDY", "RUN_TABLES", "TableSchema", "append_table", "check_columns", "check_resumed", "check_rows", "check_unique_keys",
            "load_run", "parquet_available", "parquet_path", "read_scores", "read_table", "refresh_parquet",
            "schema_markdown", "short_intervention", "to_parquet", "with_intervention", "with_step", "write_parquet_copy", "write_table"]

@@ -35,7 +35,7 @@ from posym.model.pe import parse_pe, random_positions
 from posym.tasks import get_vocab, make_split
 from posym.runs import layout
 from posym.runs.swap import exchange_dirs
-from posym.runs.tables import refresh_parquet
+from posym.runs.tables import RESUME_REMEDY, check_resumed, refresh_parquet
 from posym.train import checkpoints as ckpt
 from posym.train import distributed as dist
 from posym.train.config import TrainConfig
@@ -195,7 +195,7 @@ def _read_metrics(path: Path) -> list[dict[str, str]]:
 def _write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
     tmp = path.with_suffix(".tmp")
     with tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
+        w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS, extrasaction="ignore")  # the documented columns
         w.writeheader()
         w.writerows(rows)
     os.replace(tmp, path)
@@ -347,12 +347,27 @@ def _restore_rng(state: dict[str, Any], rank: int, world_size: int, device: str,
         torch.manual_seed(fallback_seed)
 
 
+def _check_resumed_tables(out: Path, config: TrainConfig, start_step: int) -> None:
+    """PosymError (before anything is changed) unless the tables the resumed run keeps are sound
+    (``posym.runs.tables.check_resumed``): ``metrics.csv`` with its columns, values (acc in [0, 1],
+    integer steps >= 0, ...), no (split, step) twice and the val row of every evaluation step up to
+    the checkpoint; ``scores.csv`` (head tracking), if there is one, likewise, with rows for those steps
+    when the run tracks heads."""
+    evals = [s for s in eval_steps(config.steps, config.eval_every) if s <= start_step]
+    check_resumed(out / layout.METRICS, "metrics", start_step, RESUME_REMEDY, cover=evals, split="val")
+    if (out / layout.SCORES).is_file():
+        check_resumed(out / layout.SCORES, "scores", start_step, RESUME_REMEDY,
+                      cover=evals if config.track_heads else None)
+
+
 def _restore_metrics(out: Path, config: TrainConfig, start_step: int) -> None:
-    """Drop metric rows written after the resumed checkpoint (and refuse to resume a finished run)."""
+    """Drop metric rows written after the resumed checkpoint (and refuse to resume a finished run, or
+    one whose tables are corrupt: :func:`_check_resumed_tables`)."""
     metrics_path = out / layout.METRICS
     old_rows = _read_metrics(metrics_path)
-    if start_step >= config.steps and any(r["split"] == "test" for r in old_rows):
+    if start_step >= config.steps and any(r.get("split") == "test" for r in old_rows):
         raise PosymError(f"run {out} is already complete ({config.steps} steps)")
+    _check_resumed_tables(out, config, start_step)
     _write_metrics(metrics_path, [r for r in old_rows if r["split"] == "val" and int(r["step"]) <= start_step])
 
 

@@ -13,7 +13,7 @@ from posym.errors import PosymError
 from posym.lengthgen.trained import largest_length_above, lengthgen as lengthgen_table, parse_grid, summarize_lengthgen
 from posym.runs import layout
 from posym.runs.digest import weights_digest
-from posym.runs.lock import in_progress_note
+from posym.runs.lock import DirLock, in_progress_note
 from posym.runs.resolve import StepChoice, resolve_model
 from posym.runs.tables import INTERVENTION, NO_INTERVENTION, RUN_TABLES, check_rows
 from posym.verbs import Outputs, VerbResult, figure_paths
@@ -44,7 +44,18 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
     rule, n). The table is checked against its schema first (``posym.runs.tables.check_rows``); a
     corrupt table, one of an older posym without the identity columns, or rows measured another way
     are refused unless ``force`` (then they are replaced). A table without the ``intervention`` column
-    (older posym) holds untouched-model rows.
+    (older posym) holds untouched-model rows; a row whose ``intervention`` is not a canonical string
+    (it must parse and describe back to itself) is refused likewise.
+
+    **One writer per table**: the call holds the table's lock (``.NAME.lock`` beside it,
+    ``posym.runs.lock.DirLock.for_file``) from before it reads the table to its last write, so a
+    second ``lengthgen`` into the same table (the run's own ``lengthgen.csv`` included) is refused in
+    one line before any work; a lock left by a killed call is stale and taken over.
+
+    **A set cut short** (e.g. a full disk after the table was saved): the table is written first and
+    the summary and figure are derived from it, so the failure says so and ``resume`` writes the
+    missing files from the table without measuring again; a plain re-run says to pass ``--resume``
+    (or ``--force`` to measure afresh).
     """
     from posym.interventions import check_interventions, intervened, plan_interventions
     from posym.report.figures import plot_lengthgen
@@ -56,8 +67,14 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
     if table_path.suffix != ".csv":
         raise PosymError(f"--out must be a .csv file, got {table_path}")
     fig_stem = layout.figure(table_path.parent, layout.FIG_LENGTHGEN if out is None else table_path.stem + "_fig5b")
-    outputs = Outputs([table_path, layout.summary_path(table_path), *figure_paths(fig_stem)],
-                      force or resume).check()
+    derived = [layout.summary_path(table_path), *figure_paths(fig_stem)]
+    unfinished = [p for p in derived if not p.exists()] if table_path.is_file() else []
+    if unfinished and not (force or resume):  # an earlier call stopped after saving its table (a full disk)
+        raise PosymError(f"{table_path} exists but {unfinished[0]} does not (an earlier call stopped after "
+                         "saving the table); pass --resume to write the rest from the table without measuring "
+                         "again, or --force to measure afresh")
+    outputs = Outputs([table_path, *derived], force or resume).check()
+    lock = DirLock.for_file(table_path, "length table").check_free()  # a second writer: refused before any work
     resolved = resolve_model(run, task=task, step=step)
     model, task, ckpt_step = resolved
     names = check_interventions(model, specs)  # family, layers, frequency IDs: before any work
@@ -65,54 +82,62 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
     distractors = stored.get("distractors", "uniform" if stored else "pool")
     key = {"task": task, "step": ckpt_step, "weights": weights_digest(resolved.path), "extra_rule": extra_rule,
            "distractors": distractors}
-    old = _rows_to_keep(table_path, key, n, force) if resume and table_path.is_file() else None
-    note = in_progress_note(run, ckpt_step)
+    # one writer per table (posym.runs.lock): a second lengthgen into it is refused before it reads the
+    # table, so two --resume calls can never overwrite each other's saved points
+    with lock:
+        outputs.check()  # again under the lock: a writer that finished meanwhile may have written it
+        old = _rows_to_keep(table_path, key, n, force) if resume and table_path.is_file() else None
+        note = in_progress_note(run, ckpt_step)
 
-    def labelled(t: pd.DataFrame, name: str) -> pd.DataFrame:
-        t = t.copy()
-        for i, (col, value) in enumerate({**key, INTERVENTION: name}.items()):
-            t.insert(i, col, value)
-        return t
+        def labelled(t: pd.DataFrame, name: str) -> pd.DataFrame:
+            t = t.copy()
+            for i, (col, value) in enumerate({**key, INTERVENTION: name}.items()):
+                t.insert(i, col, value)
+            return t
 
-    # Every row the table holds, by intervention: the old rows first (other interventions' and this
-    # call's not yet re-measured ones), replaced by each intervention's rows as they are measured, so an
-    # interruption at any point leaves every earlier row in the file.
-    rows: dict[str, pd.DataFrame] = {} if old is None else {
-        name: labelled(g.drop(columns=INTERVENTION), name) for name, g in old.groupby(INTERVENTION, sort=False)}
-    for spec, name in zip(specs, names):
-        done = None
-        if old is not None:
-            mine = old[old[INTERVENTION] == name].drop(columns=INTERVENTION)
-            done = mine if len(mine) else None
+        # Every row the table holds, by intervention: the old rows first (other interventions' and this
+        # call's not yet re-measured ones), replaced by each intervention's rows as they are measured, so an
+        # interruption at any point leaves every earlier row in the file.
+        rows: dict[str, pd.DataFrame] = {} if old is None else {
+            name: labelled(g.drop(columns=INTERVENTION), name) for name, g in old.groupby(INTERVENTION, sort=False)}
+        for spec, name in zip(specs, names):
+            done = None
+            if old is not None:
+                mine = old[old[INTERVENTION] == name].drop(columns=INTERVENTION)
+                done = mine if len(mine) else None
 
-        def save(t: pd.DataFrame, name: str = name) -> None:
+            def save(t: pd.DataFrame, name: str = name) -> None:
+                rows[name] = labelled(t, name)
+                outputs.csv(pd.concat(list(rows.values()), ignore_index=True), table_path)
+
+            with intervened(model, spec):
+                t = lengthgen_table(model, task, grid_values, n=n, seeds=seeds, device=device, progress=progress,
+                                    extra_rule=extra_rule, distractors=distractors, done=done,
+                                    on_point=save if resume else None, label=None if name == NO_INTERVENTION else name)
             rows[name] = labelled(t, name)
-            outputs.csv(pd.concat(list(rows.values()), ignore_index=True), table_path)
-
-        with intervened(model, spec):
-            t = lengthgen_table(model, task, grid_values, n=n, seeds=seeds, device=device, progress=progress,
-                                extra_rule=extra_rule, distractors=distractors, done=done,
-                                on_point=save if resume else None, label=None if name == NO_INTERVENTION else name)
-        rows[name] = labelled(t, name)
-    table = pd.concat(list(rows.values()), ignore_index=True)
-    summary = summarize_lengthgen(table.drop(columns=list(key)))
-    outputs.csv(table, table_path)
-    outputs.csv(summary, layout.summary_path(table_path))
-    curves = {task if name == NO_INTERVENTION else f"{task} · {name}": g.drop(columns=INTERVENTION)
-              for name, g in summary.groupby(INTERVENTION, sort=False)}
-    outputs.figure(plot_lengthgen(curves, paper=LENGTHGEN), fig_stem)
-    cols = ["extra_tokens", "acc_mean", "acc_sd"] + [f"acc_hop{h}_mean" for h in range(1, 5)]
-    lines = []
-    for name, g in summary.groupby(INTERVENTION, sort=False):
-        if len(names) > 1 or name != NO_INTERVENTION:
-            lines.append(f"== {name}")
-        lines.append(g[cols].round(3).to_string(index=False))
-        lines.append(f"largest added length with accuracy >= 0.9: {largest_length_above(g)}")
-    text = ("\n".join(lines) + "\n"
-            f"time {table['seconds'].sum():.0f} s, peak RSS {table['peak_rss_mb'].max():.0f} MB; wrote {table_path}"
-            + (f"\n{note}" if note else ""))
-    return VerbResult(table, list(dict.fromkeys(outputs.written)), text,
-                      {"summary": summary, "task": task, "step": ckpt_step})
+        table = pd.concat(list(rows.values()), ignore_index=True)
+        summary = summarize_lengthgen(table.drop(columns=list(key)))
+        outputs.csv(table, table_path)  # the table first: everything else is derived from it
+        try:
+            outputs.csv(summary, layout.summary_path(table_path))
+            curves = {task if name == NO_INTERVENTION else f"{task} · {name}": g.drop(columns=INTERVENTION)
+                      for name, g in summary.groupby(INTERVENTION, sort=False)}
+            outputs.figure(plot_lengthgen(curves, paper=LENGTHGEN), fig_stem)
+        except PosymError as exc:  # e.g. a full disk: the measured points are safe in the table
+            raise PosymError(f"{exc}; {table_path} holds every measured point: rerun with --resume to write the "
+                             "summary and figure from it without measuring again") from None
+        cols = ["extra_tokens", "acc_mean", "acc_sd"] + [f"acc_hop{h}_mean" for h in range(1, 5)]
+        lines = []
+        for name, g in summary.groupby(INTERVENTION, sort=False):
+            if len(names) > 1 or name != NO_INTERVENTION:
+                lines.append(f"== {name}")
+            lines.append(g[cols].round(3).to_string(index=False))
+            lines.append(f"largest added length with accuracy >= 0.9: {largest_length_above(g)}")
+        text = ("\n".join(lines) + "\n"
+                f"time {table['seconds'].sum():.0f} s, peak RSS {table['peak_rss_mb'].max():.0f} MB; wrote {table_path}"
+                + (f"\n{note}" if note else ""))
+        return VerbResult(table, list(dict.fromkeys(outputs.written)), text,
+                          {"summary": summary, "task": task, "step": ckpt_step})
 
 
 def _cell(value) -> str:
@@ -159,6 +184,11 @@ def _rows_to_keep(path: Path, key: dict, n: int, force: bool) -> pd.DataFrame | 
         raise
     if INTERVENTION not in old.columns:
         old.insert(len(key), INTERVENTION, NO_INTERVENTION)
+    bad = _unknown_intervention(old, path)
+    if bad is not None:
+        if force:
+            return None
+        raise PosymError(bad)
     ident = {**key, "n": n}
     same = np.logical_and.reduce([old[c].map(_cell) == _cell(v) for c, v in ident.items()])
     if not same.all() and not force:
@@ -167,6 +197,25 @@ def _rows_to_keep(path: Path, key: dict, n: int, force: bool) -> pd.DataFrame | 
                          f"{_identity(ident)}); pass --force to replace them, or choose another --out")
     kept = old[same].drop(columns=list(key))
     return kept if len(kept) else None
+
+
+def _unknown_intervention(old: pd.DataFrame, path: Path) -> str | None:
+    """The refusal for the first row of a resumed table whose ``intervention`` is not a canonical string
+    (it must parse, and describing the parse must give it back, docs/interventions.md), else None: such
+    a row could never be matched to a measurement and would stand beside it under another label."""
+    from posym.interventions import describe, parse_intervention
+
+    for text in dict.fromkeys(old[INTERVENTION].map(_cell)):
+        try:
+            canonical = describe(parse_intervention(text))
+            why = None if canonical == text else f"posym writes it {canonical!r}"
+        except PosymError as exc:
+            why = str(exc)
+        if why is not None:
+            row = int((old[INTERVENTION].map(_cell) == text).to_numpy().nonzero()[0][0]) + 1
+            return (f"{path} row {row}: intervention = {text!r} is not a canonical intervention string ({why}); "
+                    "fix or remove the row, or pass --force to replace the table")
+    return None
 
 
 __all__ = ["lengthgen"]

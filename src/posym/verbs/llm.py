@@ -3,6 +3,7 @@ SPEC §1.5) and block-swap scores of every head (Paper B §5)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -12,6 +13,7 @@ import pandas as pd
 from posym.heads.llm_heads import DEFAULT_MIN_MASS
 from posym.interventions import check_interventions, describe, holds_under_kv_cache, intervened, plan_interventions
 from posym.runs import layout
+from posym.runs.lock import DirLock
 from posym.runs.tables import INTERVENTION, short_intervention, with_intervention
 from posym.verbs import Outputs, VerbResult, figure_paths
 
@@ -47,15 +49,19 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
     specs = plan_interventions(intervene, layers)  # a bad spec: one line, first
     texts = [describe(s) for s in specs]
     cache_ok = [t for s, t in zip(specs, texts) if holds_under_kv_cache(s)]
+    lock = contextlib.nullcontext()
     if kwargs.get("out") is not None:  # refuse an unwritable output folder before loading any model
         Outputs(figure_paths(layout.figure(kwargs["out"], layout.FIG_LLM)), force=True).check()
-    res = run_eval(model=model, gguf=gguf, progress=progress, intervene=texts, apply=intervened,
-                   kv_cache_ok=cache_ok, **kwargs)
-    outputs = Outputs(figure_paths(layout.figure(res.out_dir, layout.FIG_LLM)), force=True)
-    several = len(texts) > 1  # one line style per intervention, the model in the title
-    drawn = res.table.assign(model=res.table[INTERVENTION].map(short_intervention) if several else res.model)
-    outputs.figure(plot_llm_lengthgen(drawn, title=short_label(res.model) if several else None),
-                   layout.figure(res.out_dir, layout.FIG_LLM))
+        # one writer per --out, the figure included (run_eval takes the same lock again, re-entrantly)
+        lock = DirLock.for_file(Path(kwargs["out"]) / layout.LLM_ANSWERS, "LLM answers file").check_free()
+    with lock:
+        res = run_eval(model=model, gguf=gguf, progress=progress, intervene=texts, apply=intervened,
+                       kv_cache_ok=cache_ok, **kwargs)
+        outputs = Outputs(figure_paths(layout.figure(res.out_dir, layout.FIG_LLM)), force=True)
+        several = len(texts) > 1  # one line style per intervention, the model in the title
+        drawn = res.table.assign(model=res.table[INTERVENTION].map(short_intervention) if several else res.model)
+        outputs.figure(plot_llm_lengthgen(drawn, title=short_label(res.model) if several else None),
+                       layout.figure(res.out_dir, layout.FIG_LLM))
     contrast = res.paths.get("contrast_markdown")
     text = (table_markdown(res.table, title=table_title(res.model, res.protocol))
             + (contrast.read_text() if contrast is not None else "")
