@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from typing import Any, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from posym.errors import PosymError, PosymWarning
 
@@ -54,6 +54,22 @@ def check_taus(taus: Any) -> tuple[float, ...]:
     return out
 
 
+def check_variants(variants: Any, what: str = "reproduction directory") -> dict:
+    """``variants`` as a dict NAME -> folder or table (the study verbs' first argument): PosymError for a
+    list, a string or anything else that is no mapping."""
+    if not isinstance(variants, Mapping):
+        raise PosymError(f"variants must map each name to its {what}, e.g. {{'rope': 'runs/rope'}}; "
+                         f"got {type(variants).__name__} {variants!r:.80}")
+    return dict(variants)
+
+
+def check_layer_list(layers: Any, name: str = "layers") -> list[int]:
+    """A list of layer indices (integers >= 0); PosymError for a string, 'a', 1.5 or a negative index."""
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+        raise PosymError(f"{name} must be a list of layer indices, got {layers!r}")
+    return [check_int(v, f"every layer index of {name}") for v in layers]
+
+
 #: The model-config attribute naming the task a posym model was trained on (written into every
 #: checkpoint's ``config.json`` by ``posym train``; set from ``posym.json`` when a run is resolved).
 MODEL_TASK_ATTR = "posym_task"
@@ -80,5 +96,5 @@ def warn_other_task(model: Any, task: str | None, what: str = "scored") -> bool:
     return True
 
 
-__all__ = ["MODEL_TASK_ATTR", "check_gamma", "check_int", "check_positive_int", "check_taus", "model_task",
-           "warn_other_task"]
+__all__ = ["MODEL_TASK_ATTR", "check_gamma", "check_int", "check_layer_list", "check_positive_int", "check_taus",
+           "check_variants", "model_task", "warn_other_task"]

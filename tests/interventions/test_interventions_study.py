@@ -249,6 +249,18 @@ def test_two_calls_into_one_folder_keep_both_calls_settings(runs, tmp_path):
     assert "different settings" in page and "number-s0" in page and "letter-s0" in page
 
 
+def test_a_string_setting_and_a_folder_of_other_files(runs, tmp_path):
+    """``intervene="ntk:kappa=2"`` (a str) is one setting, not its characters; a study written into a
+    folder of other files says so and replaces nothing (issue 34: both were silent)."""
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep")
+    res = interventions([runs / "number"], out, intervene="ntk:kappa=2", grid=[0], n=4, heads_lengths=[],
+                        progress=False)
+    assert set(res.data["lengthgen"]["intervention"]) == {"none", "ntk:kappa=2"}
+    assert "held other files and no study" in res.summary and (out / "mine.txt").read_text() == "keep"
+
+
 @pytest.mark.integration
 def test_a_lengthgen_refusal_inside_the_study_names_no_force(runs, tmp_path):
     out, kw = tmp_path / "s", dict(intervene=["ntk:kappa=2"], grid=[0], heads_lengths=[], progress=False)

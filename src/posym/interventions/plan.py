@@ -8,6 +8,7 @@ from typing import Sequence
 
 from torch import nn
 
+from posym.checks import check_layer_list
 from posym.errors import PosymError
 from posym.interventions.apply import intervened, with_layers
 from posym.interventions.freq_mask import FreqMask
@@ -27,7 +28,7 @@ def plan_interventions(intervene: Sequence[str] | str | None = None,
     texts = list(intervene) if intervene else []
     specs = [parse_intervention(t) for t in texts] or [None]
     if layers is not None:
-        layers = list(layers)
+        layers = check_layer_list(layers, "--layers")
         if not layers:
             raise PosymError("--layers needs at least one layer index")
         if all(s is None for s in specs):

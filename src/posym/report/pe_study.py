@@ -36,6 +36,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from posym import checks
 from posym.errors import PosymError
 from posym.model.pe import DEFAULT_PE, parse_pe
 from posym.report import paper
@@ -103,6 +104,7 @@ def variant_pe(name: str, directory: str | os.PathLike) -> str:
 def check_variants(variants: Mapping[str, str | os.PathLike]) -> dict[str, str]:
     """Each variant's ``--pe`` value (:func:`variant_pe`); PosymError for a missing directory, one given
     under two names, or runs that disagree."""
+    variants = checks.check_variants(variants)
     if not variants:
         raise PosymError("give at least one variant NAME=DIR")
     seen: dict[Path, str] = {}

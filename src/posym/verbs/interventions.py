@@ -301,6 +301,8 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     if lengths and (isinstance(heads_n, bool) or not isinstance(heads_n, int) or heads_n < 1):
         raise PosymError(f"heads_n={heads_n!r}: the head readout needs an integer >= 1 of prompts "
                          "(--heads-n 16); give heads_lengths=[] (--no-heads) for no head readout")
+    if isinstance(intervene, str):  # one setting, not its characters
+        intervene = [intervene]
     given = _settings(intervene) if intervene else None
     picked = _best_of(Path(best_of)) if best_of else None
     labels: dict[str, Path] = {}
@@ -317,6 +319,8 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
             "heads_lengths": lengths, "heads_n": heads_n, "best_of": str(best_of) if best_of else None,
             "intervene": given}
     _record(out, call)  # an unreadable record is refused before any work
+    beside = (out.is_dir() and not (out / layout.INTERVENTIONS_JSON).is_file()
+              and any(p.name not in labels for p in out.iterdir()))  # a folder of other files: written beside them
     if out.is_dir():
         _collect(out)  # every model folder's tables readable (checked) before this call measures anything
     refuse_live_outputs([out / label / layout.LENGTHGEN for label in labels] + [out / layout.INTERVENTIONS])
@@ -382,7 +386,9 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
             outputs.figure(plot_head_readout(hd, t), out / layout.FIG_INTERVENTION_HEADS.format(task=t))
     outputs.json(_record(out, call), out / layout.INTERVENTIONS_JSON)  # this call appended to the earlier ones
     write_page(out, outputs)
-    text = "\n".join([*done_lines, md, f"wrote {out / layout.INTERVENTIONS_HTML}"])
+    note = ([f"note: {out} held other files and no study; the study was written beside them (nothing replaced)"]
+            if beside else [])
+    text = "\n".join([*done_lines, md, f"wrote {out / layout.INTERVENTIONS_HTML}", *note])
     return VerbResult(summary, outputs.written, text, {"lengthgen": lg, "heads": hd})
 
 

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from posym.checks import check_variants as check_variants_mapping
 from posym.errors import PosymError
 from posym.report.html import sensitivity_page
 from posym.report.sensitivity import (check_table_list, extrapolation_prediction, intervention_notes, lengthgen_tables,
@@ -22,7 +23,7 @@ def check_variants(variants: Mapping[str, str | os.PathLike]) -> None:
     """PosymError for a variant folder (or ``lengthgen`` table) that does not exist, for one given
     under two names, or for a table listed twice in one variant."""
     seen: dict[tuple[Path, ...], str] = {}
-    for name, value in variants.items():
+    for name, value in check_variants_mapping(variants, "reproduction directory or lengthgen table(s)").items():
         tables = lengthgen_tables(value)
         if tables is not None:
             check_table_list(name, tables)
