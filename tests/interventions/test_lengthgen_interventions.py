@@ -83,19 +83,23 @@ def test_resume_keys_on_the_intervention(model_dir, tmp_path, monkeypatch):
 def test_rows_of_the_unfloored_temperature_of_an_old_table_are_never_mixed_with_floored_ones(model_dir, tmp_path,
                                                                                              monkeypatch):
     """A table written before the floor holds ``temperature:beta=1,n_train=17`` (measured unfloored):
-    resuming with ``temperature:beta=1`` (now floored) measures the floored rows under their own string
-    and keeps the old ones apart; ``legacy_temperature`` names what the old ones are."""
-    from posym.interventions.spec import legacy_temperature
+    resuming renames those rows to what they measured (``…,floor=0``), measures ``temperature:beta=1``
+    (now floored) under its own string beside them, and a ``floor=0`` request re-uses them."""
+    import posym.lengthgen.trained as trained
 
     out = tmp_path / "lg.csv"
-    _run(model_dir, out, intervene=["temperature:beta=1,floor=0"])
+    first = _run(model_dir, out, intervene=["temperature:beta=1,floor=0"]).table
     old = pd.read_csv(out)
     old["intervention"] = "temperature:beta=1,n_train=17"  # as an older posym wrote it
     old.to_csv(out, index=False)
     t = _run(model_dir, out, intervene=["temperature:beta=1"], resume=True).table
-    assert list(t["intervention"].unique()) == ["temperature:beta=1,n_train=17", "temperature:beta=1,n_train=17,floor=1"]
-    assert {legacy_temperature(i) for i in t["intervention"]} == {"temperature:beta=1,n_train=17,floor=0",
-                                                                  "temperature:beta=1,n_train=17,floor=1"}
+    assert list(t["intervention"].unique()) == ["temperature:beta=1,n_train=17,floor=0",
+                                                "temperature:beta=1,n_train=17,floor=1"]
+    monkeypatch.setattr(trained, "evaluate_length", lambda *a, **k: pytest.fail("re-measured a kept point"))
+    again = _run(model_dir, out, intervene=["temperature:beta=1,floor=0"], resume=True).table
+    cols = ["extra_tokens", "seed", "acc"]
+    pd.testing.assert_frame_equal(again[again["intervention"].str.endswith("floor=0")][cols].reset_index(drop=True),
+                                  first[first["intervention"].str.endswith("floor=0")][cols].reset_index(drop=True))
 
 
 def test_an_old_table_without_the_column_holds_untouched_rows(model_dir, tmp_path, monkeypatch):

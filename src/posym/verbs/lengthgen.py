@@ -184,6 +184,8 @@ def _rows_to_keep(path: Path, key: dict, n: int, force: bool) -> pd.DataFrame | 
         raise
     if INTERVENTION not in old.columns:
         old.insert(len(key), INTERVENTION, NO_INTERVENTION)
+    else:  # rows of the log-n temperature written before its floor existed were measured unfloored
+        old[INTERVENTION] = _legacy_strings(old[INTERVENTION])
     bad = _unknown_intervention(old, path)
     if bad is not None:
         if force:
@@ -197,6 +199,22 @@ def _rows_to_keep(path: Path, key: dict, n: int, force: bool) -> pd.DataFrame | 
                          f"{_identity(ident)}); pass --force to replace them, or choose another --out")
     kept = old[same].drop(columns=list(key))
     return kept if len(kept) else None
+
+
+def _legacy_strings(column: pd.Series) -> pd.Series:
+    """A resumed table's ``intervention`` strings with those written before the temperature floor
+    (``temperature:beta=1,n_train=17``, measured unfloored) renamed to today's canonical ``…,floor=0``
+    (:func:`posym.interventions.spec.legacy_temperature`), so they are resumed as what they measured and
+    never stand beside the same measurement under another name. Unparseable strings are left to
+    :func:`_unknown_intervention`."""
+    from posym.interventions.spec import legacy_temperature
+
+    def rename(text):
+        try:
+            return legacy_temperature(text) if isinstance(text, str) else text
+        except PosymError:
+            return text
+    return column.map(rename)
 
 
 def _unknown_intervention(old: pd.DataFrame, path: Path) -> str | None:
