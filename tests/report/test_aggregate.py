@@ -212,3 +212,18 @@ def test_a_summary_value_out_of_range_is_refused(mixed):
     _summary(mixed / "number" / "seed0", [("none", -5, 1.0)])
     with pytest.raises(PosymError, match=r"extra_tokens = '-5' is not an integer >= 0"):
         lengthgen_summary(find_runs(mixed))
+
+
+@pytest.mark.parametrize("name", ["metrics.csv", "freq_table.csv", "purity_gamma0.1.csv", "ablation.csv"])
+def test_a_garbage_run_table_is_one_line_naming_it(tmp_path, name):
+    """Issue 34 (T4): a garbage metrics.csv read by the aggregation (pe-study, report) was a KeyError."""
+    from posym.errors import PosymError
+    from posym.report.aggregate import ablation_summary, freq_summary, purity_counts, training_summary
+
+    run = tmp_path / "number" / "seed0"
+    run.mkdir(parents=True)
+    (run / name).write_text("garbage\n1\n")
+    runs = {"number": {0: run}}
+    with pytest.raises(PosymError, match=name.replace(".", r"\.")) as e:
+        training_summary(runs), freq_summary(runs), purity_counts(runs, 0.1), ablation_summary(runs)
+    assert "\n" not in str(e.value)

@@ -42,7 +42,7 @@ import pandas as pd
 from posym.errors import PosymError
 from posym.lengthgen.trained import largest_length_above as _largest
 from posym.runs import layout
-from posym.runs.tables import INTERVENTION, NO_INTERVENTION, RUN_TABLES, check_rows, read_table, write_table
+from posym.runs.tables import INTERVENTION, NO_INTERVENTION, RUN_TABLES, check_rows, read_checked, read_table, write_table
 from posym.runs.layout import find_runs
 from posym.report import paper
 from posym.report import verdict as V
@@ -88,18 +88,20 @@ def seeds_text(n: int) -> str:
     return "1 seed" if n == 1 else f"mean ± sd over {n} seeds"
 
 
-def read_run_table(path: Path, intervention: str = NO_INTERVENTION) -> pd.DataFrame | None:
+def read_untouched(path: Path, intervention: str = NO_INTERVENTION) -> pd.DataFrame | None:
     """The table at ``path`` (None when absent); of a table with an ``intervention`` column only the
     rows of ``intervention`` (default the untouched model's), so no aggregate mixes interventions."""
     if not path.is_file():
         return None
-    t = read_table(path)
+    # a run's own table is checked against its documented columns (docs/runs.md); aggregate/ holds others
+    t = (read_table(path) if path.parent.name in (layout.AGGREGATE, layout.THEORY, layout.LLM)
+         else read_checked(path, key_only=True))
     if INTERVENTION in t.columns:
         t = t[t[INTERVENTION].astype(str) == intervention].reset_index(drop=True)
     return t
 
 
-_read_csv = read_run_table
+_read_csv = read_untouched
 
 
 #: What to do about a length-generalization summary that fails its checks.
@@ -736,4 +738,4 @@ __all__ = ["PAPER_DISCREPANCY", "PAPER_HEADS", "PAPER_TABLE3", "ablation_summary
            "check_one_curve", "check_runs_alike", "fig5b_rows", "find_runs", "freq_summary", "initial_scores",
            "largest_length_above", "lengthgen_interventions", "lengthgen_per_seed_largest", "lengthgen_summary",
            "llm_chance", "llm_models_table", "mean_sd", "paper_vs_posym", "plot_accuracy_bands", "purity_counts",
-           "purity_layers", "read_lengthgen_summary", "read_run_table", "seeds_text", "shown_note", "training_summary"]
+           "purity_layers", "read_lengthgen_summary", "read_untouched", "seeds_text", "shown_note", "training_summary"]

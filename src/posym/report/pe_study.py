@@ -41,7 +41,7 @@ from posym.errors import PosymError
 from posym.model.pe import DEFAULT_PE, parse_pe
 from posym.report import paper
 from posym.report.aggregate import (THRESHOLD, check_runs_alike, largest_length_above, lengthgen_interventions,
-                                    lengthgen_summary, mean_sd, purity_counts, read_lengthgen_summary, read_run_table,
+                                    lengthgen_summary, mean_sd, purity_counts, read_lengthgen_summary, read_untouched,
                                     shown_note, training_summary)
 from posym.runs import layout
 from posym.runs.tables import INTERVENTION, NO_INTERVENTION
@@ -200,7 +200,7 @@ def _of_models(n: int, total: int) -> str:
 
 def _read(path: Path) -> pd.DataFrame | None:
     """A run's table (None when absent), the untouched model's rows only."""
-    return read_run_table(path)
+    return read_untouched(path)
 
 
 def variant_rows(name: str, pe: str, directory: str | os.PathLike, lengthgen: str = layout.LENGTHGEN,

@@ -191,14 +191,14 @@ def variant_curves(variants: Mapping[str, str | os.PathLike], intervention: str 
     """Fig. 5B of every variant: variant, task, intervention, extra_tokens, acc_mean, acc_sd, n_seeds (a
     reproduction's ``aggregate/lengthgen.csv``, mean ± sd over its seeds, untouched model; a Fig. 5B-only
     variant's tables, one model per table, ``intervention``'s rows)."""
-    from posym.report.aggregate import read_run_table
+    from posym.report.aggregate import read_untouched
 
     dirs = _variant_dirs(variants)
     frames = []
     for name, value in variants.items():
         tables = lengthgen_tables(value)
         if tables is None:
-            t = read_run_table(layout.aggregate_table(dirs[name], "lengthgen"))  # the untouched rows
+            t = read_untouched(layout.aggregate_table(dirs[name], "lengthgen"))  # the untouched rows
             if t is not None:
                 frames.append(t.assign(variant=name, **{INTERVENTION: NO_INTERVENTION}))
             continue

@@ -459,10 +459,35 @@ def read_scores(path: str | os.PathLike, name: str = "scores") -> pd.DataFrame:
     return check_unique_keys(check_columns(df, schema, path), schema, path)
 
 
-def read_run_table(path: str | os.PathLike, name: str) -> pd.DataFrame:
-    """The run table ``name`` (a :data:`RUN_TABLES` key) at ``path``, read and checked against its
-    documented columns: PosymError naming the file for a garbage, empty or column-less table."""
-    return check_columns(read_table(path), RUN_TABLES[name], path)
+def schema_of(path: str | os.PathLike) -> TableSchema | None:
+    """The :data:`RUN_TABLES` schema whose file name ``path`` has (``purity_gamma0.1.csv`` is a
+    ``purity`` table), or None for a file of no run-table name."""
+    name = Path(path).name
+    for schema in RUN_TABLES.values():
+        head, brace, rest = schema.file.partition("{")
+        tail = rest.partition("}")[2]
+        if (name == schema.file) if not brace else (name.startswith(head) and name.endswith(tail)
+                                                     and len(name) > len(head) + len(tail)):
+            return schema
+    return None
+
+
+def read_checked(path: str | os.PathLike, name: str | None = None, key_only: bool = False) -> pd.DataFrame:
+    """The run table at ``path``, read and checked against the documented columns of :data:`RUN_TABLES`
+    entry ``name`` (default: the entry its file name has; a file of no run-table name is only read), or
+    with ``key_only`` against its key columns alone (what identifies a row; for readers that use only
+    some columns): PosymError naming the file for a garbage, empty or column-less table."""
+    schema = RUN_TABLES[name] if name is not None else schema_of(path)
+    df = read_table(path)
+    if schema is None:
+        return df
+    if not key_only:
+        return check_columns(df, schema, path)
+    missing = [c for c in schema.key if c not in df.columns and c not in schema.optional]
+    if missing:
+        raise PosymError(f"{path} is not a valid {Path(schema.file).name} table: it lacks the column(s) "
+                         f"{', '.join(missing)} (docs/runs.md); restore it, or write it again")
+    return df
 
 
 def _is_tracker_folder(run: Path) -> bool:

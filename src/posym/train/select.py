@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from posym.errors import PosymError
 from posym.runs.lock import DirLock
 from posym.runs import layout
-from posym.runs.tables import read_run_table, read_scores, write_table
+from posym.runs.tables import read_checked, read_scores, write_table
 from posym.runs.layout import best_checkpoint, list_checkpoints
 from posym.train.config import FINAL_MODELS, TrainConfig
 
@@ -60,7 +60,7 @@ def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_mod
         if not ckpts:
             raise PosymError(f"run {run} has no checkpoint")
         step, ckpt = ckpts[-1]
-    metrics = read_run_table(run / layout.METRICS, "metrics")  # checked before anything in out is touched
+    metrics = read_checked(run / layout.METRICS, "metrics")  # checked before anything in out is touched
     scores_path = run / layout.SCORES
     scores = read_scores(scores_path) if scores_path.is_file() else None
     with DirLock(out, "run"):
