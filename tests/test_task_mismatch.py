@@ -15,19 +15,14 @@ from posym.heads import scores_fast
 from posym.lengthgen.trained import lengthgen
 from posym.model import load_model
 from posym.tasks import make_split
-from posym.train import make_config
 from posym.train.evaluate import evaluate
-from posym.verbs.train import train
 
-TINY = dict(steps=4, eval_every=2, n_val=16, n_test=16, checkpoint_every=2, eval_batch_size=16, track_heads=False,
-            model_overrides=dict(n_layer=1, n_embd=32, n_inner=64, rotary_dim=32))
+from tiny_runs import tiny_run
 
 
 @pytest.fixture(scope="module")
 def number_ckpt(tmp_path_factory):
-    run = tmp_path_factory.mktemp("task") / "number"
-    train(make_config("number", "quick", **TINY), run, progress=False)
-    return run / "checkpoints" / "step-000004"
+    return tiny_run(tmp_path_factory.mktemp("task") / "number", track_heads=False) / "checkpoints" / "step-000004"
 
 
 def test_a_trained_checkpoint_names_its_task_in_config_json(number_ckpt):

@@ -8,20 +8,15 @@ import shutil
 import pytest
 
 from posym.errors import PosymError
-from posym.train import make_config
 from posym.verbs.dynamics import dynamics
 from posym.verbs.select import select
-from posym.verbs.train import train
 
-TINY = dict(steps=4, eval_every=2, n_val=16, n_test=16, checkpoint_every=2, eval_batch_size=16,
-            model_overrides=dict(n_layer=1, n_embd=32, n_inner=64, rotary_dim=32))
+from tiny_runs import tiny_run
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("corrupt") / "run"
-    train(make_config("number", "quick", **TINY), out, progress=False)
-    return out
+    return tiny_run(tmp_path_factory.mktemp("corrupt") / "run")
 
 
 @pytest.mark.parametrize("table, content", [("metrics.csv", "garbage\n"), ("metrics.csv", ""),

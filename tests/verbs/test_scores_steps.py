@@ -6,19 +6,14 @@ from __future__ import annotations
 import pytest
 
 from posym.errors import PosymError
-from posym.train import make_config
 from posym.verbs.scores import score_checkpoints
-from posym.verbs.train import train
 
-TINY = dict(steps=4, eval_every=2, n_val=16, n_test=16, checkpoint_every=2, eval_batch_size=16, track_heads=False,
-            model_overrides=dict(n_layer=1, n_embd=32, n_inner=64, rotary_dim=32))
+from tiny_runs import tiny_run
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("steps") / "run"
-    train(make_config("number", "quick", **TINY), out, progress=False)
-    return out
+    return tiny_run(tmp_path_factory.mktemp("steps") / "run", track_heads=False)
 
 
 def test_steps_of_a_run_select_its_checkpoints(run):

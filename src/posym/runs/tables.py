@@ -9,7 +9,9 @@ with and without pyarrow read the same.
 
 from __future__ import annotations
 
+import csv
 import importlib.util
+import io
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -205,14 +207,9 @@ def _cell_text(value: str) -> str:
     return str(int(x)) if x.is_integer() else v
 
 
-def check_rows(path: str | os.PathLike, schema: TableSchema, remedy: str) -> pd.DataFrame:
-    """The table at ``path`` read back after checking it against ``schema`` (before it is resumed):
-    every column present, no torn or short line, every cell of its kind (``schema.kinds``), no key
-    twice. PosymError naming the row and column, followed by ``remedy`` (what the user can do)."""
-    import csv
-    import io
-
-    path = Path(path)
+def _csv_lines(path: Path, remedy: str) -> tuple[str, list[list[str]]]:
+    """``(text, CSV rows)`` of the table at ``path``; PosymError (then ``remedy``) for bytes that are not
+    text or an empty file."""
     try:
         text = path.read_text()
     except UnicodeDecodeError:
@@ -220,6 +217,15 @@ def check_rows(path: str | os.PathLike, schema: TableSchema, remedy: str) -> pd.
     lines = list(csv.reader(io.StringIO(text)))
     if not lines:
         raise PosymError(f"{path} is empty; {remedy}")
+    return text, lines
+
+
+def check_rows(path: str | os.PathLike, schema: TableSchema, remedy: str) -> pd.DataFrame:
+    """The table at ``path`` read back after checking it against ``schema`` (before it is resumed):
+    every column present, no torn or short line, every cell of its kind (``schema.kinds``), no key
+    twice. PosymError naming the row and column, followed by ``remedy`` (what the user can do)."""
+    path = Path(path)
+    text, lines = _csv_lines(path, remedy)
     if not text.endswith("\n"):
         _check_header(path, lines[0], schema, remedy)
         raise PosymError(f"{path} row {len(lines) - 1}: the line is torn (no line end); remove the row, or {remedy}")
@@ -285,21 +291,12 @@ def check_resumed(path: str | os.PathLike, name: str, upto_step: int, remedy: st
     the schedule says were written before the checkpoint). Rows after the checkpoint and a torn last
     line (what a killed writer leaves) are dropped unchecked, as resuming drops them. A missing file
     holds no rows. PosymError naming the file, row and column, then ``remedy``."""
-    import csv
-    import io
-
     from dataclasses import replace
 
     path = Path(path)
     schema = replace(RUN_TABLES[name], kinds=RESUMED_KINDS[name])
     if path.is_file():
-        try:
-            text = path.read_text()
-        except UnicodeDecodeError:
-            raise PosymError(f"{path} is not a text table; {remedy}") from None
-        lines = list(csv.reader(io.StringIO(text)))
-        if not lines:
-            raise PosymError(f"{path} is empty; {remedy}")
+        text, lines = _csv_lines(path, remedy)
         header, body = lines[0], list(enumerate(lines[1:], start=1))
         if body and not text.endswith("\n"):
             body = body[:-1]  # torn by a killed writer: after the checkpoint, dropped
