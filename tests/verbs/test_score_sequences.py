@@ -120,7 +120,10 @@ def test_ids_need_no_tokenizer_blocks_and_start_token_exclusion(tmp_path, capsys
 @pytest.mark.parametrize("content, args, message", [
     ("1 2 3 4\n5 6 99 7\n", [], "sequence 2 holds token id 99, outside the model's vocabulary of 40 ids"),
     ("1 2 3 4\n5 six 7\n", [], ":2: 'six' is not a token id"),
-    ("[1, 2, 3]\n[4, 5]\n", [], "sequence 2 has 2 token(s); the scores need at least 3"),
+    ("[1, 2, 3]\n[4, 5]\n", ["--swap-exclude", "none"], "sequence 2 has 2 token(s); the scores need at least 3"),
+    # the default --swap-exclude bos keeps the start token out: 4 tokens, refused before the model loads
+    ("[1, 2, 3, 4]\n[4, 5, 6]\n", [], "sequence 2 has 3 token(s); the scores need at least 4 (two swappable keys "
+                                      "and the query, and the 1 key(s) --swap-exclude keeps out of the swaps)"),
     ('{"tokens": ["a"]}\n', [], ":1: a JSON object needs an 'input_ids' list"),
     ("[1, 2.5, 3]\n", [], ":1: expected a non-empty list of integer token ids"),
     ("\n\n", [], "holds no sequence"),

@@ -7,7 +7,7 @@
   the text); :func:`tokenize_texts` turns them into ids with the model's own tokenizer, special
   tokens as the tokenizer adds them (e.g. a start token).
 * :func:`check_sequences` — every id in the model's vocabulary and every sequence long enough for a
-  swap (3 tokens: two swappable keys and the query), the offending line named.
+  swap (3 tokens: two swappable keys and the query, plus the keys `--swap-exclude` keeps out), the offending line named.
 * :func:`group_by_length` — sequences of one length are scored as one batch (the query is each
   sequence's last token; no padding is ever scored).
 
@@ -96,8 +96,10 @@ def check_sequences(seqs: Sequence[Sequence[int]], vocab_size: int | None, sourc
         raise PosymError(f"{source} holds no sequence")
     for k, s in enumerate(seqs, 1):
         if len(s) < min_tokens:
+            kept = min_tokens - MIN_TOKENS
             raise PosymError(f"{source}: sequence {k} has {len(s)} token(s); the scores need at least "
-                             f"{min_tokens} (two swappable keys and the query)")
+                             f"{min_tokens} (two swappable keys and the query"
+                             + (f", and the {kept} key(s) --swap-exclude keeps out of the swaps)" if kept > 0 else ")"))
         if vocab_size is not None:
             bad = [i for i in s if not 0 <= i < vocab_size]
             if bad:

@@ -214,9 +214,10 @@ def score_sequences(model: str | os.PathLike, *, text: str | os.PathLike | None 
 
     from posym.heads.scores import head_scores, vocab_size
     from posym.heads.swaps import parse_swap_exclude
-    from posym.tasks.sequences import check_sequences, group_by_length, read_id_sequences, read_text_lines
+    from posym.tasks.sequences import MIN_TOKENS, check_sequences, group_by_length, read_id_sequences, read_text_lines
 
-    parse_swap_exclude(swap_exclude)  # a bad form: one line before anything is read or loaded
+    # a bad form: one line before anything is read or loaded; the keys it keeps out need tokens too
+    min_tokens = MIN_TOKENS + len(parse_swap_exclude(swap_exclude))
     specs = plan_interventions(intervene, layers)
     if (text is None) == (ids is None):
         raise PosymError("give exactly one of text= (a text file) or ids= (a token-id file)")
@@ -230,13 +231,13 @@ def score_sequences(model: str | os.PathLike, *, text: str | os.PathLike | None 
     if seqs is not None:  # before loading: the folder's config.json bounds the ids
         cfg = Path(model) / layout.CONFIG_JSON
         vocab = layout.read_json(cfg).get("vocab_size") if cfg.is_file() else None
-        check_sequences(seqs, vocab if isinstance(vocab, int) else None, source)
+        check_sequences(seqs, vocab if isinstance(vocab, int) else None, source, min_tokens)
     lm, tok = _sequence_model(model, text is not None, device)
     if lines is not None:
         from posym.tasks.sequences import tokenize_texts
 
         seqs = tokenize_texts(tok, lines)
-    check_sequences(seqs, vocab_size(lm), source)
+    check_sequences(seqs, vocab_size(lm), source, min_tokens)
     if blocks is not None and min(len(s) for s in seqs) - 1 < 2 * blocks:
         raise PosymError(f"{source}: a sequence of {min(len(s) for s in seqs)} tokens cannot hold {blocks} blocks "
                          "of two keys or more; use fewer --blocks")
