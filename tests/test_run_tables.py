@@ -78,7 +78,8 @@ def test_check_resumed_keeps_the_rows_up_to_the_checkpoint_and_checks_them(tmp_p
     p.write_text(SCORES_HEAD + "0,0,0,0.0001,1,1,1,0,8\n10,0,0,0.0001,0.5,-0.5,1,0,8\n20,0,0,0.0001,9,9,1,0,8\n30,0,0")
     kept = check_resumed(p, "scores", 10, "do X", cover=[0, 10])  # rows after step 10 (and a torn line) dropped
     assert kept["step"].tolist() == [0, 10] and kept["s_sym"].tolist() == [1.0, -0.5]
-    with pytest.raises(PosymError, match=r"scores.csv row 3: s_pos = '9' is not a score in \[-1, 1\] or empty; fix or remove the row, or do X"):
+    with pytest.raises(PosymError, match=r"scores.csv row 3: s_pos = '9' is not a score in \[-1, 1\] or empty; "
+                                         r"fix or remove the row, or do X"):
         check_resumed(p, "scores", 20, "do X")
     with pytest.raises(PosymError, match=r"scores.csv lacks the rows of step\(s\) 5 \(written before the checkpoint of step 10"):
         check_resumed(p, "scores", 10, "do X", cover=[0, 5, 10])

@@ -106,7 +106,7 @@ def test_fig8_and_fig4b_are_shown_one_per_row_and_fig2_names_what_it_draws_of_pa
     # Fig. 8 and Fig. 4B at the page width (drawn for it), not three to a row at 0.3 ×
     for task in ("number", "letter"):
         assert f'<div class="wide"><figure><img alt="Fig. 8: frequency use per layer, {task}, seed 0"' in page
-        assert f'<div class="grid"><figure><img alt="Fig. 8' not in page
+        assert '<div class="grid"><figure><img alt="Fig. 8' not in page
     assert page.count('<figure><img alt="Fig. 4B: query/key geometry') == 2
 
 

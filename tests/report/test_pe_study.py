@@ -13,8 +13,8 @@ import pytest
 
 from posym.cli import main
 from posym.errors import PosymError
-from posym.report.pe_study import (Q_DOMINANT, Q_DOMINANT_POSITIONAL, Q_INTERVENTION, Q_REACH, Q_SEEDS, Q_TEST, Q_UNROTATED, dominant_ids, dominant_text,
-                                   goal_line, pure_count_curves, q_accuracy, q_milestone, q_pure, seed_reaches,
+from posym.report.pe_study import (Q_DOMINANT, Q_DOMINANT_POSITIONAL, Q_INTERVENTION, Q_REACH, Q_SEEDS, Q_TEST,
+                                   Q_UNROTATED, dominant_ids, dominant_text, goal_line, pure_count_curves, q_accuracy, q_milestone, q_pure, seed_reaches,
                                    study_markdown, study_table, unrotated_share, variant_pe)
 from posym.runs import layout
 

@@ -103,7 +103,6 @@ SMALL = {**TINY, "steps": 40, "eval_every": 10, "checkpoint_every": 20}
 def killed_run(tmp_path_factory):
     """A run as a kill at step ~35 leaves it: checkpoints up to step 20, the val rows (and scores) up to
     step 30, no test row and no results.json; plus the uninterrupted run's metrics."""
-    import shutil
 
     root = tmp_path_factory.mktemp("killed")
     train(make_config("number", "quick", **SMALL), root / "full", progress=False)

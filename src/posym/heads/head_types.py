@@ -258,7 +258,8 @@ def type_correlations(join: pd.DataFrame, *, n_boot: int = 1000, n_null: int = 1
 
     join: :func:`join_head_types` (filter it first, e.g. to informative heads). Rows with a NaN
     detector or score are left out. Columns :data:`CORRELATION_COLUMNS` (``p_at_floor``: no shuffle
-    reached |ρ|, so ``p_value`` is the floor ``1 / (1 + n_null)``), one row per detector present (``sink`` included when the join has it).
+    reached |ρ|, so ``p_value`` is the floor ``1 / (1 + n_null)``), one row per detector present (``sink``
+    included when the join has it).
     """
     _need(join, ["s_pos", "s_sym"], "the join")
     n_boot, n_null = check_positive_int(n_boot, "n_boot"), check_positive_int(n_null, "n_null")

@@ -55,8 +55,8 @@ def check_interpolate(factor: Any = None, n_train: Any = None) -> Interpolate:
         except (TypeError, ValueError):
             raise PosymError(f"interpolate: factor={factor!r} is not a number; give a factor >= 1 such as factor=4") from None
         if not (math.isfinite(f) and 1 <= f <= MAX_FACTOR):
-            raise PosymError(f"interpolate: factor={factor!r} must be finite and >= 1 and <= {MAX_FACTOR:g} (1 = no change; a larger "
-                             "factor maps a million-token context into less than one position), e.g. factor=4")
+            raise PosymError(f"interpolate: factor={factor!r} must be finite and >= 1 and <= {MAX_FACTOR:g} "
+                             "(1 = no change; a larger factor maps a million-token context into less than one position), e.g. factor=4")
         return Interpolate(factor=f)
     try:
         n = int(str(n_train))

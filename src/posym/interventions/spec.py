@@ -8,7 +8,6 @@ key (``temperature:beta=0.5,n_train=17``): those rows were measured *unfloored*
 
 from __future__ import annotations
 
-import math
 
 from posym.errors import PosymError
 from posym.interventions.freq_mask import FreqMask

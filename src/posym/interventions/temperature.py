@@ -117,4 +117,5 @@ def temperature(model: nn.Module, beta: float, *, n_train: int, layers: Sequence
             h.remove()
 
 
-__all__ = ["TEMPERATURE_FAMILIES", "FORMS", "MAX_BETA", "MAX_N_TRAIN", "Temperature", "check_temperature", "temperature_scale", "temperature"]
+__all__ = ["TEMPERATURE_FAMILIES", "FORMS", "MAX_BETA", "MAX_N_TRAIN", "Temperature", "check_temperature",
+           "temperature_scale", "temperature"]

@@ -207,6 +207,6 @@ def ssmax_factor(s: Tensor, positions: Tensor) -> Tensor:
     return torch.log1p(positions.to(s.dtype))[:, None] * s[None, :]
 
 
-__all__ = ["PE_KINDS", "DEFAULT_PE", "GPTJ_BASE", "MIN_ROPE_BASE", "MAX_ROPE_BASE", "CONFIG_ATTR", "POSYM_MODEL_TYPE", "POSYM_ARCHITECTURE",
-           "PositionalEncoding", "parse_pe", "complete_pe", "config_pe", "gptj_inv_freq", "gptj_rotary_table",
-           "random_positions", "ssmax_init", "ssmax_factor"]
+__all__ = ["PE_KINDS", "DEFAULT_PE", "GPTJ_BASE", "MIN_ROPE_BASE", "MAX_ROPE_BASE", "CONFIG_ATTR", "POSYM_MODEL_TYPE",
+           "POSYM_ARCHITECTURE", "PositionalEncoding", "parse_pe", "complete_pe", "config_pe", "gptj_inv_freq",
+           "gptj_rotary_table", "random_positions", "ssmax_init", "ssmax_factor"]

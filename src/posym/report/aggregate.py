@@ -41,6 +41,7 @@ import pandas as pd
 
 from posym.errors import PosymError
 from posym.lengthgen.trained import largest_length_above as _largest
+from posym.model.pe import DEFAULT_PE, parse_pe
 from posym.runs import layout
 from posym.runs.tables import INTERVENTION, NO_INTERVENTION, RUN_TABLES, check_rows, read_checked, read_table, write_table
 from posym.runs.layout import find_runs
@@ -101,8 +102,6 @@ def read_untouched(path: Path, intervention: str = NO_INTERVENTION) -> pd.DataFr
     return t
 
 
-_read_csv = read_untouched
-
 
 #: What to do about a length-generalization summary that fails its checks.
 SUMMARY_REMEDY = "measure it again (posym lengthgen RUN --out TABLE.csv --force)"
@@ -161,6 +160,18 @@ def check_one_curve(curve: pd.DataFrame, what: str = "a length-generalization cu
     return curve
 
 
+def run_pe(run_dir: Path, strict: bool = True) -> str:
+    """The canonical training-time positional encoding of a run (``posym.json``'s ``config.pe``; absent
+    = ``rope``); an unparseable value is a PosymError, or with ``strict=False`` returned as written."""
+    value = _run_config(run_dir).get("pe") or DEFAULT_PE
+    try:
+        return parse_pe(value).name
+    except PosymError:
+        if strict:
+            raise
+        return str(value)
+
+
 #: The settings the runs of one task must share to be aggregated as seeds of one model.
 ALIKE = ("pe", "model_overrides")
 
@@ -169,17 +180,11 @@ def check_runs_alike(runs: dict[str, dict[int, Path]]) -> None:
     """PosymError when two runs of one task differ in their training-time positional encoding
     (``posym.json``'s ``config.pe``; absent = ``rope``) or their model settings (``model_overrides``):
     their tables would be averaged as seeds of one model."""
-    from posym.model.pe import DEFAULT_PE, parse_pe
-
     for task, seeds in runs.items():
         first = None
         for d in seeds.values():
             cfg = _run_config(d)
-            try:
-                pe = parse_pe(cfg.get("pe") or DEFAULT_PE).name
-            except PosymError:
-                pe = str(cfg.get("pe"))
-            ident = {"pe": pe, "model_overrides": json.dumps(cfg.get("model_overrides") or {}, sort_keys=True)}
+            ident = {"pe": run_pe(d, strict=False), "model_overrides": json.dumps(cfg.get("model_overrides") or {}, sort_keys=True)}
             if first is None:
                 first = (d, ident)
                 continue
@@ -204,7 +209,7 @@ def training_summary(runs: dict[str, dict[int, Path]], threshold: float = THRESH
     Columns: task, quantity, mean, sd, n, n_missing, per_seed, paper."""
     rows = []
     for task, seeds in runs.items():
-        ms = {s: _read_csv(d / layout.METRICS) for s, d in seeds.items()}
+        ms = {s: read_untouched(d / layout.METRICS) for s, d in seeds.items()}
         ms = {s: m for s, m in ms.items() if m is not None}
         if not ms:
             continue
@@ -235,7 +240,7 @@ def accuracy_curves(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
     for task, seeds in runs.items():
         parts = []
         for s, d in seeds.items():
-            m = _read_csv(d / layout.METRICS)
+            m = read_untouched(d / layout.METRICS)
             if m is not None:
                 parts.append(m[m["split"] == "val"].assign(seed=s))
         if not parts:
@@ -258,7 +263,7 @@ def purity_counts(runs: dict[str, dict[int, Path]], gamma: float = 0.1) -> pd.Da
     quantity, mean, sd, n, n_missing, per_seed, paper."""
     rows = []
     for task, seeds in runs.items():
-        tables = [_read_csv(d / layout.purity(gamma)) for d in seeds.values()]
+        tables = [read_untouched(d / layout.purity(gamma)) for d in seeds.values()]
         tables = [t for t in tables if t is not None]
         if not tables:
             continue
@@ -293,7 +298,7 @@ def purity_layers(runs: dict[str, dict[int, Path]], gamma: float = 0.1) -> pd.Da
     it is), and Paper A's kind of that layer."""
     rows = []
     for task, seeds in runs.items():
-        tables = [(s, _read_csv(d / layout.purity(gamma))) for s, d in seeds.items()]
+        tables = [(s, read_untouched(d / layout.purity(gamma))) for s, d in seeds.items()]
         tables = [(s, t) for s, t in tables if t is not None]
         if not tables:
             continue
@@ -320,7 +325,7 @@ def initial_scores(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
     for task, seeds in runs.items():
         vals = []
         for d in seeds.values():
-            sc = _read_csv(d / layout.SCORES)
+            sc = read_untouched(d / layout.SCORES)
             if sc is None or not (sc["step"] == 0).any():
                 vals.append(math.nan)
                 continue
@@ -333,7 +338,7 @@ def initial_scores(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
 
 def _concat_seeds(seeds: dict[int, Path], name: str) -> pd.DataFrame | None:
     """The ``name`` CSV of every seed's run directory that has one, concatenated (None when none has)."""
-    tables = [t for t in (_read_csv(d / name) for d in seeds.values()) if t is not None]
+    tables = [t for t in (read_untouched(d / name) for d in seeds.values()) if t is not None]
     return pd.concat(tables, ignore_index=True) if tables else None
 
 
@@ -504,7 +509,7 @@ def paper_vs_posym(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] |
                 float(let["weighted_id_mean"].mean()), math.nan, int(let["n"].min()),
                 note=f"posym range {lo:.1f}–{hi:.1f}: {'inside' if inside else 'outside'} the paper's range",
                 paper_text="18–42", verdict=V.REPRODUCED if inside else V.NOT_REPRODUCED)
-    disc = _read_csv(out / layout.THEORY / f"{layout.DISCREPANCY}.csv")
+    disc = read_untouched(out / layout.THEORY / f"{layout.DISCREPANCY}.csv")
     if disc is not None:
         for mech, pts in PAPER_DISCREPANCY.items():
             for n_, pv in pts.items():
@@ -675,7 +680,7 @@ def aggregate(out_dir: str | os.PathLike, write: bool = True) -> dict[str, pd.Da
         "ablation": ablation_summary(runs),
         "lengthgen": lengthgen_summary(runs),
     }
-    llm = _read_csv(out / layout.LLM / layout.LLM_TABLE)
+    llm = read_untouched(out / layout.LLM / layout.LLM_TABLE)
     tables["llm"] = llm if llm is not None else pd.DataFrame(columns=["task", "length", "mean", "sd"])
     tables["llm_models"] = llm_models_table(out)
     tables["paper_vs_posym"] = paper_vs_posym(out, tables)
@@ -694,7 +699,7 @@ def llm_models_table(out_dir: str | os.PathLike) -> pd.DataFrame:
     frames = []
     for folder in layout.llm_model_dirs(out_dir):
         for sub, protocol in ((folder, "generate"), (folder / layout.LLM_CHOICE, "choice")):
-            t = _read_csv(sub / layout.LLM_TABLE)
+            t = read_untouched(sub / layout.LLM_TABLE)
             if t is not None and len(t):
                 if "protocol" not in t:
                     t = t.assign(protocol=protocol)
@@ -738,4 +743,5 @@ __all__ = ["PAPER_DISCREPANCY", "PAPER_HEADS", "PAPER_TABLE3", "ablation_summary
            "check_one_curve", "check_runs_alike", "fig5b_rows", "find_runs", "freq_summary", "initial_scores",
            "largest_length_above", "lengthgen_interventions", "lengthgen_per_seed_largest", "lengthgen_summary",
            "llm_chance", "llm_models_table", "mean_sd", "paper_vs_posym", "plot_accuracy_bands", "purity_counts",
-           "purity_layers", "read_lengthgen_summary", "read_untouched", "seeds_text", "shown_note", "training_summary"]
+           "purity_layers", "read_lengthgen_summary", "read_untouched", "run_pe", "seeds_text", "shown_note",
+           "training_summary"]

@@ -241,7 +241,8 @@ def _fig2(out: Path, runs: dict, t: dict) -> str:
     parts = ['<h2 id="fig2">Fig. 2 — learning dynamics</h2>',
              "<p>Validation accuracy per hop over training (mean ± sd band over seeds), the step at which "
              "each hop first reaches 0.9, and Fig. 2 of each run (A: validation accuracy per hop; B: heat maps "
-             "of s_POS, s_SYM and the attention entropy H / ln n (1 = uniform, not rescaled) of every head (rows L&lt;layer&gt;H&lt;head&gt;) "
+             "of s_POS, s_SYM and the attention entropy H / ln n (1 = uniform, not rescaled) of every head "
+             "(rows L&lt;layer&gt;H&lt;head&gt;) "
              "over training; C: cumulative pure heads, γ = 0.1).</p>", how_to_read_html()]
     for task, seeds in runs.items():
         parts.append(f"<h3>{_e(task)} task</h3>")

@@ -38,9 +38,9 @@ import pandas as pd
 
 from posym import checks
 from posym.errors import PosymError
-from posym.model.pe import DEFAULT_PE, parse_pe
+from posym.model.pe import DEFAULT_PE
 from posym.report import paper
-from posym.report.aggregate import (THRESHOLD, check_runs_alike, largest_length_above, lengthgen_interventions,
+from posym.report.aggregate import (THRESHOLD, check_runs_alike, run_pe, largest_length_above, lengthgen_interventions,
                                     lengthgen_summary, mean_sd, purity_counts, read_lengthgen_summary, read_untouched,
                                     shown_note, training_summary)
 from posym.runs import layout
@@ -92,8 +92,7 @@ def variant_pe(name: str, directory: str | os.PathLike) -> str:
     seen: dict[str, Path] = {}
     for seeds in runs.values():
         for run in seeds.values():
-            config = layout.read_json(run / layout.POSYM_JSON).get("config", {})
-            seen.setdefault(parse_pe(config.get("pe") or DEFAULT_PE).name, run)
+            seen.setdefault(run_pe(run), run)
     if len(seen) > 1:
         (a, run_a), (b, run_b) = list(seen.items())[:2]
         raise PosymError(f"variant {name!r}: its runs disagree on the positional encoding ({run_a}: {a}, "

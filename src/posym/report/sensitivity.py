@@ -406,6 +406,6 @@ def plot_prediction(table: pd.DataFrame, ax=None, correlations: Mapping[str, lis
     return fig
 
 
-__all__ = ["STUDY_ROWS", "check_table_list", "extrapolation_prediction", "intervention_notes", "lengthgen_tables", "plot_prediction", "plot_variant_curves",
-           "prediction_correlations", "prediction_findings", "rank_correlation", "sensitivity_markdown",
-           "sensitivity_table", "variant_curves"]
+__all__ = ["STUDY_ROWS", "check_table_list", "extrapolation_prediction", "intervention_notes", "lengthgen_tables",
+           "plot_prediction", "plot_variant_curves", "prediction_correlations", "prediction_findings",
+           "rank_correlation", "sensitivity_markdown", "sensitivity_table", "variant_curves"]

@@ -534,6 +534,7 @@ def schema_markdown() -> str:
     return "\n".join(lines)
 
 
-__all__ = ["INTERVENTION", "KINDS", "NO_INTERVENTION", "RESUMED_KINDS", "RESUME_REMEDY", "RUN_TABLES", "TableSchema", "append_table", "check_columns", "check_resumed", "check_rows", "check_unique_keys",
-           "load_run", "parquet_available", "parquet_path", "read_scores", "read_table", "refresh_parquet",
-           "schema_markdown", "short_intervention", "to_parquet", "with_intervention", "with_step", "write_parquet_copy", "write_table"]
+__all__ = ["INTERVENTION", "KINDS", "NO_INTERVENTION", "RESUMED_KINDS", "RESUME_REMEDY", "RUN_TABLES", "TableSchema",
+           "append_table", "check_columns", "check_resumed", "check_rows", "check_unique_keys", "load_run",
+           "parquet_available", "parquet_path", "read_scores", "read_table", "refresh_parquet", "schema_markdown",
+           "short_intervention", "to_parquet", "with_intervention", "with_step", "write_parquet_copy", "write_table"]

@@ -300,7 +300,7 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
         lines += [f"{s}: Spearman rho(detector, s_sym - s_pos), 95% bootstrap CI, p from {n_null} label shuffles",
                   _fmt_corr(corr),
                   f"{s}: classic type (rows) x posym type (columns), heads. positional, symbolic: count (mean",
-                  f"share of prompts on which they are pure); mean-only: pure on the mean over prompts but on",
+                  "share of prompts on which they are pure); mean-only: pure on the mean over prompts but on",
                   f"< {pure_fraction:.0%} of them (counted mixed); sink-flag: first-token share >= {SINK_SHARE:g}, "
                   "whatever the type",
                   format_contingency(cont), *_pure_line(s, pures[s], pure_fraction),

@@ -223,7 +223,8 @@ def _no_force(exc: PosymError, folder: Path) -> PosymError:
 def write_page(out: str | os.PathLike, outputs: Outputs | None = None) -> Path:
     """``OUT/interventions.html`` from the study's saved tables and figures (``interventions.csv``,
     ``interventions.json``: the settings of every call, per model where they differ,
-    :func:`~posym.report.interventions.settings_display`; the figures present) and, when ``OUT`` also holds a training-time encodings
+    :func:`~posym.report.interventions.settings_display`; the figures present) and, when ``OUT`` also holds a
+    training-time encodings
     study (``posym pe-study --out OUT``), its table, goal line and figures as a section of the same page."""
     from posym.report.html import interventions_page
     from posym.report.interventions import prediction_rows, settings_display, summary_rows
