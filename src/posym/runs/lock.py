@@ -111,8 +111,12 @@ class DirLock:
         lock._tidy = True  # a refused or failed call leaves no empty folder behind
         return lock
 
+    def _held_key(self) -> str:
+        """The key of this lock in :attr:`_held` (the lock file's real path once its folder exists)."""
+        return str(self.path.resolve()) if self.directory.exists() else str(self.path.absolute())
+
     def acquire(self) -> "DirLock":
-        key = str(self.path.resolve()) if self.directory.exists() else str(self.path.absolute())
+        key = self._held_key()
         if DirLock._held.get(key):
             DirLock._held[key] += 1
             self._key = key
@@ -173,7 +177,7 @@ class DirLock:
         """PosymError (the refusal :meth:`acquire` would give) when another live process holds the lock
         now; creates nothing. For a check before slow work that comes before the lock is taken."""
         holder = read_lock(self.directory, self.name)
-        key = str(self.path.resolve()) if self.directory.exists() else str(self.path.absolute())
+        key = self._held_key()
         if holder is not None and not DirLock._held.get(key) and not (holder and _is_stale(holder)):
             raise self._refusal(holder)
         return self
