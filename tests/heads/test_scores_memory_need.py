@@ -9,6 +9,7 @@ import torch
 from posym.errors import PosymError
 from posym.heads.scores import score_memory, scores_blocks_fast, scores_fast
 
+from family_models import build_family
 from model_state import tiny_gptj
 
 
@@ -19,8 +20,9 @@ def test_the_estimate_counts_the_forward_the_matrices_and_the_pairs():
     assert score_memory(9, 2, 100, 99, 99) == 2 * score_memory(9, 1, 100, 99, 99) - 16 * (99 * 98 // 2)
 
 
-def test_a_sequence_too_long_for_memory_is_one_line_before_any_forward(monkeypatch):
-    model = tiny_gptj()
+@pytest.mark.parametrize("family", ["gptj", "llama", "qwen3"])
+def test_a_sequence_too_long_for_memory_is_one_line_before_any_forward(monkeypatch, family):
+    model = tiny_gptj() if family == "gptj" else build_family(family, vocab_size=31).eval()
     calls = []
     model.register_forward_pre_hook(lambda *a: calls.append(1))
     monkeypatch.setattr("posym.resources.available_memory", lambda: 10_000_000)  # 10 MB free
