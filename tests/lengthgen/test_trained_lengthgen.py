@@ -6,7 +6,8 @@ import torch
 
 from posym.errors import PosymError
 from posym.model.gptj import rotary_table
-from posym.lengthgen.trained import (PAPER_GRID, extend_positions, largest_length_above, lengthgen, parse_grid,
+from posym.model.gptj import extend_positions
+from posym.lengthgen.trained import (PAPER_GRID, largest_length_above, lengthgen, parse_grid,
                                      summarize_lengthgen)
 from posym.verbs.lengthgen import lengthgen as lengthgen_verb
 from posym.model import build_model, last_token_logits, model_config, reference_last_token_logits, save_model

@@ -2,8 +2,10 @@
 
 Inputs are lengthened by extra target-window tokens inserted before the effective target window
 (offsets and chain unchanged); accuracy is exact match of the answer-position argmax, globally and
-per hop, for each added length and data seed. Positions beyond the training ``n_positions`` are
-handled by rebuilding the rotary tables (no weight changes; ``extend_positions``).
+per hop, for each added length and data seed. Any RoPE family posym reads (docs/models.md): positions
+beyond the training length need no change where the family computes its rotary on the fly (Llama,
+Qwen3, Gemma-3, GPT-NeoX, ...), and GPT-J's rotary tables are rebuilt (no weight changes;
+:meth:`posym.model.adapters.RopeAdapter.extend_to`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from tqdm.auto import tqdm
 from posym.checks import warn_other_task
 from posym.errors import PosymError
 from posym.resources import require_memory
-from posym.model.gptj import extend_positions
+from posym.model.adapters import get_adapter
 from posym.tasks import DEFAULT_HOPS, generate
 from posym.tasks._common import make_layout
 from posym.runs.tables import INTERVENTION
@@ -49,7 +51,7 @@ def check_memory(model: torch.nn.Module, extra_tokens: int, token_budget: int = 
     """PosymError before any work if evaluating at ``extra_tokens`` added tokens would not fit in memory:
     the rebuilt rotary table (float32 sin|cos per position) plus one batch's attention scores per layer."""
     seq_len = 8 + 8 + 1 + int(extra_tokens)
-    rd = getattr(model.config, "rotary_dim", None) or 64
+    rd = get_adapter(model).rotary_dim
     require_memory(8.0 * seq_len * rd + 4.0 * seq_len * seq_len * max(1, token_budget // seq_len),
                    f"evaluating at +{extra_tokens} tokens (length {seq_len})")
 
@@ -63,7 +65,7 @@ def evaluate_length(model: torch.nn.Module, task: str, extra_tokens: int, n: int
     check_memory(model, extra_tokens, token_budget)
     batch = generate(task, n, seed, extra_tokens=extra_tokens, extra_rule=extra_rule, distractors=distractors)
     seq_len = batch.input_ids.shape[1]
-    extend_positions(model, seq_len)
+    get_adapter(model).extend_to(seq_len)
     bs = max(1, token_budget // seq_len)
     pred, _ = predict(model, batch.input_ids, batch_size=bs, device=device)
     return accuracy_table(pred, batch.labels, batch.hops)

@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from posym.errors import PosymError
 from posym.model import rope
 from posym.model.families import FAMILIES, Family
-from posym.model.gptj import positions_extended, rotary_table
+from posym.model.gptj import extend_positions, positions_extended, rotary_table
 from posym.model.pe import config_pe, gptj_inv_freq
 
 Positions = Tensor | Sequence[int] | int
@@ -232,6 +232,17 @@ class RopeAdapter:
         nothing; a family whose rotary depends on a length cap keeps :meth:`check_ids`' error."""
         yield self
 
+    def extend_to(self, n_positions: int) -> "RopeAdapter":
+        """Let the model take ``n_positions`` tokens from now on (in place, no weights change; length
+        generalization): GPT-J rebuilds its rotary tables (:func:`posym.model.gptj.extend_positions`,
+        rows of existing positions bit-identical); families computing the rotary on the fly need
+        nothing; a family whose rotary stops at a length cap (:attr:`max_positions`) is a PosymError."""
+        mp = self.max_positions
+        if mp is not None and n_positions > mp:
+            raise PosymError(f"{self.family}: sequence length {n_positions} exceeds the model's {mp} positions "
+                             "(its rotary rescales beyond them)")
+        return self
+
     def run(self, ids: Tensor, *, stop_after: int | None = None, output_attentions: bool = False) -> Any:
         """One eval-mode forward ``model(input_ids=ids, use_cache=False)`` with the hooks currently registered.
 
@@ -409,6 +420,11 @@ class GPTJAdapter(RopeAdapter):
             return
         with positions_extended(self.model, int(n_positions)):
             yield self
+
+    def extend_to(self, n_positions: int) -> "RopeAdapter":
+        if n_positions > self.max_positions:
+            extend_positions(self.model, int(n_positions))
+        return self
 
     @property
     def blocks(self):

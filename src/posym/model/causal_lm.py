@@ -1,9 +1,9 @@
 """Loading a checkpoint of any RoPE family posym reads (SPEC §3; the families: docs/models.md).
 
-The head scores work on every family :func:`posym.model.adapters.get_adapter` supports, so a small
-Llama or Gemma trained on the number task is scored the same way as posym's GPT-J. Verbs that need
-posym's own GPT-J (its fast training forward, ablations, length generalisation) keep
-:func:`posym.model.gptj.load_model`, which refuses other families.
+Every analysis works on every family :func:`posym.model.adapters.get_adapter` supports, so a small
+Llama or Gemma trained on the number task is scored, length-tested, intervened on and ablated the
+same way as posym's GPT-J; this is the one loader they share (through
+:func:`posym.runs.resolve.resolve_model`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,17 @@ from posym.model.gptj import checkpoint_model_type, load_model, load_pretrained
 from posym.model.pe import POSYM_MODEL_TYPE
 
 
+def check_family(directory: str | os.PathLike) -> str | None:
+    """The ``model_type`` of a checkpoint folder (None for a GPT-J without one) when posym reads that
+    family; a one-line PosymError naming the supported families otherwise (read from ``config.json``
+    only, before any weights load)."""
+    model_type = checkpoint_model_type(directory)
+    if model_type not in (None, "gptj", POSYM_MODEL_TYPE) and model_type not in FAMILIES:
+        raise PosymError(f"{directory} holds a {model_type!r} model, which posym cannot read; "
+                         f"supported families: {supported_families()} (docs/models.md)")
+    return model_type
+
+
 def load_causal_lm(directory: str | os.PathLike, device: str | torch.device = "cpu") -> nn.Module:
     """Load an HF causal-LM checkpoint directory of any supported family in eval mode with eager attention.
 
@@ -28,15 +39,12 @@ def load_causal_lm(directory: str | os.PathLike, device: str | torch.device = "c
     (:func:`posym.model.gptj.check_loading_info`); an unsupported family is a one-line PosymError
     naming the supported ones.
     """
-    model_type = checkpoint_model_type(directory)
+    model_type = check_family(directory)
     if model_type in (None, "gptj", POSYM_MODEL_TYPE):
         return load_model(directory, device)
-    if model_type not in FAMILIES:
-        raise PosymError(f"{directory} holds a {model_type!r} model, which posym cannot read; "
-                         f"supported families: {supported_families()} (docs/models.md)")
     from transformers import AutoModelForCausalLM
 
     return load_pretrained(AutoModelForCausalLM, directory, device, dtype=torch.float32)
 
 
-__all__ = ["load_causal_lm"]
+__all__ = ["check_family", "load_causal_lm"]

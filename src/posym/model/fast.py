@@ -90,14 +90,21 @@ def full_forward(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
             delattr(model, FULL_FORWARD)
 
 
+def has_fast_path(model: torch.nn.Module) -> bool:
+    """Whether :func:`last_token_logits` has an exact fast path for ``model``: an HF GPT-J (posym's
+    model of record, any training-time encoding); other families use the plain HF forward."""
+    return isinstance(model, GPTJForCausalLM)
+
+
 def last_token_logits(model: GPTJForCausalLM, input_ids: Tensor, positions: Tensor | None = None) -> Tensor:
     """Logits at the last position. input_ids [B, T] -> logits [B, V].
 
     Positions are 0..T-1 (``positions`` None) or each sequence's own position ids [B, T]; they must be
-    < the model's rotary table length. Inside :func:`full_forward` (an intervention is active) the
-    plain HF forward computes them instead.
+    < the model's rotary table length. The fast path is GPT-J's (:func:`has_fast_path`); every other
+    family (Llama, Qwen3, Gemma-3, GPT-NeoX, ...) and, inside :func:`full_forward` (an intervention is
+    active), GPT-J too run the plain HF forward (:func:`reference_last_token_logits`).
     """
-    if getattr(model, FULL_FORWARD, 0):
+    if getattr(model, FULL_FORWARD, 0) or not has_fast_path(model):
         return reference_last_token_logits(model, input_ids, positions)
     tr = model.transformer
     cfg = model.config
@@ -147,4 +154,4 @@ def reference_last_token_logits(model: GPTJForCausalLM, input_ids: Tensor, posit
     return model(input_ids=input_ids, position_ids=positions, attention_mask=mask).logits[:, -1]
 
 
-__all__ = ["FULL_FORWARD", "full_forward", "last_token_logits", "reference_last_token_logits"]
+__all__ = ["FULL_FORWARD", "full_forward", "has_fast_path", "last_token_logits", "reference_last_token_logits"]

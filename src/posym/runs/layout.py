@@ -265,6 +265,21 @@ def hf_trainer_state(output_dir: str | os.PathLike) -> Path | None:
     return found[-1][1] if found else None
 
 
+def hf_checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(N, path) of every complete ``checkpoint-N/`` model folder of an HF ``Trainer`` output directory
+    (config + weights), sorted by N; empty when there is none."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    return sorted((int(m.group(1)), p) for p in root.iterdir() if (m := _HF_CHECKPOINT.match(p.name)) and is_checkpoint(p))
+
+
+def hf_checkpoint_step(name: str) -> int | None:
+    """N of an HF ``Trainer`` ``checkpoint-N`` folder name, else None."""
+    m = _HF_CHECKPOINT.match(name)
+    return int(m.group(1)) if m else None
+
+
 def checkpoint_series(paths: "list[str | os.PathLike]") -> list[tuple[int, Path]]:
     """(step, model folder) of a checkpoint series, sorted by step: the ``checkpoint-N/`` folders of
     one HF ``Trainer`` output directory, the ``step-NNNNNN`` checkpoints of one posym run, or several
@@ -467,7 +482,7 @@ def stage_table(out: str | os.PathLike) -> list[dict]:
 
 __all__ = [n for n in dir() if n.isupper() or n in (
     "accuracy_figure", "aggregate_table", "best_checkpoint", "best_dir", "figure", "fig2", "find_runs", "flow_name",
-    "checkpoint_series", "enclosing_run", "is_checkpoint", "is_run_dir", "llm_dir", "llm_model_dirs", "llm_model_slug",
+    "checkpoint_series", "enclosing_run", "hf_checkpoint_step", "hf_checkpoints", "is_checkpoint", "is_run_dir", "llm_dir", "llm_model_dirs", "llm_model_slug",
     "list_checkpoints", "marker_path", "png", "pure_counts", "purity", "qk_geometry", "read_json", "read_marker",
     "read_meta", "run_dir", "safe_name", "slurm_log", "slurm_script", "stage_table", "staging_dir", "step_dir",
     "step_of_name", "summary_path", "write_json_atomic",

@@ -23,7 +23,6 @@ from tqdm.auto import tqdm
 
 from posym.errors import PosymError
 from posym.model.adapters import get_adapter
-from posym.model.gptj import extend_positions
 from posym.theory.discrepancy import discrepancy_of_logits
 
 #: Default added lengths of ``posym theory discrepancy --run`` (a subset of Paper A's grid).
@@ -71,7 +70,7 @@ def head_discrepancy(model, input_ids, layers: Sequence[int] | None = None, batc
 
 def trained_discrepancy(model, task: str, grid: Sequence[int] = DEFAULT_GRID, n: int = 64, seed: int = 0,
                         token_budget: int = 32768, progress: bool = True) -> pd.DataFrame:
-    """``Δ`` of every head of a trained GPT-J vs added target-window tokens (SPEC §1.4, §4).
+    """``Δ`` of every head of a trained model (any RoPE family posym reads) vs added target-window tokens (SPEC §1.4, §4).
 
     ``n`` test-layout samples per added length (data seed ``1_000_000 + seed``, as in ``posym
     lengthgen``); rotary tables are rebuilt for long inputs (no weight changes). One row per
@@ -86,7 +85,7 @@ def trained_discrepancy(model, task: str, grid: Sequence[int] = DEFAULT_GRID, n:
     for extra in tqdm(list(grid), desc=f"discrepancy {task}", disable=not progress, unit="len"):
         batch = generate(task, n, 1_000_000 + seed, extra_tokens=int(extra))
         T = batch.input_ids.shape[1]
-        extend_positions(model, T)
+        get_adapter(model).extend_to(T)
         d = head_discrepancy(model, batch.input_ids, batch_size=max(1, token_budget // T))  # [n, L, H]
         L, H = d.shape[1:]
         for layer in range(L):

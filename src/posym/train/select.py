@@ -30,7 +30,7 @@ from posym.train.config import FINAL_MODELS, TrainConfig
 def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_model: str = "best",
                        device: str = "cpu", force: bool = False, progress: bool = True) -> dict:
     """Write ``out`` = ``run`` standing for its ``final_model`` ("best" or "last"); returns its results."""
-    from posym.model.gptj import load_model
+    from posym.model.causal_lm import load_causal_lm
     from posym.tasks import make_split
     from posym.train.evaluate import evaluate
 
@@ -42,7 +42,9 @@ def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_mod
     if final_model not in FINAL_MODELS:
         raise PosymError(f"unknown final_model {final_model!r}; choose one of {list(FINAL_MODELS)}")
     if not (run / layout.RESULTS).is_file() or not (run / layout.POSYM_JSON).is_file():
-        raise PosymError(f"{run} is not a finished posym run (posym.json and results.json needed)")
+        hint = (" (an HF Trainer output_dir: every analysis takes --step best|last|N instead)"
+                if layout.hf_checkpoints(run) else "")
+        raise PosymError(f"{run} is not a finished posym run (posym.json and results.json needed){hint}")
     if out.exists() and any(p.name != layout.LOCK for p in out.iterdir()):
         if not force:
             raise PosymError(f"{out} exists; pass --force to replace it")
@@ -72,7 +74,7 @@ def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_mod
             write_table(scores[scores["step"] <= step], out / layout.SCORES)
         (out / layout.CHECKPOINTS).symlink_to((run / layout.CHECKPOINTS).resolve(), target_is_directory=True)
         with tqdm(total=1, desc=f"test {cfg.task}: the {final_model} model (step {step})", disable=not progress) as bar:
-            test = evaluate(load_model(ckpt, device=device),
+            test = evaluate(load_causal_lm(ckpt, device=device),
                             make_split(cfg.task, "test", seed=cfg.data_seed, n=cfg.n_test, distractors=cfg.distractors),
                             batch_size=cfg.eval_batch_size, device=device)
             bar.update(1)
