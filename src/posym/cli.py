@@ -154,7 +154,12 @@ def pe_type(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-STEP_HELP = "checkpoint of a run: a step, 'last' or 'best' (default: the model the run stands for)"
+STEP_HELP = ("checkpoint of a run or HF Trainer output_dir: a step, 'last' or 'best' (default: the model the run "
+             "stands for; an output_dir's saved model, else its newest checkpoint-N/)")
+#: What every analysis verb takes (posym.runs.resolve.resolve_model; docs/models.md).
+MODEL_HELP = ("a posym run, an HF Trainer output_dir, one checkpoint-N/ or a model folder of any RoPE family posym "
+              "reads (--task where the folder does not say it)")
+TASK_HELP = "task of a folder that does not say its own (an HF Trainer output_dir, a model folder)"
 
 
 def _add_intervene_args(parser: argparse.ArgumentParser) -> None:
@@ -250,7 +255,8 @@ def _shown(value) -> str:
 
 def _cmd_select(a):
     from posym.verbs.select import select
-    _show(select(a.run_dir, a.out, final_model=a.final_model, device=a.device, force=a.force))
+    _show(select(a.run_dir, a.out, final_model=a.final_model, device=a.device, force=a.force, task=a.task,
+                 n_test=a.n_test))
 
 
 def _swap_exclude(parser, own_sequences: bool = False) -> None:
@@ -360,7 +366,7 @@ def _cmd_head_types(a):
 def _cmd_interventions(a):
     from posym.verbs.interventions import interventions
 
-    _show(interventions(a.runs, a.out, intervene=a.intervene, best_of=a.best_of, grid=a.grid, n=a.n, seeds=a.seeds,
+    _show(interventions(a.runs, a.out, task=a.task, intervene=a.intervene, best_of=a.best_of, grid=a.grid, n=a.n, seeds=a.seeds,
                         heads_lengths=[] if a.no_heads else a.heads_lengths, heads_n=a.heads_n, device=a.device,
                         progress=not a.quiet))
 
@@ -500,7 +506,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=_cmd_train)
 
     se = sub.add_parser("select", help="a finished run seen with another final model (e.g. the best checkpoint)")
-    se.add_argument("run_dir", help="a finished run directory")
+    se.add_argument("run_dir", help="a finished posym run, or an HF Trainer output_dir (checkpoint-N/ folders)")
+    se.add_argument("--task", default=None, choices=TASK_CHOICES, help=TASK_HELP)
+    se.add_argument("--n-test", type=positive_int, default=None,
+                    help="test prompts for an HF Trainer output_dir (default 45,600, SPEC §1.3)")
     se.add_argument("--final-model", default="best", choices=["best", "last"],
                     help="best: the first checkpoint with the best validation accuracy (HF load_best_model_at_end)")
     se.add_argument("--out", required=True, help="the derived run directory (analyses write there)")
@@ -555,9 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_dynamics)
 
     f = sub.add_parser("flow", help="attention flow of one prompt with the hop chain (Paper A Fig. 3)")
-    f.add_argument("run_dir", help="run directory or HF GPT-J checkpoint directory")
+    f.add_argument("run_dir", help=MODEL_HELP)
     f.add_argument("--example", type=nonneg_int, default=0, help="index of the prompt in the split")
-    f.add_argument("--task", default=None, choices=TASK_CHOICES, help="needed for checkpoints posym did not write")
+    f.add_argument("--task", default=None, choices=TASK_CHOICES, help=TASK_HELP)
     f.add_argument("--split", default="test", choices=["train", "val", "test"])
     f.add_argument("--seed", type=nonneg_int, default=0, help="data seed")
     f.add_argument("--top-k", type=positive_int, default=3)
@@ -568,8 +577,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=_cmd_flow)
 
     a = sub.add_parser("ablate", help="zero/mean-ablate each head; test accuracy per hop (Paper A Fig. 3)")
-    a.add_argument("run_dir", help="run directory or HF GPT-J checkpoint directory")
-    a.add_argument("--task", default=None, choices=TASK_CHOICES)
+    a.add_argument("run_dir", help=MODEL_HELP)
+    a.add_argument("--task", default=None, choices=TASK_CHOICES, help=TASK_HELP)
     a.add_argument("--n", type=positive_int, default=2000, help="test prompts")
     a.add_argument("--seed", type=nonneg_int, default=0)
     a.add_argument("--modes", type=str_list(("zero", "mean")), default=["zero", "mean"])
@@ -579,8 +588,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=_cmd_ablate)
 
     fq = sub.add_parser("freqs", help="RoPE frequency use per layer/head, Table 1, Fig. 8 and Fig. 4B (SPEC §4)")
-    fq.add_argument("path", help="run directory, checkpoint directory or HF GPT-J directory")
-    fq.add_argument("--task", default=None, choices=TASK_CHOICES)
+    fq.add_argument("path", help=MODEL_HELP)
+    fq.add_argument("--task", default=None, choices=TASK_CHOICES, help=TASK_HELP)
     fq.add_argument("--n", type=positive_int, default=512, help="test prompts")
     fq.add_argument("--layer", type=nonneg_int, default=None, help="layer of the q/k geometry figure (default: lowest ID)")
     fq.add_argument("--step", type=step_choice, default=None, help=STEP_HELP)
@@ -600,7 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--alphabet", type=_bounded_int(2, "alphabet"), default=8)
     td.add_argument("--n-max", type=_bounded_int(2, "n-max"), default=100)
     td.add_argument("--run", action="append", default=None,
-                    help="also measure Δ of every head of this run/checkpoint vs added tokens (repeatable)")
+                    help="also measure Δ of every head of this model vs added tokens (repeatable): " + MODEL_HELP)
     td.add_argument("--task", default=None, choices=TASK_CHOICES, help="task of a --run checkpoint posym did not write")
     td.add_argument("--grid", type=lambda s: int_list(s, 0), default=None,
                     help="added tokens for --run, e.g. 0,100,1000 (default 0,20,50,100,300,1000)")
@@ -727,8 +736,8 @@ def build_parser() -> argparse.ArgumentParser:
     ht.set_defaults(func=_cmd_head_types)
 
     lg = sub.add_parser("lengthgen", help="accuracy vs added target-window tokens (SPEC §1.4, Fig. 5B)")
-    lg.add_argument("run_dir", help="run directory or HF GPT-J checkpoint directory")
-    lg.add_argument("--task", default=None, choices=TASK_CHOICES, help="needed for checkpoints posym did not write")
+    lg.add_argument("run_dir", help=MODEL_HELP)
+    lg.add_argument("--task", default=None, choices=TASK_CHOICES, help=TASK_HELP)
     lg.add_argument("--grid", type=grid_type, default="paper",
                     help="'paper' (0,10..100,200..1000,1500..5000) or e.g. 0,200,1000")
     lg.add_argument("--n", type=positive_int, default=200, help="samples per added length and seed")
@@ -748,7 +757,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     iv = sub.add_parser("interventions", help="the interventions study: trained models of both tasks under each "
                                               "inference-time intervention (Fig. 5B, heads, theory's prediction)")
-    iv.add_argument("runs", nargs="+", help="posym training run directories (both tasks, any seeds)")
+    iv.add_argument("runs", nargs="+", help="trained models of one architecture (both tasks, any seeds): posym runs, "
+                                            "HF Trainer output_dirs, checkpoint-N/ or model folders (docs/models.md)")
+    iv.add_argument("--task", default=None, choices=TASK_CHOICES, help=TASK_HELP)
     iv.add_argument("--out", required=True, help="study directory (re-running the command continues it)")
     iv.add_argument("--intervene", action="append", default=None, metavar="NAME:KEY=VALUE[,...]",
                     help="interventions to measure (repeatable; default: the study grid, docs/interventions.md)")

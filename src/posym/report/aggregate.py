@@ -172,19 +172,26 @@ def run_pe(run_dir: Path, strict: bool = True) -> str:
         return str(value)
 
 
+def run_arch(run_dir: Path) -> str:
+    """The architecture family a run was trained with (``posym.json``'s ``config.arch``; absent =
+    ``gptj``, the runs written before ``posym train --arch`` existed)."""
+    return str(_run_config(run_dir).get("arch") or "gptj")
+
+
 #: The settings the runs of one task must share to be aggregated as seeds of one model.
-ALIKE = ("pe", "model_overrides")
+ALIKE = ("arch", "pe", "model_overrides")
 
 
 def check_runs_alike(runs: dict[str, dict[int, Path]]) -> None:
-    """PosymError when two runs of one task differ in their training-time positional encoding
-    (``posym.json``'s ``config.pe``; absent = ``rope``) or their model settings (``model_overrides``):
-    their tables would be averaged as seeds of one model."""
+    """PosymError when two runs of one task differ in their architecture (``config.arch``; absent =
+    ``gptj``), their training-time positional encoding (``posym.json``'s ``config.pe``; absent =
+    ``rope``) or their model settings (``model_overrides``): their tables would be averaged as seeds
+    of one model."""
     for task, seeds in runs.items():
         first = None
         for d in seeds.values():
             cfg = _run_config(d)
-            ident = {"pe": run_pe(d, strict=False), "model_overrides": json.dumps(cfg.get("model_overrides") or {}, sort_keys=True)}
+            ident = {"arch": run_arch(d), "pe": run_pe(d, strict=False), "model_overrides": json.dumps(cfg.get("model_overrides") or {}, sort_keys=True)}
             if first is None:
                 first = (d, ident)
                 continue
@@ -743,5 +750,5 @@ __all__ = ["PAPER_DISCREPANCY", "PAPER_HEADS", "PAPER_TABLE3", "ablation_summary
            "check_one_curve", "check_runs_alike", "fig5b_rows", "find_runs", "freq_summary", "initial_scores",
            "largest_length_above", "lengthgen_interventions", "lengthgen_per_seed_largest", "lengthgen_summary",
            "llm_chance", "llm_models_table", "mean_sd", "paper_vs_posym", "plot_accuracy_bands", "purity_counts",
-           "purity_layers", "read_lengthgen_summary", "read_untouched", "run_pe", "seeds_text", "shown_note",
+           "purity_layers", "read_lengthgen_summary", "read_untouched", "run_arch", "run_pe", "seeds_text", "shown_note",
            "training_summary"]

@@ -40,7 +40,7 @@ from posym import checks
 from posym.errors import PosymError
 from posym.model.pe import DEFAULT_PE
 from posym.report import paper
-from posym.report.aggregate import (THRESHOLD, check_runs_alike, run_pe, largest_length_above, lengthgen_interventions,
+from posym.report.aggregate import (THRESHOLD, check_runs_alike, run_arch, run_pe, largest_length_above, lengthgen_interventions,
                                     lengthgen_summary, mean_sd, purity_counts, read_lengthgen_summary, read_untouched,
                                     shown_note, training_summary)
 from posym.runs import layout
@@ -117,6 +117,14 @@ def check_variants(variants: Mapping[str, str | os.PathLike]) -> dict[str, str]:
             raise PosymError(f"variants {seen[key]!r} and {name!r} are the same ({value}); give each once")
         seen[key] = name
         pes[name] = variant_pe(name, p)
+    archs = {name: {run_arch(r) for seeds in layout.find_runs(v).values() for r in seeds.values()}
+             for name, v in variants.items()}
+    found = sorted(set().union(*archs.values()))
+    if len(found) > 1:
+        a, b = found[:2]
+        who = lambda arch: next(n for n, s in archs.items() if arch in s)
+        raise PosymError(f"the variants mix architectures (variant {who(a)!r}: {a}, variant {who(b)!r}: {b}); the "
+                         "encodings study compares encodings of one architecture: give each architecture its own study")
     return pes
 
 

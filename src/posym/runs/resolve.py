@@ -159,6 +159,20 @@ def resolve_task(run_or_model_dir: str | os.PathLike, ckpt: Path, task: str | No
     return check_task(meta_task)
 
 
+def model_architecture(folder: str | os.PathLike) -> tuple:
+    """``(model_type, layers, heads, hidden size)`` of a model folder's ``config.json`` (None where
+    absent): what must agree before rows of several models are put side by side or averaged."""
+    cfg = layout.read_json(Path(folder) / layout.CONFIG_JSON)
+    pick = lambda *names: next((cfg[n] for n in names if cfg.get(n) is not None), None)
+    return (cfg.get("model_type"), pick("num_hidden_layers", "n_layer"), pick("num_attention_heads", "n_head"),
+            pick("hidden_size", "n_embd"))
+
+
+def show_architecture(arch: tuple) -> str:
+    """``model_architecture``'s tuple in words: ``"llama (8 layers x 1 heads, width 128)"``."""
+    return f"{arch[0]} ({arch[1]} layers x {arch[2]} heads, width {arch[3]})"
+
+
 def check_model_folder(run_or_model_dir: str | os.PathLike, task: str | None = None,
                        step: StepChoice = None) -> tuple[Path, str]:
     """``(checkpoint folder, task)`` of a run / Trainer output_dir / model folder, checked before any
@@ -195,4 +209,4 @@ def resolve_model(run_or_model_dir: str | os.PathLike, task: str | None = None, 
     return ResolvedModel(model=model, task=task, step=_checkpoint_step(ckpt), path=ckpt)
 
 
-__all__ = ["ResolvedModel", "StepChoice", "check_model_folder", "folder_task", "resolve_checkpoint", "resolve_model", "resolve_task", "run_final_model"]
+__all__ = ["ResolvedModel", "StepChoice", "check_model_folder", "folder_task", "model_architecture", "show_architecture", "resolve_checkpoint", "resolve_model", "resolve_task", "run_final_model"]

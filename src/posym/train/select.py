@@ -28,8 +28,11 @@ from posym.train.config import FINAL_MODELS, TrainConfig
 
 
 def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_model: str = "best",
-                       device: str = "cpu", force: bool = False, progress: bool = True) -> dict:
-    """Write ``out`` = ``run`` standing for its ``final_model`` ("best" or "last"); returns its results."""
+                       device: str = "cpu", force: bool = False, progress: bool = True, task: str | None = None,
+                       n_test: int | None = None) -> dict:
+    """Write ``out`` = ``run`` standing for its ``final_model`` ("best" or "last"); returns its results.
+    ``task`` and ``n_test`` (default the SPEC's 45,600) matter only for an HF ``Trainer`` output
+    directory (a posym run has its own)."""
     from posym.model.causal_lm import load_causal_lm
     from posym.tasks import make_split
     from posym.train.evaluate import evaluate
@@ -41,15 +44,17 @@ def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_mod
                          "or around it); choose an --out outside the run")
     if final_model not in FINAL_MODELS:
         raise PosymError(f"unknown final_model {final_model!r}; choose one of {list(FINAL_MODELS)}")
-    if not (run / layout.RESULTS).is_file() or not (run / layout.POSYM_JSON).is_file():
-        hint = (" (an HF Trainer output_dir: every analysis takes --step best|last|N instead)"
-                if layout.hf_checkpoints(run) else "")
-        raise PosymError(f"{run} is not a finished posym run (posym.json and results.json needed){hint}")
+    hf = not (run / layout.POSYM_JSON).is_file() and bool(layout.hf_checkpoints(run))
+    if not hf and (not (run / layout.RESULTS).is_file() or not (run / layout.POSYM_JSON).is_file()):
+        raise PosymError(f"{run} is not a finished posym run (posym.json and results.json needed) nor an HF Trainer "
+                         "output_dir (checkpoint-N/ folders)")
     if out.exists() and any(p.name != layout.LOCK for p in out.iterdir()):
         if not force:
             raise PosymError(f"{out} exists; pass --force to replace it")
         if not (out / layout.POSYM_JSON).is_file() or not (out / layout.POSYM_JSON).read_text().count("derived_from"):
             raise PosymError(f"{out} is not a run derived by posym select; --force only replaces those")
+    if hf:
+        return _select_hf_trainer(run, out, final_model, device, progress, task, n_test)
     meta = json.loads((run / layout.POSYM_JSON).read_text())
     cfg = TrainConfig.from_dict(meta["config"])
     if final_model == "best":
@@ -89,6 +94,45 @@ def select_final_model(run: str | os.PathLike, out: str | os.PathLike, final_mod
         new_meta = {**meta, "config": {**meta["config"], "final_model": final_model},
                     "derived_from": {"run": str(run.resolve()), "final_model": final_model, "step": step}}
         (out / layout.POSYM_JSON).write_text(json.dumps(new_meta, indent=2))
+    return results
+
+
+def _select_hf_trainer(run: Path, out: Path, final_model: str, device: str, progress: bool, task: str | None,
+                       n_test: int | None) -> dict:
+    """:func:`select_final_model` of an HF ``Trainer`` output directory (module doc)."""
+    from posym.checks import check_positive_int
+    from posym.model.causal_lm import load_causal_lm
+    from posym.runs.resolve import check_model_folder, resolve_checkpoint
+    from posym.tasks import make_split
+    from posym.train.evaluate import evaluate
+
+    n_test = TrainConfig.n_test if n_test is None else check_positive_int(n_test, "n_test")
+    ckpt = resolve_checkpoint(run, final_model)  # "best": trainer_state.json's best_model_checkpoint
+    ckpt, task = check_model_folder(ckpt.parent, task, step=layout.hf_checkpoint_step(ckpt.name))
+    step = int(layout.hf_checkpoint_step(ckpt.name))
+    scores_path = run / layout.SCORES
+    scores = read_scores(scores_path) if scores_path.is_file() and (run / layout.SCORES_JSON).is_file() else None
+    with DirLock(out, "run"):
+        for p in out.iterdir():
+            if p.name != layout.LOCK:
+                p.unlink() if p.is_symlink() or p.is_file() else _rmtree(p)
+        if scores is not None:
+            write_table(scores[scores["step"] <= step], out / layout.SCORES)
+            layout.write_json_atomic(out / layout.SCORES_JSON, layout.read_json(run / layout.SCORES_JSON))
+        link = layout.step_dir(out, step)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(ckpt.resolve(), target_is_directory=True)
+        with tqdm(total=1, desc=f"test {task}: the {final_model} model (checkpoint-{step})", disable=not progress) as bar:
+            test = evaluate(load_causal_lm(ckpt, device=device), make_split(task, "test", seed=0, n=n_test),
+                            device=device)
+            bar.update(1)
+        derived = {"run": str(run.resolve()), "final_model": final_model, "step": step, "source": "hf-trainer",
+                   "checkpoint": str(ckpt.resolve())}
+        results = {"test": test, "final_model": final_model, "final_step": step, "n_test": n_test,
+                   "derived_from": str(run.resolve())}
+        layout.write_json_atomic(out / layout.RESULTS, results)
+        layout.write_json_atomic(out / layout.POSYM_JSON, {"task": task, "config": {
+            "task": task, "final_model": "last", "distractors": "pool"}, "derived_from": derived})
     return results
 
 

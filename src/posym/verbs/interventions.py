@@ -61,13 +61,39 @@ def _read_lengthgen(path: Path) -> pd.DataFrame:
     return t
 
 
-def _label(run: Path) -> tuple[str, str]:
-    meta = layout.read_meta(run)
-    task, cfg = meta.get("task"), meta.get("config") or {}
-    if task not in ("number", "letter"):
-        raise PosymError(f"{run} is not a posym training run (no task in {layout.POSYM_JSON}); "
-                         "give run directories written by posym train")
-    return task, f"{task}-s{cfg.get('seed', 0)}"
+def _label(run: Path, task: str | None = None) -> tuple[str, str, tuple]:
+    """``(task, label, architecture)`` of one model of the study, checked before any model loads
+    (:func:`posym.runs.resolve.check_model_folder`): a posym run is ``{task}-s{seed}``, any other
+    model folder (an HF Trainer output_dir, a ``checkpoint-N/``, a model folder) ``{task}-{folder name}``."""
+    from posym.runs.resolve import check_model_folder, model_architecture
+
+    ckpt, task = check_model_folder(run, task)
+    cfg = layout.read_meta(run).get("config")
+    if layout.is_run_dir(run) and isinstance(cfg, dict):
+        label = f"{task}-s{cfg.get('seed', 0)}"
+    else:
+        label = f"{task}-{layout.safe_name(Path(run).resolve().name)}"
+    return task, label, model_architecture(ckpt)
+
+
+def _check_one_architecture(out: Path, archs: dict[str, tuple]) -> None:
+    """One study, one architecture: the models given now and those an earlier call measured into
+    ``out`` (its record, ``interventions.json``) must share ``(model_type, layers, heads, width)``, since
+    the study table averages models over seeds; a one-line PosymError otherwise."""
+    from posym.runs.resolve import show_architecture
+
+    seen: dict[tuple, str] = {}
+    path = out / layout.INTERVENTIONS_JSON
+    if path.is_file():
+        for call in _record(out, {})["calls"][:-1]:
+            for label, arch in (call.get("architectures") or {}).items() if isinstance(call, dict) else ():
+                seen.setdefault(tuple(arch), f"{label} (measured into {out} before)")
+    for label, arch in archs.items():
+        seen.setdefault(arch, label)
+    if len(seen) > 1:
+        (a, who_a), (b, who_b) = list(seen.items())[:2]
+        raise PosymError(f"one interventions study averages one architecture: {who_a} is {show_architecture(a)} but "
+                         f"{who_b} is {show_architecture(b)}; give each architecture its own --out")
 
 
 def _grid(grid: str | Sequence[int]) -> list[int]:
@@ -267,12 +293,16 @@ def _encodings(out: Path) -> tuple | None:
     return header, rows, goal_line(table), figs
 
 
-def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
+def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *, task: str | None = None,
                   intervene: Sequence[str] | None = None, best_of: str | os.PathLike | None = None,
                   grid: str | Sequence[int] = "search", n: int = 200, seeds: int = 1,
                   heads_lengths: Sequence[int] | None = None, heads_n: int = 16, device: str = "cpu",
                   progress: bool = True) -> VerbResult:
     """Run (or continue) the interventions study of ``runs`` into ``out`` (module docstring).
+
+    ``runs``: posym runs, HF ``Trainer`` output_dirs, ``checkpoint-N/`` or model folders of any RoPE
+    family posym reads, all of one architecture (the study averages them); ``task`` for folders that
+    do not say theirs.
 
     ``intervene``: the interventions (canonical strings; default: the study grid of
     :func:`posym.report.interventions.study_grid` for each model, its frequency masks sized to the
@@ -307,19 +337,20 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     given = _settings(intervene) if intervene else None
     picked = _best_of(Path(best_of)) if best_of else None
     labels: dict[str, Path] = {}
-    tasks = {}
+    tasks, archs = {}, {}
     for r in runs:
         r = Path(r)
         if not r.is_dir():
             raise PosymError(f"no such run directory: {r}")
-        task, label = _label(r)
+        run_task, label, arch = _label(r, task)
         if label in labels:
             raise PosymError(f"{labels[label]} and {r} are both {label}; give each model once")
-        labels[label], tasks[label] = r, task
+        labels[label], tasks[label], archs[label] = r, run_task, arch
     call = {"runs": {k: str(v) for k, v in labels.items()}, "grid": grid_values, "n": n, "seeds": seeds,
             "heads_lengths": lengths, "heads_n": heads_n, "best_of": str(best_of) if best_of else None,
-            "intervene": given}
+            "intervene": given, "architectures": {k: list(v) for k, v in archs.items()}}
     _record(out, call)  # an unreadable record is refused before any work
+    _check_one_architecture(out, archs)
     beside = (out.is_dir() and not (out / layout.INTERVENTIONS_JSON).is_file()
               and any(p.name not in labels for p in out.iterdir()))  # a folder of other files: written beside them
     if out.is_dir():
@@ -329,7 +360,7 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     for label, run in labels.items():
         folder = out / label
         existed = folder.exists()
-        model, task, _ = resolve_model(run)
+        model, task, _ = resolve_model(run, task=tasks[label])
         if given is not None:
             plan = given if "none" in given else ["none", *given]
         elif picked is not None:
@@ -352,7 +383,7 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
                 plan = [r for r in resolved if r is not None]
                 check_interventions(model, plan)  # every intervention applies to this model, before the long work
                 try:
-                    res = lengthgen(run, grid=grid_values, n=n, seeds=seeds, out=folder / layout.LENGTHGEN,
+                    res = lengthgen(run, task=task, grid=grid_values, n=n, seeds=seeds, out=folder / layout.LENGTHGEN,
                                     device=device, resume=True, progress=progress, intervene=plan)
                 except PosymError as exc:
                     raise _no_force(exc, folder) from None

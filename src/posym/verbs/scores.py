@@ -17,6 +17,7 @@ from posym.heads.tracking import score_table
 from posym.interventions import Intervention, check_interventions, intervened, plan_interventions
 from posym.runs import layout
 from posym.runs.lock import in_progress_note
+from posym.runs.resolve import model_architecture, show_architecture
 from posym.runs.tables import INTERVENTION, with_intervention
 from posym.verbs import Outputs, VerbResult
 
@@ -28,14 +29,6 @@ def _prompt_ids(task: str, prompts: str | os.PathLike | None, n_prompts: int, se
     if n_prompts < 1:
         raise PosymError(f"need at least one prompt, got n={n_prompts}")
     return read_prompt_ids(prompts, task) if prompts else make_split(task, "val", seed=seed, n=n_prompts).input_ids
-
-
-def _architecture(folder: Path) -> tuple:
-    """(model_type, layers, heads, hidden size) of a model folder's ``config.json`` (None where absent)."""
-    cfg = layout.read_json(Path(folder) / layout.CONFIG_JSON)
-    pick = lambda *names: next((cfg[n] for n in names if cfg.get(n) is not None), None)
-    return (cfg.get("model_type"), pick("num_hidden_layers", "n_layer"), pick("num_attention_heads", "n_head"),
-            pick("hidden_size", "n_embd"))
 
 
 def _encoding(folder: Path) -> str:
@@ -71,13 +64,12 @@ def check_targets(targets: list[tuple[int | None, Path]], task: str) -> None:
         vocab = layout.read_json(Path(folder) / layout.CONFIG_JSON).get("vocab_size")
         if isinstance(vocab, int) and vocab < need:
             raise PosymError(f"model at {folder} has vocab_size {vocab} < {need} of the {task} task")
-        arch = _architecture(folder)
+        arch = model_architecture(folder)
         if first is None:
             first = (folder, arch)
         elif arch != first[1]:
-            show = lambda a: f"{a[0]} ({a[1]} layers x {a[2]} heads, width {a[3]})"
-            raise PosymError(f"the series mixes architectures: {first[0]} is {show(first[1])} but {folder} is "
-                             f"{show(arch)}; score each model's checkpoints into its own table")
+            raise PosymError(f"the series mixes architectures: {first[0]} is {show_architecture(first[1])} but {folder} "
+                             f"is {show_architecture(arch)}; score each model's checkpoints into its own table")
 
 
 def _score_targets(targets: list[tuple[int | None, Path]], task: str, ids, taus: Sequence[float], per_prompt: bool,
