@@ -119,6 +119,9 @@ def _select_hf_trainer(run: Path, out: Path, final_model: str, device: str, prog
         if scores is not None:
             write_table(scores[scores["step"] <= step], out / layout.SCORES)
             layout.write_json_atomic(out / layout.SCORES_JSON, layout.read_json(run / layout.SCORES_JSON))
+        state = ckpt / layout.HF_TRAINER_STATE  # the evaluations up to that step: Fig. 2 panel A of the derived run
+        if state.is_file():
+            layout.write_json_atomic(out / layout.HF_TRAINER_STATE, layout.read_json(state))
         link = layout.step_dir(out, step)
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(ckpt.resolve(), target_is_directory=True)
