@@ -579,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=_cmd_ablate)
 
     fq = sub.add_parser("freqs", help="RoPE frequency use per layer/head, Table 1, Fig. 8 and Fig. 4B (SPEC §4)")
-    fq.add_argument("path", help="run directory, checkpoint directory or HF GPT-J directory")
+    fq.add_argument("path", help="run directory, checkpoint directory or HF model folder (any RoPE family posym reads)")
     fq.add_argument("--task", default=None, choices=TASK_CHOICES)
     fq.add_argument("--n", type=positive_int, default=512, help="test prompts")
     fq.add_argument("--layer", type=nonneg_int, default=None, help="layer of the q/k geometry figure (default: lowest ID)")
@@ -600,8 +600,9 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--alphabet", type=_bounded_int(2, "alphabet"), default=8)
     td.add_argument("--n-max", type=_bounded_int(2, "n-max"), default=100)
     td.add_argument("--run", action="append", default=None,
-                    help="also measure Δ of every head of this run/checkpoint vs added tokens (repeatable)")
-    td.add_argument("--task", default=None, choices=TASK_CHOICES, help="task of a --run checkpoint posym did not write")
+                    help="also measure Δ of every head of this run, checkpoint or HF model folder (any RoPE family posym "
+                         "reads) vs added tokens (repeatable)")
+    td.add_argument("--task", default=None, choices=TASK_CHOICES, help="task of a --run folder posym did not write")
     td.add_argument("--grid", type=lambda s: int_list(s, 0), default=None,
                     help="added tokens for --run, e.g. 0,100,1000 (default 0,20,50,100,300,1000)")
     td.add_argument("--n", type=positive_int, default=64, help="prompts per added length for --run")
