@@ -14,6 +14,11 @@ It is computed as ``scaling · Σ_{d ∈ pair k} q_rot(t)_d · k_rot(j)_d`` with
 so the terms sum to the model's pre-softmax logits (tested ≤ 1e-5 for GPT-J full/partial rotary,
 Llama GQA, GPT-NeoX, Gemma-3's per-layer RoPE and SmolLM3's NoPE layers). Each layer uses its own
 rotary (:meth:`RopeAdapter.layer_inv_freq`): the ``angle`` of a term is the layer's (0 on a NoPE layer).
+Known answers per layout (``tests/heads/test_frequencies_layouts.py``): a head whose q/k live on one
+pair in the family's own convention puts all its use on that pair — GPT-J, Cohere and GLM
+interleaved pairs, Llama / Qwen3 / Gemma-3 / GPT-NeoX rotate-half, partial rotary (GPT-J, GPT-NeoX,
+GLM), Gemma-3's sliding/full bases, Qwen3 / Gemma-3 q/k read after the norm, Llama GQA key heads —
+and a built previous-token head's dominant ID is 1.
 
 **Frequency IDs.** ``freq_id = k = 1..K`` in the order of the model's ``inv_freq`` (ID 1 = fastest,
 angle ``base^0 = 1`` for the standard RoPE); the non-rotary term, when present, gets
@@ -171,7 +176,7 @@ def frequency_logits(model, input_ids, query_pos: int | None = None, layers: Seq
                      batch_size: int = 64) -> Tensor:
     """Per-frequency decomposition of the query's logits (SPEC §4).
 
-    model: HF GPT-J / Llama-style / GPT-NeoX causal LM (or a RopeAdapter). input_ids: [B, n] ints
+    model: an HF causal LM of any supported family (docs/models.md) or a RopeAdapter. input_ids: [B, n] ints
     (tensor, array or TaskBatch). query_pos: None (``n-1``) or one int (negative from the end).
     Returns float64 [L, B, H, K(+1), t+1] (``t`` the query position, keys ``0..t``): term ``freq_id-1``
     of the pre-softmax, scaled logit of each key; the sum over the term axis is the model's logit

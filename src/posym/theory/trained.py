@@ -68,12 +68,30 @@ def head_discrepancy(model, input_ids, layers: Sequence[int] | None = None, batc
     return np.concatenate(parts, axis=0)
 
 
+def check_grid(model, task: str, grid: Sequence[int]) -> int:
+    """Let ``model`` take the longest input of ``grid`` (added tokens of the test layout, SPEC §1.4) and
+    return that length: GPT-J's rotary tables are extended (rows of existing positions unchanged),
+    families computing their rotary on the fly need nothing, and a family whose rotary stops at a
+    length cap is a one-line PosymError (:meth:`~posym.model.adapters.RopeAdapter.extend_to`). Cheap:
+    callers run it before any work. An empty grid or a bad added length is a PosymError too."""
+    from posym.tasks import DEFAULT_HOPS
+    from posym.tasks._common import make_layout
+
+    grid = list(grid)
+    if not grid:
+        raise PosymError("the grid of added tokens is empty")
+    longest = max(make_layout(task, DEFAULT_HOPS, 8, 8, extra).seq_len for extra in grid)
+    get_adapter(model).extend_to(longest)
+    return longest
+
+
 def trained_discrepancy(model, task: str, grid: Sequence[int] = DEFAULT_GRID, n: int = 64, seed: int = 0,
                         token_budget: int = 32768, progress: bool = True) -> pd.DataFrame:
     """``Δ`` of every head of a trained model (any RoPE family posym reads) vs added target-window tokens (SPEC §1.4, §4).
 
     ``n`` test-layout samples per added length (data seed ``1_000_000 + seed``, as in ``posym
-    lengthgen``); rotary tables are rebuilt for long inputs (no weight changes). One row per
+    lengthgen``); the model takes the longest input through its adapter (:func:`check_grid`, run
+    first: GPT-J's rotary tables are extended, no weight changes). One row per
     (extra_tokens, layer, head): ``task, extra_tokens, seq_len, layer, head, n, delta_mean,
     delta_median, delta_min``.
     """
@@ -81,11 +99,11 @@ def trained_discrepancy(model, task: str, grid: Sequence[int] = DEFAULT_GRID, n:
 
     if n < 1:
         raise PosymError(f"need n >= 1 prompts, got {n}")
+    check_grid(model, task, grid)
     rows = []
     for extra in tqdm(list(grid), desc=f"discrepancy {task}", disable=not progress, unit="len"):
         batch = generate(task, n, 1_000_000 + seed, extra_tokens=int(extra))
         T = batch.input_ids.shape[1]
-        get_adapter(model).extend_to(T)
         d = head_discrepancy(model, batch.input_ids, batch_size=max(1, token_budget // T))  # [n, L, H]
         L, H = d.shape[1:]
         for layer in range(L):
@@ -97,4 +115,4 @@ def trained_discrepancy(model, task: str, grid: Sequence[int] = DEFAULT_GRID, n:
     return pd.DataFrame(rows)
 
 
-__all__ = ["DEFAULT_GRID", "last_query_logits", "head_discrepancy", "trained_discrepancy"]
+__all__ = ["DEFAULT_GRID", "check_grid", "last_query_logits", "head_discrepancy", "trained_discrepancy"]

@@ -25,8 +25,17 @@ def freqs(path: str | os.PathLike, *, task: str | None = None, n: int = DEFAULT_
           scores: bool = True, geometry_prompts: int = DEFAULT_GEOMETRY_PROMPTS, batch_size: int = 64,
           weighting: str = "max_abs", force: bool = False, progress: bool = True,
           intervene: Sequence[str] | None = None, layers: Sequence[int] | None = None) -> VerbResult:
-    """Frequency analysis of the model a run stands for (or ``step``), a checkpoint or a plain HF GPT-J
-    directory (then ``task`` is required), on the first ``n`` prompts of ``split``.
+    """Frequency analysis of the model a run stands for (or ``step``), a checkpoint, an HF Trainer
+    output or a model folder of any RoPE family posym reads (GPT-J, Llama, Qwen3, Gemma-3, GPT-NeoX,
+    ...; docs/models.md; ``task`` is required where the folder does not name one), on the first ``n``
+    prompts of ``split``.
+
+    Frequencies are the model's own (SPEC §4, :mod:`posym.heads.frequencies`): pair ``k`` in its pair
+    convention (GPT-J interleaved, Llama-style rotate-half), partial rotary's non-rotary dims as one
+    extra term, q/k read after any q/k norm, GQA key heads, and each layer's own angles (Gemma-3's
+    sliding and full layers have different bases: the ``angle`` columns are per layer). Nothing here
+    uses :mod:`posym.theory.restricted` (the GPT-J-table frequency restriction of the toys); masking
+    frequencies of a model of another family is ``intervene=["freq-mask:keep=..."]``.
 
     Every table has a first column ``step`` (the analysed checkpoint's). Writes under ``out`` (default:
     ``path``): ``freq_use.csv`` (per layer, head, frequency),
@@ -105,8 +114,9 @@ def freqs(path: str | os.PathLike, *, task: str | None = None, n: int = DEFAULT_
     if len(specs) > 1:
         table = pd.concat(tables, ignore_index=True)
         table.attrs.update(tables[0].attrs)
-    text = (table.round(2).to_string(index=False) + f"\nq/k geometry: layer {layer}, head {head}; wrote {len(outputs.written)} "
-            f"files under {out_dir}")
+    pairs = f"{ad.rotary_dim // 2} frequency pairs ({ad.pair_convention}) on {ad.rotary_dim} of {ad.head_dim} head dims"
+    text = (table.round(2).to_string(index=False) + f"\n{ad.family}: {pairs}, ID 1 = fastest"
+            f"\nq/k geometry: layer {layer}, head {head}; wrote {len(outputs.written)} files under {out_dir}")
     note = in_progress_note(path, rm.step)
     text += f"\n{note}" if note else ""
     return VerbResult(table, outputs.written, text, {"geometry_layer": layer, "geometry_head": head})

@@ -21,14 +21,19 @@ def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retri
                 intervene: Sequence[str] = (), lengths: Sequence[int] | None = None,
                 force: bool = False, progress: bool = True) -> VerbResult:
     """Write ``OUT/discrepancy.csv`` + Fig. 5A and, for each of ``runs``, Δ of every trained head's
-    last-query logits vs added tokens (``OUT/trained_discrepancy.csv`` + figure). With ``intervene``
+    last-query logits vs added tokens (``OUT/trained_discrepancy.csv`` + figure). A run is a posym run
+    or checkpoint, an HF Trainer output or a model folder of any RoPE family posym reads (GPT-J, Llama,
+    Qwen3, Gemma-3, GPT-NeoX, ...; docs/models.md; ``task`` for a folder posym did not write): each
+    head's logits come from the model's own rotary through its adapter, and every run is checked to
+    take the grid's longest input before any work (:func:`posym.theory.trained.check_grid`). With ``intervene``
     (canonical intervention strings, docs/interventions.md): Δ(n) and the weight on the correct key of
     both constructions untouched (``none``) and under each, over ``lengths`` (default 17..5,017), β set
-    at the training length 17 (``OUT/discrepancy_interventions.csv`` + figure; :mod:`posym.theory.intervened`)."""
+    at the training length 17 (``OUT/discrepancy_interventions.csv`` + figure; :mod:`posym.theory.intervened`);
+    those constructions are the paper's one-head GPT-J (:func:`rope_frame`), never a ``runs`` model."""
     from posym.report.theory_figures import plot_discrepancy, plot_trained_discrepancy
     from posym.runs.resolve import resolve_model
     from posym.theory.discrepancy import check_parameters, discrepancy_table
-    from posym.theory.trained import DEFAULT_GRID, trained_discrepancy
+    from posym.theory.trained import DEFAULT_GRID, check_grid, trained_discrepancy
 
     out = Path(out)
     check_parameters(theta_index, theta_retrieval, alphabet, n_max)
@@ -47,6 +52,9 @@ def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retri
         files += _files(out, layout.DISCREPANCY_INTERVENTIONS)
     outputs = Outputs(files, force).check()
     models = [resolve_model(p, task=task) for p in runs]  # every path checked before the work
+    grid = list(grid or DEFAULT_GRID)
+    for m in models:  # ... and every model's longest input
+        check_grid(m.model, m.task, grid)
     # every table computed (and every refusal passed) before the first file is written
     table = discrepancy_table(theta_index, theta_retrieval, alphabet, n_max)
     at = table[table["n"].isin([8, 20, 40, 80, 100])]
@@ -56,7 +64,7 @@ def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retri
     if runs:
         import pandas as pd
 
-        frames = [trained_discrepancy(m.model, m.task, grid=list(grid or DEFAULT_GRID), n=n, seed=seed,
+        frames = [trained_discrepancy(m.model, m.task, grid=grid, n=n, seed=seed,
                                       progress=progress).assign(run=str(p)) for m, p in zip(models, runs)]
         trained = pd.concat(frames, ignore_index=True)
         per_layer = trained.groupby(["task", "layer", "extra_tokens"])["delta_median"].median()
@@ -71,6 +79,8 @@ def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retri
                                  theta_retrieval=theta_retrieval, alphabet=alphabet, n0=DEFAULT_N_TRAIN,
                                  progress=progress)
         lines.append(_summary(under))
+        lines.append(f"(constructions in the paper's GPT-J frame: rotary dim {rotary_dim}, base {base:g}"
+                     + ("; not the --run models' rotary)" if runs else ")"))
         data["interventions"] = under
     outputs.csv(table, out / f"{layout.DISCREPANCY}.csv")
     outputs.figure(plot_discrepancy(table), out / layout.DISCREPANCY)
@@ -99,7 +109,11 @@ def _summary(table, at: Sequence[int] = (17, 117, 1017, 5017)) -> str:
 
 
 def rope_frame() -> tuple[int, float]:
-    """``(rotary dim, base)`` the constructions' angles are read in: the paper preset's GPT-J (SPEC §2)."""
+    """``(rotary dim, base)`` the constructions' angles are read in: the paper preset's GPT-J (SPEC §2).
+
+    The frame of the theory's one-head constructions only (their θ's frequency ID, a base change's
+    new angles): it is not read from, and does not describe, a ``--run`` model of any family, whose
+    Δ comes from its own rotary (:mod:`posym.theory.trained`)."""
     from posym.interventions.rope import GPTJ_BASE
     from posym.model.gptj import PRESETS
 
