@@ -555,7 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_dynamics)
 
     f = sub.add_parser("flow", help="attention flow of one prompt with the hop chain (Paper A Fig. 3)")
-    f.add_argument("run_dir", help="run directory or HF GPT-J checkpoint directory")
+    f.add_argument("run_dir", help="run directory, HF Trainer output_dir or model folder (any supported family)")
     f.add_argument("--example", type=nonneg_int, default=0, help="index of the prompt in the split")
     f.add_argument("--task", default=None, choices=TASK_CHOICES, help="needed for checkpoints posym did not write")
     f.add_argument("--split", default="test", choices=["train", "val", "test"])
@@ -568,7 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=_cmd_flow)
 
     a = sub.add_parser("ablate", help="zero/mean-ablate each head; test accuracy per hop (Paper A Fig. 3)")
-    a.add_argument("run_dir", help="run directory or HF GPT-J checkpoint directory")
+    a.add_argument("run_dir", help="run directory, HF Trainer output_dir or model folder (any supported family)")
     a.add_argument("--task", default=None, choices=TASK_CHOICES)
     a.add_argument("--n", type=positive_int, default=2000, help="test prompts")
     a.add_argument("--seed", type=nonneg_int, default=0)
