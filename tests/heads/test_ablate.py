@@ -205,31 +205,35 @@ def _literal(model, layer: int, head: int, mean: torch.Tensor | None = None):
     return m
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("name", KNOWN_FAMILIES)
-def test_ablation_equals_literal_forward_every_family(name):
-    model = _family_model(name)
+def test_ablation_equals_literal_forward_every_family(name, dtype):
+    """Every (layer, query head), zero and mean: the hooked forward equals the literal one. Float64: to
+    1e-12 (measured: 0 to 7e-16); float32: to 2e-6 on logits of scale < 1 (measured: zero 0, mean
+    2e-7 to 1.6e-6, the rounding of two summation orders)."""
+    model = _family_model(name).to(dtype)
     ad = get_adapter(model)
     ids = torch.randint(3, 128, (6, T_KNOWN), generator=torch.Generator().manual_seed(1))
     means = head_output_means(model, ids, batch_size=4)
     assert len(means) == ad.n_layers and means[0].shape == (T_KNOWN, ad.n_heads * ad.head_dim)
+    assert means[0].dtype == dtype
+    tol = 2e-6 if dtype == torch.float32 else 1e-12
     with torch.no_grad():
         base = model(input_ids=ids).logits
-    worst = 0.0
-    for layer in (0, ad.n_layers - 1):
-        for head in (0, ad.n_heads - 1):  # under GQA the last query head shares its kv head with others
+    for layer in range(ad.n_layers):
+        for head in range(ad.n_heads):  # under GQA query heads sharing a kv head are ablated apart
             for mode in ("zero", "mean"):
                 lit = _literal(model, layer, head, means[layer] if mode == "mean" else None)
                 with torch.no_grad(), ablated(model, [(layer, head)], mode, means):
                     got = model(input_ids=ids).logits
                 want = lit(input_ids=ids).logits.detach()
                 err = (got - want).abs().max().item()
-                worst = max(worst, err)
-                assert err <= 1e-6 * max(1.0, want.abs().max().item()), (name, layer, head, mode, err)
+                assert err <= tol * max(1.0, want.abs().max().item()), (name, layer, head, mode, err)
                 assert (got - base).abs().max().item() > 1e-3  # the head matters
-                # the evaluation forward (last position; GPT-J's fast path) agrees too
-                last = ablated_logits(model, ids.numpy(), [(layer, head)], mode, means)
-                np.testing.assert_allclose(last, want[:, -1].numpy(), atol=1e-5, rtol=0)
-    print(f"{name}: max |ablated - literal| = {worst:.2e}")
+                if dtype == torch.float32 and head in (0, ad.n_heads - 1):
+                    # the evaluation forward (last position; GPT-J's fast path) agrees too
+                    last = ablated_logits(model, ids.numpy(), [(layer, head)], mode, means)
+                    np.testing.assert_allclose(last, want[:, -1].numpy(), atol=1e-5, rtol=0)
 
 
 def _old_gptj_ablated_logits(model, ids, layer, head, mode, means):
