@@ -91,17 +91,23 @@ def test_flow_errors(model, prompt):
     with pytest.raises(PosymError):
         attention_flow(model, prompt, min_weight=2.0)
 
-    class NoAttention(torch.nn.Module):
+    sdpa = tiny_model("number", n_layer=2, n_head=2)
+    sdpa.set_attn_implementation("sdpa")  # returns no attention weights
+    with pytest.raises(PosymError, match="attention"):
+        attention_flow(sdpa, prompt)
+
+    class NotAModel(torch.nn.Module):  # not a family posym reads: refused before any forward
         def __init__(self):
             super().__init__()
             self.w = torch.nn.Parameter(torch.zeros(1))
-            self.config = SimpleNamespace(n_layer=1, _attn_implementation="sdpa")
+            self.config = SimpleNamespace(n_layer=1, model_type="mamba")
 
         def forward(self, **kwargs):
-            return SimpleNamespace(attentions=None)
+            raise AssertionError("must not run")
 
-    with pytest.raises(PosymError, match="attention"):
-        attention_flow(NoAttention(), prompt)
+    with pytest.raises(PosymError, match="unsupported model") as err:
+        attention_flow(NotAModel(), prompt)
+    assert "\n" not in str(err.value)
 
 
 def test_hop_chain_spec_examples():
@@ -202,4 +208,28 @@ def test_flow_for_example_and_plot(run_dir, tmp_path):
     # drawing into a given Axes returns that Axes' figure
     fig2, ax = plt.subplots()
     assert plot_flow(edges, tokens, chain, ax=ax) is fig2
+    plt.close("all")
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3", "gemma3_text", "gpt_neox"])
+def test_flow_on_other_families_reproduces_their_attention(name, prompt):
+    """The flow graph builds on any family and its edges carry the model's own eager attention
+    (GQA: one map per query head)."""
+    from family_models import build_family
+
+    model = build_family(name, vocab_size=get_vocab("number").size)
+    ids = torch.as_tensor(prompt)[None]
+    with torch.no_grad():
+        ref = model(input_ids=ids, output_attentions=True).attentions
+    L, H, T = len(ref), ref[0].shape[1], ids.shape[1]
+    edges = attention_flow(model, prompt, top_k=T, min_weight=0.0)
+    assert edges.attrs == {"n_layer": L, "n_head": H, "seq_len": T}
+    rebuilt = torch.zeros(L, H, T, T)
+    for r in edges.itertuples():
+        rebuilt[r.layer, r.head, r.query, r.key] = r.weight
+    torch.testing.assert_close(rebuilt, torch.stack([a[0] for a in ref]).float(), atol=1e-6, rtol=0)
+    top = attention_flow(model, prompt)  # the defaults: a sparse graph the plot draws
+    assert 0 < len(top) < len(edges) and (top["key"] <= top["query"]).all()
+    fig = plot_flow(top, NUMBER_EXAMPLE, hop_chain("number", NUMBER_EXAMPLE))
+    assert isinstance(fig, matplotlib.figure.Figure)
     plt.close("all")

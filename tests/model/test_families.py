@@ -8,7 +8,7 @@ import torch
 
 from posym.errors import PosymError
 from posym.model import rope
-from posym.model.adapters import SUPPORTED, get_adapter
+from posym.model.adapters import SUPPORTED, get_adapter, hook_handles
 from posym.model.families import FAMILIES
 from family_models import FAMILY_CONFIGS, NOPE, PER_LAYER_ROPE, WINDOW, WINDOWED, build_family
 
@@ -112,3 +112,70 @@ def test_unsupported_families_are_refused_in_one_line():
         get_adapter(AutoModelForCausalLM.from_config(cfg))
     msg = str(exc.value)
     assert "model_type='codegen'" in msg and "gemma3_text" in msg and "\n" not in msg
+
+
+def _value_heads(ad, layer: int, store: dict) -> list:
+    """Hooks storing ``layer``'s values [B, Hkv, T, hd] in ``store["v"]`` (separate / fused / per-head qkv)."""
+    attn = ad.attention_module(layer)
+    Hkv, hd, H = ad.n_kv_heads, ad.head_dim, ad.n_heads
+    if hasattr(attn, "v_proj"):
+        def hook(m, a, out):
+            store["v"] = out.reshape(*out.shape[:2], Hkv, hd).transpose(1, 2)
+        return [attn.v_proj.register_forward_hook(hook)]
+    if hasattr(attn, "qkv_proj"):  # Phi-3: [q | k | v]
+        def fused(m, a, out):
+            store["v"] = out[..., (H + Hkv) * hd:].reshape(*out.shape[:2], Hkv, hd).transpose(1, 2)
+        return [attn.qkv_proj.register_forward_hook(fused)]
+
+    def per_head(m, a, out):  # GPT-NeoX / Persimmon: per head [q | k | v]
+        store["v"] = out.reshape(*out.shape[:2], H, 3 * hd)[..., 2 * hd:].transpose(1, 2)
+    return [attn.query_key_value.register_forward_hook(per_head)]
+
+
+#: Families whose output-site input is not ``attn_weights @ v`` of the value projection: AFMoE gates
+#: the heads' outputs per element (sigmoid of its ``gate_proj``) before ``o_proj``.
+_NOT_PLAIN_AV = {"afmoe"}
+
+
+@pytest.mark.parametrize("name", list(FAMILY_CONFIGS))
+def test_head_output_site_is_attention_times_values(name):
+    """The input of :meth:`head_output_site` is ``[B, T, H*hd]``, head h at ``h*hd:(h+1)*hd`` equal to
+    ``attn_weights[h] @ v[kv_head_of(h)]`` (GQA: the query head's own output)."""
+    model = build_family(name)
+    ad = get_adapter(model)
+    ids = torch.randint(0, 128, (2, T), generator=torch.Generator().manual_seed(0))
+    seen, values = {}, {l: {} for l in range(ad.n_layers)}
+    with hook_handles() as handles:
+        for layer in range(ad.n_layers):
+            handles.append(ad.head_output_site(layer).register_forward_pre_hook(
+                lambda m, a, layer=layer: seen.__setitem__(layer, a[0].detach())))
+            handles += _value_heads(ad, layer, values[layer])
+        with torch.no_grad():
+            att = model(ids, output_attentions=True).attentions
+    H, hd = ad.n_heads, ad.head_dim
+    for layer in range(ad.n_layers):
+        x = seen[layer]
+        assert x.shape == (2, T, H * hd), (name, layer, tuple(x.shape))
+        if name in _NOT_PLAIN_AV:
+            continue
+        v = values[layer]["v"][:, ad.kv_index]  # [B, H, T, hd]
+        want = (att[layer].float() @ v.float()).transpose(1, 2).reshape(2, T, H * hd)
+        err = (x.float() - want).abs().max().item()
+        assert err <= 1e-5, f"{name} layer {layer}: max error {err:.3g}"
+
+
+def test_head_output_site_gptj_and_refusal():
+    from posym.model import build_model, model_config
+
+    gptj = build_model(model_config("quick", 40, n_layer=2, n_head=2, n_embd=32, n_inner=64, rotary_dim=8), seed=0)
+    ad = get_adapter(gptj)
+    assert ad.head_output_site(1) is gptj.transformer.h[1].attn.out_proj
+    with pytest.raises(PosymError, match="out of range"):
+        ad.head_output_site(2)
+    model = build_family("llama")
+    ad = get_adapter(model)
+    assert ad.head_output_site(0) is model.model.layers[0].self_attn.o_proj
+    del model.model.layers[0].self_attn.o_proj
+    with pytest.raises(PosymError, match="cannot find the output projection") as err:
+        ad.head_output_site(0)
+    assert "\n" not in str(err.value)

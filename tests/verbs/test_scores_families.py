@@ -1,7 +1,6 @@
 """``posym scores --model DIR`` on checkpoints of several RoPE families (SPEC §3; docs/models.md): a
-user who trains a small Llama / Gemma-3 / ... on the number task scores it as posym's GPT-J; verbs
-that need posym's GPT-J still refuse them, and unsupported families get one line naming the
-supported ones."""
+user who trains a small Llama / Gemma-3 / ... on the number task scores it as posym's GPT-J, and
+unsupported families get one line naming the supported ones."""
 
 import numpy as np
 import pandas as pd
@@ -53,13 +52,10 @@ def test_scores_cli_any_family(name, prompts, tmp_path, capsys):
     np.testing.assert_allclose(df[["s_pos", "s_sym"]].to_numpy(), ref[["s_pos", "s_sym"]].to_numpy(), atol=1e-9)
 
 
-def test_gptj_only_verbs_and_unsupported_families_refuse_in_one_line(tmp_path, capsys):
+def test_unsupported_families_refuse_in_one_line(tmp_path, capsys):
+    """(``ablate`` / ``flow`` read every family now: tests/verbs/test_ablate_flow_families.py.)"""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    _save("llama", tmp_path / "llama")
-    assert main(["ablate", str(tmp_path / "llama"), "--task", "number", "--n", "4", "--out", str(tmp_path / "a")]) == 2
-    err = _err(capsys)
-    assert len(err) == 1 and "needs a GPT-J checkpoint" in err[0]
     cfg = AutoConfig.for_model("codegen", vocab_size=NUMBER_VOCAB, n_embd=32, n_layer=1, n_head=2, rotary_dim=8,
                                n_positions=32)
     save_model(AutoModelForCausalLM.from_config(cfg), tmp_path / "codegen")

@@ -1,20 +1,24 @@
-"""Head-role ablations (Paper A, Fig. 3 right).
+"""Head-role ablations (Paper A, Fig. 3 right), on every family posym reads (SPEC §7; docs/models.md).
 
 Each attention head is knocked out in turn and the model re-evaluated: accuracy (argmax of the
 last-position logits vs the label), global and per hop count. A head's output is the per-head slice of
-the input to ``attn.out_proj`` (GPT-J's ``[B, T, n_head * head_dim]``, head ``h`` at
-``h*hd:(h+1)*hd``), i.e. before the output projection. Two replacements:
+the input of the adapter's :meth:`~posym.model.adapters.RopeAdapter.head_output_site`, i.e. before the
+output projection: ``[B, T, n_heads * head_dim]`` with query head ``h`` at ``h*hd:(h+1)*hd`` (GPT-J
+``attn.out_proj``, Llama / Qwen / Gemma / Mistral ``self_attn.o_proj``, GPT-NeoX ``attention.dense``,
+...). Under grouped-query attention the ablated unit is the *query* head's output (the key/value head
+it shares stays). Two replacements:
 
-- ``"zero"``: the slice is set to 0 (equivalent to zeroing the head's columns of ``out_proj.weight``;
-  GPT-J's ``out_proj`` has no bias);
+- ``"zero"``: the slice is set to 0 (equivalent to zeroing the head's columns of the output
+  projection's weight; a bias, as in GPT-NeoX, stays);
 - ``"mean"``: the slice is set to its mean over a reference batch of prompts, per position and head
   (our choice: default reference = the evaluation batch itself, means taken over all its prompts
   regardless of hop count; computed with the plain HF forward).
 
-Ablation is done with forward pre-hooks on ``attn.out_proj`` (always removed afterwards), so it applies
-to every forward that calls that module: the HF forward and ``posym.model.last_token_logits`` (used
-by ``posym.train.evaluate``; its last layer feeds only the last position, and the hook then uses the
-last rows of the per-position means).
+Ablation is done with forward pre-hooks on that site (always removed afterwards), so it applies to
+every forward that calls that module: the HF forward and ``posym.model.last_token_logits`` (used by
+``posym.train.evaluate``; on GPT-J its last layer feeds only the last position, and the hook then uses
+the last rows of the per-position means). GPT-J's hooks and results are those of the GPT-J-only
+version, bit for bit.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from transformers import GPTJForCausalLM
+from torch import nn
 
 from posym.errors import PosymError
+from posym.model.adapters import eval_mode, get_adapter, hook_handles
 from posym.tasks.dataset import SPLIT_SIZES, TaskBatch, make_split
 from posym.train.evaluate import MAX_HOPS, accuracy_table, predict
 
@@ -37,9 +42,10 @@ MODES: tuple[str, ...] = ("zero", "mean")
 ABLATION_COLUMNS = ["mode", "layer", "head", "acc"] + [f"acc_hop{h}" for h in range(1, MAX_HOPS + 1)]
 
 
-def _geometry(model: GPTJForCausalLM) -> tuple[int, int, int]:
-    cfg = model.config
-    return int(cfg.n_layer), int(cfg.n_head), int(cfg.n_embd) // int(cfg.n_head)
+def _geometry(model: nn.Module) -> tuple[int, int, int]:
+    """``(n_layers, n_heads, head_dim)`` of any supported family (PosymError for an unsupported one)."""
+    ad = get_adapter(model)
+    return ad.n_layers, ad.n_heads, ad.head_dim
 
 
 def _check_modes(modes: str | Sequence[str]) -> tuple[str, ...]:
@@ -63,17 +69,20 @@ def _ids(x) -> np.ndarray:
 
 
 @torch.no_grad()
-def head_output_means(model: GPTJForCausalLM, input_ids, batch_size: int = 512) -> list[torch.Tensor]:
-    """Mean input of every layer's ``attn.out_proj`` over a batch of prompts, per position.
+def head_output_means(model: nn.Module, input_ids, batch_size: int = 512) -> list[torch.Tensor]:
+    """Mean input of every layer's head-output site (the heads' outputs before the output
+    projection, :meth:`~posym.model.adapters.RopeAdapter.head_output_site`) over a batch of prompts,
+    per position.
 
-    ``input_ids``: ``[N, T]`` ids or a TaskBatch. Returns one ``[T, n_embd]`` float tensor per layer
-    (head ``h`` at columns ``h*hd:(h+1)*hd``), computed with the HF forward (all positions).
+    ``input_ids``: ``[N, T]`` ids or a TaskBatch. Returns one ``[T, n_heads * head_dim]`` tensor per
+    layer in the model's dtype (head ``h`` at columns ``h*hd:(h+1)*hd``), computed with the HF forward
+    (all positions).
     """
     ids = _ids(input_ids)
-    device = next(model.parameters()).device
-    L = len(model.transformer.h)
-    sums: list[torch.Tensor | None] = [None] * L
-    handles = []
+    ad = get_adapter(model)
+    model = ad.model
+    device = ad.device
+    sums: list[torch.Tensor | None] = [None] * ad.n_layers
 
     def capture(layer: int):
         def hook(module, args):
@@ -81,30 +90,28 @@ def head_output_means(model: GPTJForCausalLM, input_ids, batch_size: int = 512) 
             sums[layer] = s if sums[layer] is None else sums[layer] + s
         return hook
 
-    was_training = model.training
-    model.eval()
-    try:
-        for i, block in enumerate(model.transformer.h):
-            handles.append(block.attn.out_proj.register_forward_pre_hook(capture(i)))
+    with hook_handles() as handles, eval_mode(model):
+        for i in range(ad.n_layers):
+            handles.append(ad.head_output_site(i).register_forward_pre_hook(capture(i)))
         for start in range(0, len(ids), batch_size):
-            model(input_ids=torch.as_tensor(ids[start:start + batch_size], device=device))
-    finally:
-        for h in handles:
-            h.remove()
-        model.train(was_training)
+            model(input_ids=torch.as_tensor(ids[start:start + batch_size], device=device), use_cache=False)
+    if any(s is None for s in sums):
+        raise PosymError(f"{ad.family}: the forward did not pass every layer's head-output site")
     dtype = next(model.parameters()).dtype
     return [(s / len(ids)).to(dtype) for s in sums]
 
 
 @contextmanager
-def ablated(model: GPTJForCausalLM, heads: Iterable[tuple[int, int]], mode: str = "zero",
-            means: Sequence[torch.Tensor] | None = None) -> Iterator[GPTJForCausalLM]:
-    """Context manager: inside it, the given ``(layer, head)`` outputs are replaced (``"zero"`` or
-    ``"mean"``, which needs ``means`` from :func:`head_output_means`). Hooks are removed on exit."""
+def ablated(model: nn.Module, heads: Iterable[tuple[int, int]], mode: str = "zero",
+            means: Sequence[torch.Tensor] | None = None) -> Iterator[nn.Module]:
+    """Context manager: inside it, the given ``(layer, head)`` outputs (query heads) are replaced
+    (``"zero"`` or ``"mean"``, which needs ``means`` from :func:`head_output_means`), in any supported
+    family. Hooks are removed on exit."""
     if not isinstance(mode, str):
         raise PosymError(f"ablated() takes one mode (a string), got {mode!r}")
     (mode,) = _check_modes(mode)
-    L, H, hd = _geometry(model)
+    ad = get_adapter(model)
+    L, H, hd = ad.n_layers, ad.n_heads, ad.head_dim
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         if not (0 <= int(layer) < L and 0 <= int(head) < H):
@@ -113,6 +120,10 @@ def ablated(model: GPTJForCausalLM, heads: Iterable[tuple[int, int]], mode: str 
     if mode == "mean":
         if means is None or len(means) != L:
             raise PosymError("mean ablation needs per-layer means (head_output_means)")
+        bad = [tuple(m.shape) for m in means if m.ndim != 2 or m.shape[1] != H * hd]
+        if bad:
+            raise PosymError(f"mean-ablation means must be [T, {H * hd}] per layer, got {bad[0]}")
+    sites = {layer: ad.head_output_site(layer) for layer in by_layer}
 
     def make_hook(layer: int, hs: list[int]):
         def hook(module, args):
@@ -133,14 +144,14 @@ def ablated(model: GPTJForCausalLM, heads: Iterable[tuple[int, int]], mode: str 
     handles = []
     try:
         for layer, hs in by_layer.items():
-            handles.append(model.transformer.h[layer].attn.out_proj.register_forward_pre_hook(make_hook(layer, hs)))
+            handles.append(sites[layer].register_forward_pre_hook(make_hook(layer, hs)))
         yield model
     finally:
         for h in handles:
             h.remove()
 
 
-def ablated_logits(model: GPTJForCausalLM, input_ids, heads: Iterable[tuple[int, int]], mode: str = "zero",
+def ablated_logits(model: nn.Module, input_ids, heads: Iterable[tuple[int, int]], mode: str = "zero",
                    means: Sequence[torch.Tensor] | None = None, batch_size: int = 512) -> np.ndarray:
     """Last-position logits ``[N, V]`` with ``heads`` ablated (the forward ``posym.train.evaluate`` uses)."""
     ids = _ids(input_ids)
@@ -149,10 +160,10 @@ def ablated_logits(model: GPTJForCausalLM, input_ids, heads: Iterable[tuple[int,
         return predict(model, ids, batch_size=batch_size, device=device)[1]
 
 
-def ablate_heads(model: GPTJForCausalLM, batch: TaskBatch, modes: str | Sequence[str] = MODES,
+def ablate_heads(model: nn.Module, batch: TaskBatch, modes: str | Sequence[str] = MODES,
                  batch_size: int = 512, mean_batch: TaskBatch | np.ndarray | None = None,
                  progress: bool = False) -> pd.DataFrame:
-    """Accuracy with each head ablated in turn, per mode (Paper A Fig. 3 right).
+    """Accuracy with each head ablated in turn, per mode (Paper A Fig. 3 right), in any supported family.
 
     Returns one row per (mode, layer, head) plus a first baseline row (``mode="none"``, layer and head
     -1); columns ``mode, layer, head, acc, acc_hop1..acc_hop4`` (NaN for an absent hop class). The

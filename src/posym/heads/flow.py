@@ -4,6 +4,9 @@ For one prompt, :func:`attention_flow` keeps, for every layer, head and query po
 attention edges (query position <- key position, post-softmax weight). Drawn layer over layer
 (``posym.report.flow_figures.plot_flow``) they show how the answer travels from its position in the
 target window up the hop chain to the query; :func:`hop_chain` gives that chain (query first).
+Any family posym reads works (GPT-J, Llama, Qwen3, Gemma-3, GPT-NeoX, ...; docs/models.md): the
+weights are the model's own eager ``output_attentions``, one map per *query* head (under grouped-query
+attention query heads sharing a key/value head keep their own maps).
 
 Our choices (Paper A publishes no numbers for its Fig. 3): ``top_k = 3`` edges per query position,
 kept only if their weight is ``>= min_weight = 0.05``; edges of every query position are kept (not
@@ -18,9 +21,10 @@ from typing import NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from transformers import GPTJForCausalLM
+from torch import nn
 
 from posym.errors import PosymError
+from posym.model.adapters import eval_mode, get_adapter
 from posym.tasks.dataset import SPLIT_SIZES, generate, split_seed
 from posym.tasks.vocab import check_task
 
@@ -43,29 +47,26 @@ def _as_row(input_ids) -> torch.Tensor:
 
 
 @torch.no_grad()
-def attention_weights(model: GPTJForCausalLM, input_ids) -> torch.Tensor:
-    """Post-softmax attention of one prompt: ``[n_layer, n_head, n, n]`` (query, key), float32 on CPU.
+def attention_weights(model: nn.Module, input_ids) -> torch.Tensor:
+    """Post-softmax attention of one prompt: ``[n_layers, n_heads, n, n]`` (query, key), float32 on CPU.
 
-    Uses the HF forward with ``output_attentions=True`` (needs eager attention, which
-    ``posym.model.load_model``/``build_model`` set); raises PosymError if the model returns none.
+    Any supported family (an unsupported model is a PosymError before the forward). Uses the HF
+    forward with ``output_attentions=True`` (needs eager attention, which ``posym.model.load_causal_lm``
+    / ``build_model`` set); raises PosymError if the model returns none.
     """
-    x = _as_row(input_ids).to(next(model.parameters()).device)
-    was_training = model.training
-    model.eval()
-    try:
-        out = model(input_ids=x, output_attentions=True)
-    finally:
-        model.train(was_training)
+    ad = get_adapter(model)
+    x = ad.check_ids(_as_row(input_ids))
+    with eval_mode(ad.model):
+        out = ad.model(input_ids=x, output_attentions=True, use_cache=False)
     att = getattr(out, "attentions", None)
-    n_layer = model.config.n_layer
-    if att is None or len(att) != n_layer or any(a is None for a in att):
-        impl = getattr(model.config, "_attn_implementation", None)
+    if att is None or len(att) != ad.n_layers or any(a is None for a in att):
+        impl = getattr(ad.config, "_attn_implementation", None)
         raise PosymError(f"the model returned no attention weights (attention implementation {impl!r}); "
-                         "load it with eager attention (posym.model.load_model does)")
+                         "load it with eager attention (posym.model.load_causal_lm does)")
     return torch.stack([a[0] for a in att]).float().cpu()
 
 
-def attention_flow(model: GPTJForCausalLM, input_ids, top_k: int = DEFAULT_TOP_K,
+def attention_flow(model: nn.Module, input_ids, top_k: int = DEFAULT_TOP_K,
                    min_weight: float = DEFAULT_MIN_WEIGHT) -> pd.DataFrame:
     """Strongest attention edges of one prompt, one row per edge.
 
@@ -73,7 +74,7 @@ def attention_flow(model: GPTJForCausalLM, input_ids, top_k: int = DEFAULT_TOP_K
     ``q`` the (at most) ``top_k`` keys ``k <= q`` with the largest weight are kept if their weight is
     ``>= min_weight`` (and > 0). Columns: ``layer, head, query, key, weight, rank`` (``rank`` 0 =
     strongest edge of that query position), sorted by layer, head, query, rank. ``df.attrs`` holds
-    ``n_layer``, ``n_head`` and ``seq_len`` (used by the plot).
+    ``n_layer``, ``n_head`` (query heads) and ``seq_len`` (used by the plot). Any supported family.
     """
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
         raise PosymError(f"top_k must be an integer >= 1, got {top_k!r}")
@@ -168,7 +169,8 @@ def flow_for_example(run_or_model_dir: str | os.PathLike, example_index: int, ta
                      split: str = "test", seed: int = 0, top_k: int = DEFAULT_TOP_K,
                      min_weight: float = DEFAULT_MIN_WEIGHT, step: int | None = None) -> FlowExample:
     """Attention flow of sample ``example_index`` of a split, for a run (newest checkpoint, or
-    ``step``) or a checkpoint directory. Returns ``(edges, tokens, chain, task)``.
+    ``step``), an HF Trainer output_dir or a model folder of any supported family
+    (:func:`posym.runs.resolve.resolve_model`). Returns ``(edges, tokens, chain, task)``.
 
     The sample is row ``example_index`` of ``make_split(task, split, seed)``. ``edges.attrs`` also
     gets ``label`` (the answer token), ``prediction`` (the model's argmax token), ``hops``,
@@ -187,7 +189,7 @@ def flow_for_example(run_or_model_dir: str | os.PathLike, example_index: int, ta
     chain = hop_chain(task, tokens)
     edges = attention_flow(model, batch.input_ids[0], top_k=top_k, min_weight=min_weight)
     with torch.no_grad():
-        logits = model(input_ids=torch.as_tensor(batch.input_ids)).logits[0, -1]
+        logits = model(input_ids=torch.as_tensor(batch.input_ids), use_cache=False).logits[0, -1]
     vocab = batch.vocab
     pred_id = int(logits.argmax())
     edges.attrs.update(label=batch.label_token(0),

@@ -23,6 +23,10 @@ on the q/k norms that follow them) and re-implements the causal eager attention.
 :meth:`RopeAdapter.attention_from_qk` of the captured q/k equals the model's own
 ``output_attentions`` (eager) to 1e-5, per layer and head. Prompts are unpadded; position ids are
 ``0..T-1``.
+
+:meth:`RopeAdapter.head_output_site` names the module whose input holds each query head's output
+before the output projection (GPT-J ``attn.out_proj``, Llama-like ``o_proj``, GPT-NeoX ``dense``,
+...): the site of head ablation (:mod:`posym.heads.ablate`).
 """
 
 from __future__ import annotations
@@ -100,6 +104,13 @@ class RopeAdapter:
 
     def attention_module(self, layer: int) -> nn.Module:
         """The attention module of ``layer`` (its forward returns the attention weights in eager mode)."""
+        raise NotImplementedError
+
+    def head_output_site(self, layer: int) -> nn.Module:
+        """The module of ``layer`` whose *input* is the per-head attention outputs concatenated before
+        the output projection, ``[B, T, n_heads * head_dim]`` with query head ``h`` at columns
+        ``h*hd:(h+1)*hd`` (each head's ``attn_weights @ v``): the site of head ablation (SPEC §7).
+        One-line PosymError when the family has none."""
         raise NotImplementedError
 
     def kv_head_of(self, h: int) -> int:
@@ -433,6 +444,10 @@ class GPTJAdapter(RopeAdapter):
     def attention_module(self, layer: int) -> nn.Module:
         return self.model.transformer.h[layer].attn
 
+    def head_output_site(self, layer: int) -> nn.Module:
+        """``attn.out_proj`` (no bias)."""
+        return self.attention_module(int(self.check_layers([layer])[0])).out_proj
+
     def layer_inv_freq(self, layer: int | None = None) -> Tensor:
         return self._inv_freq
 
@@ -452,6 +467,10 @@ class GPTJAdapter(RopeAdapter):
         return [attn.q_proj.register_forward_hook(_store_hook(store, "q", H, hd)),
                 attn.k_proj.register_forward_hook(_store_hook(store, "k", H, hd))]
 
+
+#: Attention submodules whose input is the heads' concatenated outputs, searched in this order
+#: (:meth:`HFRopeAdapter.head_output_site`): BitNet's sub-norm sits between them and ``o_proj``.
+_OUT_SITES = ("attn_sub_norm", "o_proj", "dense", "out_proj")
 
 #: q/k norm module names (and the attention's on/off flag) read after the projections, pre-rotary.
 _QK_NORMS = (("q_norm", "k_norm", "use_qk_norm"), ("q_layernorm", "k_layernorm", "qk_layernorm"))
@@ -523,6 +542,24 @@ class HFRopeAdapter(RopeAdapter):
         if attn is None:
             raise PosymError(f"{self.family}: cannot find the attention module of layer {layer}")
         return attn
+
+    def head_output_site(self, layer: int) -> nn.Module:
+        """The first of :data:`_OUT_SITES` on the attention: BitNet's ``attn_sub_norm`` (it normalizes the
+        heads' outputs before ``o_proj``), else ``o_proj`` (Llama, Qwen, Gemma, Mistral, Phi-3, ...;
+        AFMoE's input is gated per element by its ``gate_proj``), ``dense`` (GPT-NeoX, Persimmon, Phi)
+        or ``out_proj``; a Linear must take ``n_heads * head_dim`` features."""
+        attn = self.attention_module(int(self.check_layers([layer])[0]))
+        width = self.n_heads * self.head_dim
+        for name in _OUT_SITES:
+            site = getattr(attn, name, None)
+            if isinstance(site, nn.Module):
+                n_in = getattr(site, "in_features", width)
+                if n_in != width:
+                    raise PosymError(f"{self.family}: {type(attn).__name__}.{name} takes {n_in} features, not "
+                                     f"{self.n_heads} heads x {self.head_dim}; cannot split it by head")
+                return site
+        raise PosymError(f"{self.family}: cannot find the output projection of layer {layer}'s attention "
+                         f"({type(attn).__name__} has none of {', '.join(_OUT_SITES)})")
 
     def sliding_window(self, layer: int) -> int | None:
         attn = self.attention_module(layer)

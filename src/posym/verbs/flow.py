@@ -1,4 +1,5 @@
-"""``posym flow``: attention flow of single prompts with the hop chain highlighted (Paper A Fig. 3 left)."""
+"""``posym flow``: attention flow of single prompts with the hop chain highlighted (Paper A Fig. 3 left),
+for a run, an HF Trainer output_dir or a model folder of any family posym reads (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -29,14 +30,14 @@ def flow(run: str | os.PathLike, *, examples: Sequence[int] | None = None, hops:
     ``out`` (default: the run directory).
     """
     from posym.report.flow_figures import plot_flow
-    from posym.runs.resolve import resolve_checkpoint, resolve_task
+    from posym.runs.resolve import check_model_folder
     from posym.tasks import make_split
 
     if (examples is None) == (hops is None):
         raise PosymError("give either examples or hops")
     run = Path(run)
     out_dir = Path(out) if out is not None else run
-    task = resolve_task(run, resolve_checkpoint(run, step), task)
+    _, task = check_model_folder(run, task, step)  # folder, task, family and vocabulary: before any work
     chosen: dict[str, int] = {}
     if hops is not None:
         batch = make_split(task, split, seed=seed, n=256)
