@@ -29,6 +29,7 @@ import torch
 from transformers import GPTJForCausalLM
 
 from posym.errors import PosymError
+from posym.model.adapters import get_adapter
 from posym.tasks.dataset import SPLIT_SIZES, TaskBatch, make_split
 from posym.train.evaluate import MAX_HOPS, accuracy_table, predict
 
@@ -38,8 +39,29 @@ ABLATION_COLUMNS = ["mode", "layer", "head", "acc"] + [f"acc_hop{h}" for h in ra
 
 
 def _geometry(model: GPTJForCausalLM) -> tuple[int, int, int]:
-    cfg = model.config
-    return int(cfg.n_layer), int(cfg.n_head), int(cfg.n_embd) // int(cfg.n_head)
+    """(layers, heads, head dim) of any family the RoPE adapter reads (GPT-J: n_layer, n_head, n_embd / n_head)."""
+    ad = get_adapter(model)
+    return int(ad.n_layers), int(ad.n_heads), int(ad.head_dim)
+
+
+#: Names of the attention output projection (its input: the heads' outputs, head ``h`` at ``h*hd:(h+1)*hd``):
+#: GPT-J's ``out_proj``, Llama / Qwen3 / Gemma-3's ``o_proj``, GPT-NeoX's ``dense`` (``posym train --arch``).
+_OUT_PROJ_NAMES = ("out_proj", "o_proj", "dense")
+
+
+def _out_projs(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Every layer's attention output projection (GPT-J: ``transformer.h[l].attn.out_proj``)."""
+    ad = get_adapter(model)
+    projs = []
+    for layer in range(ad.n_layers):
+        attn = ad.attention_module(layer)
+        proj = next((getattr(attn, n) for n in _OUT_PROJ_NAMES if isinstance(getattr(attn, n, None), torch.nn.Module)),
+                    None)
+        if proj is None:
+            raise PosymError(f"cannot ablate heads of a {ad.family} model: layer {layer}'s attention has none of "
+                             f"{', '.join(_OUT_PROJ_NAMES)}")
+        projs.append(proj)
+    return projs
 
 
 def _check_modes(modes: str | Sequence[str]) -> tuple[str, ...]:
@@ -71,7 +93,8 @@ def head_output_means(model: GPTJForCausalLM, input_ids, batch_size: int = 512) 
     """
     ids = _ids(input_ids)
     device = next(model.parameters()).device
-    L = len(model.transformer.h)
+    projs = _out_projs(model)
+    L = len(projs)
     sums: list[torch.Tensor | None] = [None] * L
     handles = []
 
@@ -84,8 +107,8 @@ def head_output_means(model: GPTJForCausalLM, input_ids, batch_size: int = 512) 
     was_training = model.training
     model.eval()
     try:
-        for i, block in enumerate(model.transformer.h):
-            handles.append(block.attn.out_proj.register_forward_pre_hook(capture(i)))
+        for i, proj in enumerate(projs):
+            handles.append(proj.register_forward_pre_hook(capture(i)))
         for start in range(0, len(ids), batch_size):
             model(input_ids=torch.as_tensor(ids[start:start + batch_size], device=device))
     finally:
@@ -131,9 +154,10 @@ def ablated(model: GPTJForCausalLM, heads: Iterable[tuple[int, int]], mode: str 
         return hook
 
     handles = []
+    projs = _out_projs(model)
     try:
         for layer, hs in by_layer.items():
-            handles.append(model.transformer.h[layer].attn.out_proj.register_forward_pre_hook(make_hook(layer, hs)))
+            handles.append(projs[layer].register_forward_pre_hook(make_hook(layer, hs)))
         yield model
     finally:
         for h in handles:

@@ -57,7 +57,7 @@ def attention_weights(model: GPTJForCausalLM, input_ids) -> torch.Tensor:
     finally:
         model.train(was_training)
     att = getattr(out, "attentions", None)
-    n_layer = model.config.n_layer
+    n_layer = getattr(model.config, "n_layer", None) or model.config.num_hidden_layers  # GPT-J or another family
     if att is None or len(att) != n_layer or any(a is None for a in att):
         impl = getattr(model.config, "_attn_implementation", None)
         raise PosymError(f"the model returned no attention weights (attention implementation {impl!r}); "
