@@ -154,6 +154,16 @@ def pe_type(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def arch_type(text: str) -> str:
+    """An ``--arch`` value (:data:`posym.model.arch.ARCHS`); one-line error listing them otherwise."""
+    from posym.model.arch import check_arch
+
+    try:
+        return check_arch(text.strip().lower())
+    except PosymError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 STEP_HELP = ("checkpoint of a run or HF Trainer output_dir: a step, 'last' or 'best' (default: the model the run "
              "stands for; an output_dir's saved model, else its newest checkpoint-N/)")
 #: What every analysis verb takes (posym.runs.resolve.resolve_model; docs/models.md).
@@ -227,12 +237,12 @@ def _cmd_train(a):
                       checkpoint_extra_every=a.checkpoint_extra_every, model_overrides=overrides or None,
                       track_heads=a.track_heads, track_prompts=a.track_prompts, precision=a.precision,
                       compile=a.compile, batch_size=a.batch_size, epochs=a.epochs, final_model=a.final_model,
-                      distractors=a.distractors, log=tuple(a.log) if a.log else None, pe=a.pe)
+                      distractors=a.distractors, log=tuple(a.log) if a.log else None, pe=a.pe, arch=a.arch)
     if a.resume and not a.force:  # with --force: only the error
         given = [f"--{name.replace('_', '-')} {_shown(value)}".rstrip() for name, value in (
             ("set", a.set), ("steps", a.steps), ("precision", a.precision), ("compile", a.compile),
             ("batch_size", a.batch_size), ("epochs", a.epochs), ("final_model", a.final_model),
-            ("distractors", a.distractors), ("log", a.log), ("pe", a.pe)) if value is not None]
+            ("distractors", a.distractors), ("log", a.log), ("pe", a.pe), ("arch", a.arch)) if value is not None]
         if given:
             print("posym: note: --resume continues with the run's stored configuration; ignored: "
                   + ", ".join(given), file=sys.stderr)
@@ -458,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
             _force(d)
         d.set_defaults(func=fn)
 
-    t = sub.add_parser("train", help="train GPT-J on a task (SPEC §2)")
+    t = sub.add_parser("train", help="train GPT-J (or --arch: Llama, Qwen3, Gemma-3, GPT-NeoX) on a task (SPEC §2)")
     t.add_argument("--task", required=True, choices=TASK_CHOICES)
     t.add_argument("--preset", default="quick", choices=["quick", "paper", "authors"],
                    help="quick (minutes on a CPU), paper (SPEC §2) or authors (paper + batch 192 + best checkpoint)")
@@ -473,7 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep a checkpoint every N steps (default 250)")
     t.add_argument("--checkpoint-extra-every", type=positive_int, default=None, help="additional denser checkpoints")
     t.add_argument("--set", action="append", type=key_value, metavar="KEY=VALUE",
-                   help="override a GPTJConfig field (repeatable)")
+                   help="override a GPTJConfig field (repeatable; another --arch maps n_layer, n_head, n_embd, "
+                        "n_inner, rotary_dim, n_positions, the dropouts, layer_norm_epsilon, initializer_range)")
     t.add_argument("--track-heads", action=argparse.BooleanOptionalAction, default=None,
                    help="score every head at each evaluation step into scores.csv (default: on)")
     t.add_argument("--track-prompts", type=positive_int, default=None,
@@ -499,6 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--pe", type=pe_type, default=None, metavar="PE",
                    help="positional encoding (docs/spec.md §2.1): rope (default), nope, p-rope:F, rope-base:THETA, "
                         "randomized:L, ssmax")
+    t.add_argument("--arch", type=arch_type, default=None, metavar="ARCH",
+                   help="model family at the preset's shape (docs/models.md): gptj (default, the paper's), llama, "
+                        "qwen3, gemma3, gpt-neox; --pe other than rope / rope-base is GPT-J's only")
     t.add_argument("--threads", type=threads_type, default=None, help="torch CPU threads")
     t.add_argument("--resume", action="store_true", help="continue an interrupted run")
     t.add_argument("--force", action="store_true", help="replace an existing run directory (posym runs only)")

@@ -65,6 +65,9 @@ class TrainConfig:
     # training-time positional encoding (SPEC §2.1, posym.model.pe): rope, nope, p-rope:F, rope-base:θ,
     # randomized:L, ssmax[:N]; stored canonical (ssmax gets the task's training length as N)
     pe: str = "rope"
+    # model family (posym.model.arch.ARCHS): "gptj" (the paper's model) or llama, qwen3, gemma3, gpt-neox
+    # at the preset's shape (docs/models.md); runs written before the field existed are GPT-J
+    arch: str = "gptj"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -138,7 +141,10 @@ def steps_for_epochs(epochs: float, batch_size: int) -> int:
 
 
 def make_config(task: str, preset: str = "quick", **kwargs: Any) -> TrainConfig:
-    """Resolve a TrainConfig from a preset and explicit keyword overrides (None values ignored)."""
+    """Resolve a TrainConfig from a preset and explicit keyword overrides (None values ignored), SPEC §2.
+
+    ``arch`` picks the model family (:data:`posym.model.arch.ARCHS`, default ``"gptj"``); a ``pe`` or a
+    ``model_overrides`` key the family cannot take is a one-line PosymError here, before any work."""
     if task not in TASKS:
         raise PosymError(f"unknown task {task!r}; choose one of {list(TASKS)}")
     if preset not in PRESET_TRAINING:
@@ -180,13 +186,18 @@ def make_config(task: str, preset: str = "quick", **kwargs: Any) -> TrainConfig:
         raise PosymError(f"unknown distractor rule {cfg.distractors!r}; choose one of {list(DISTRACTOR_RULES)}")
     if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or not 0 <= cfg.seed < MAX_SEED:
         raise PosymError(f"seed must be an integer in [0, 2**62), got {cfg.seed!r}")
-    from posym.model.gptj import model_config
+    from posym.model.arch import arch_config, check_arch, check_arch_pe
     from posym.model.pe import complete_pe
     from posym.tasks import get_vocab
 
+    check_arch(cfg.arch)
+    check_arch_pe(cfg.arch, cfg.pe)  # a --pe the family cannot train exactly: refused before anything else
     cfg = replace(cfg, pe=complete_pe(cfg.pe, train_seq_len(task)).name)
+    if not isinstance(cfg.model_overrides, dict):
+        raise PosymError(f"model_overrides must be a JSON object of model fields, got {cfg.model_overrides!r}")
     check_model_overrides(task, cfg.model_overrides)
-    model_config(preset, get_vocab(task).size, pe=cfg.pe, **cfg.model_overrides)  # validates the overrides early
+    # validates the overrides early (for another arch: only the GPT-J fields it maps, SPEC §2)
+    arch_config(cfg.arch, preset, get_vocab(task).size, pe=cfg.pe, **cfg.model_overrides)
     return cfg
 
 

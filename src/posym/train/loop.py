@@ -1,7 +1,8 @@
 """The training loop (SPEC §2): AdamW + linear warmup/decay, last-token loss, resumable.
 
 Plain PyTorch over HF ``GPTJForCausalLM`` parameters, with the fast last-token forward of
-``posym.model.fast``. Resume is exact: model, optimizer, scheduler, RNG state and running-loss
+``posym.model.fast`` (``--arch`` llama / qwen3 / gemma3 / gpt-neox: that family's HF model and its
+plain forward, :mod:`posym.model.arch`). Resume is exact: model, optimizer, scheduler, RNG state and running-loss
 accumulators are checkpointed, and the data order is a pure function of (order seed, step).
 """
 
@@ -13,6 +14,7 @@ import inspect
 import json
 import os
 import platform
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -29,8 +31,9 @@ import posym
 from posym.checks import MODEL_TASK_ATTR
 from posym.errors import PosymError
 from posym.runs.lock import DirLock
-from posym.model.fast import last_token_logits
-from posym.model.gptj import build_model, model_config
+from posym.model.arch import arch_config, build_arch_model
+from posym.model.causal_lm import load_causal_lm
+from posym.model.fast import has_fast_path, last_token_logits
 from posym.model.pe import parse_pe, random_positions
 from posym.tasks import get_vocab, make_split
 from posym.runs import layout
@@ -66,13 +69,19 @@ class RunResult:
         return f"test accuracy {t['acc']:.4f} ({hops}); run in {self.run_dir}"
 
 
+#: HF Trainer's ``get_decay_parameter_names`` name patterns of norm weights (RMSNorm, QK-norm: the
+#: families of ``--arch``); GPT-J's LayerNorms are caught by type, and none of its names match.
+_NORM_NAMES = re.compile(r"layernorm|rmsnorm|(?:^|\.)norm(?:$|\.)|_norm(?:$|\.)")
+
+
 def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """HF Trainer grouping: no weight decay on biases and LayerNorm weights."""
+    """HF Trainer grouping: no weight decay on biases, LayerNorm weights and (by name) other norms' weights."""
     no_decay = {n for n, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm)}
     decay, other = [], []
     for name, p in model.named_parameters():
         owner = name.rsplit(".", 1)[0]
-        (other if name.endswith("bias") or owner in no_decay else decay).append(p)
+        skip = name.endswith("bias") or owner in no_decay or _NORM_NAMES.search(name.lower()) is not None
+        (other if skip else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": other, "weight_decay": 0.0}]
 
 
@@ -306,8 +315,20 @@ def _load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.
 
 
 def _load_weights(path: Path, model: torch.nn.Module, device: str) -> None:
-    """Load a checkpoint's weights into ``model`` (strict up to the constant rotary/causal buffers)."""
+    """Load a checkpoint's weights into ``model`` (strict up to the constant rotary/causal buffers).
+
+    Another ``--arch`` family loads through transformers (:func:`posym.model.causal_lm.load_causal_lm`,
+    strict), which knows the family's checkpoint names (GPT-NeoX saves ``lm_head`` as ``embed_out``),
+    and its every tensor is copied into ``model`` (strict)."""
     from safetensors.torch import load_file
+
+    if not has_fast_path(model):
+        loaded = load_causal_lm(path, device)
+        try:
+            model.load_state_dict(loaded.state_dict(), strict=True)
+        except RuntimeError as exc:
+            raise PosymError(f"checkpoint {path} does not match the run's model config") from exc
+        return
 
     try:
         weights = load_file(str(path / layout.WEIGHTS), device=str(device))
@@ -390,7 +411,8 @@ def _rng_states(device: str) -> dict[str, Any]:
 def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, force: bool = False,
           device: str = "cpu", threads: int | None = None, progress: bool = True,
           callbacks: Sequence[EvalCallback] = ()) -> RunResult:
-    """Train a GPT-J on a task (SPEC §2) into run directory ``out``; returns the final test metrics.
+    """Train a GPT-J (or ``config.arch``'s family) on a task (SPEC §2) into run directory ``out``; returns
+    the final test metrics.
 
     ``resume`` continues from the newest checkpoint carrying a trainer state (using the run's stored
     config); ``force`` replaces an existing run directory (only a whole run: :func:`_replace_run`).
@@ -491,9 +513,9 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
     if config.batch_size < world:
         raise PosymError(f"batch size {config.batch_size} cannot be split over {world} processes")
     vocab = get_vocab(config.task)
-    mcfg = model_config(config.preset, vocab.size, pe=config.pe, **config.model_overrides)
+    mcfg = arch_config(config.arch, config.preset, vocab.size, pe=config.pe, **config.model_overrides)
     variant = parse_pe(config.pe)
-    model = build_model(mcfg, seed=config.seed).to(device)
+    model = build_arch_model(mcfg, seed=config.seed).to(device)
     setattr(model.config, MODEL_TASK_ATTR, config.task)  # every checkpoint's config.json names its task
     meta = {"task": config.task, "preset": config.preset, "config": config.to_dict(), "versions": _versions()}
     if world > 1:

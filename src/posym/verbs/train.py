@@ -1,4 +1,5 @@
-"""``posym train``: a GPT-J on one task (SPEC §2) with head tracking (Paper A Fig. 2) composed in."""
+"""``posym train``: a GPT-J (or ``--arch``: another family, docs/models.md) on one task (SPEC §2) with head
+tracking (Paper A Fig. 2) composed in."""
 
 from __future__ import annotations
 
