@@ -273,15 +273,16 @@ def test_sigkill_then_resume_gives_identical_run(tmp_path, arch):
 def test_ablation_and_flow_read_every_family(arch):
     """The reproduction's ablate and flow stages on a trained family: zero-ablating a head equals
     zeroing its columns of the attention output projection (o_proj / GPT-NeoX's dense)."""
-    from posym.heads.ablate import _out_projs, ablated
+    from posym.heads.ablate import ablated
     from posym.heads.flow import attention_flow
+    from posym.model.adapters import get_adapter
 
     model = build_arch_model(arch_config(arch, "quick", 137, **_shape(arch)), seed=2).eval()
     x = torch.randint(1, 137, (4, 17), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         with ablated(model, [(1, 1)], "zero"):
             hooked = model(input_ids=x).logits
-        proj = _out_projs(model)[1]
+        proj = get_adapter(model).head_output_site(1)
         assert proj.weight.shape[1] == 2 * 16
         proj.weight[:, 16:] = 0
         zeroed = model(input_ids=x).logits
