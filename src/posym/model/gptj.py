@@ -212,8 +212,8 @@ def load_model(directory: str | os.PathLike, device: str | torch.device = "cpu")
     directory = Path(directory)
     model_type = checkpoint_model_type(directory)
     if model_type not in (None, "gptj", pe_mod.POSYM_MODEL_TYPE):
-        raise PosymError(f"{directory} holds a {model_type!r} model; this verb needs a GPT-J checkpoint "
-                         "(posym's trained models)")
+        raise PosymError(f"{directory} holds a {model_type!r} model, not a GPT-J; load it with "
+                         "posym.model.load_causal_lm (every family posym reads)")
     if model_type != pe_mod.POSYM_MODEL_TYPE:
         return apply_pe(load_pretrained(GPTJForCausalLM, directory, device))
     return _load_posym_only(directory, device)

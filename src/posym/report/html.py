@@ -26,7 +26,7 @@ import pandas as pd
 from posym.errors import PosymError
 from posym.heads.reading import HOW_TO_READ
 from posym.report import paper
-from posym.report.aggregate import PAPER_DISCREPANCY, PAPER_HEADS, aggregate, paper_vs_posym, seeds_text
+from posym.report.aggregate import PAPER_DISCREPANCY, PAPER_HEADS, aggregate, paper_vs_posym, run_arch, seeds_text
 from posym.report.verdict import (NOT_REPRODUCED, REPRODUCED, TOLERANCES_TEXT, VIOLATES_BOUND, WITHIN_BOUND,
                                   verdict_lines)
 from posym.runs import layout
@@ -667,6 +667,11 @@ def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = No
         notes.append(_note("No finished training run in this directory yet.", "missing"))
     if meta.get("llm_note") and not (out / layout.LLM / layout.LLM_TABLE).is_file():
         notes.append(_note(meta["llm_note"]))
+    archs = sorted({run_arch(r) for v in runs.values() for r in v.values()})
+    if archs and archs != ["gptj"]:
+        notes.append(_note(f"Architecture: {', '.join(archs)} (posym train --arch; Paper A trains GPT-J): the preset's "
+                           "shape in that family, whose own design (norms, MLP, QK-norm, residual layout) differs "
+                           "from GPT-J's — docs/models.md, “Training other families”."))
     if preset == "quick":
         notes.append(_note("Quick preset: 8-layer models, 1,500 steps at learning rate 1e-3 (Paper A: 12 layers, "
                            "6,750 steps at 1e-4), smaller analysis sets — the shapes are comparable with Paper A, "
@@ -680,7 +685,7 @@ def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = No
     body = [
         f"<h1>{_e(title)}</h1>",
         f'<p class="sub">Urrutia et al. 2026, “Positional versus Symbolic Attention Heads” (arXiv 2605.31558). '
-        f"Preset <b>{_e(preset)}</b>; tasks {_e(', '.join(runs) or '—')}; seeds {_e(', '.join(map(str, seeds)) or '—')} "
+        f"Preset <b>{_e(preset)}</b>; architecture <b>{_e(', '.join(archs) or 'gptj')}</b>; tasks {_e(', '.join(runs) or '—')}; seeds {_e(', '.join(map(str, seeds)) or '—')} "
         f"(each the init, data and order seed of a run); device {_e(meta.get('device', '?'))}. "
         f"Written {_e(datetime.now(timezone.utc).astimezone().isoformat(timespec='seconds'))}.</p>",
         _verdict(t), *notes, nav,
