@@ -91,8 +91,12 @@ def test_flow_errors(model, prompt):
     with pytest.raises(PosymError):
         attention_flow(model, prompt, min_weight=2.0)
 
-    sdpa = tiny_model("number", n_layer=2, n_head=2)
-    sdpa.set_attn_implementation("sdpa")  # returns no attention weights
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=137, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                      max_position_embeddings=64, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    cfg._attn_implementation = "sdpa"  # built with SDPA (every transformers version): returns no attention weights
+    sdpa = LlamaForCausalLM(cfg).eval()
     with pytest.raises(PosymError, match="attention"):
         attention_flow(sdpa, prompt)
 
