@@ -88,9 +88,12 @@ def test_every_analysis_verb_on_a_trainer_output_dir(output_dir, tmp_path, capsy
     best = json.loads((out / "checkpoint-20" / layout.HF_TRAINER_STATE).read_text())["best_model_checkpoint"]
     res = json.loads((derived / layout.RESULTS).read_text())
     assert res["final_step"] == int(best.rsplit("-", 1)[1]) and 0 <= res["test"]["acc"] <= 1
-    assert main(["dynamics", str(derived)]) == 0
-    assert main(["lengthgen", str(derived), *grid, "--n", "16"]) == 0
-    assert main(["freqs", str(derived), "--n", "8", "--no-scores"]) == 0
+    # the per-run stages of reproduce find it trained (its train stage: "already trained") and analyse it
+    assert main(["reproduce", "--preset", "quick", "--no-llm", "--tasks", "number", "--seeds", "1", "--quiet",
+                 "--stages", "train,dynamics,flow,ablate,freqs,lengthgen", "--set", "lengthgen_grid=0,20",
+                 "--set", "lengthgen_n=16", "--set", "ablation_n=32", "--set", "freqs_n=8", "--out", str(repro)]) == 0
+    for name in (layout.LENGTHGEN, layout.ABLATION, layout.FREQ_TABLE):
+        assert (derived / name).is_file(), name
     assert main(["pe-study", f"rope={repro}", "--out", str(tmp_path / "pe")]) == 0
     assert (tmp_path / "pe" / layout.PE_STUDY).is_file()
     assert main(["report", str(repro)]) == 0
