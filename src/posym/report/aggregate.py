@@ -191,7 +191,8 @@ def check_runs_alike(runs: dict[str, dict[int, Path]]) -> None:
         first = None
         for d in seeds.values():
             cfg = _run_config(d)
-            ident = {"arch": run_arch(d), "pe": run_pe(d, strict=False), "model_overrides": json.dumps(cfg.get("model_overrides") or {}, sort_keys=True)}
+            ident = {"arch": run_arch(d), "pe": run_pe(d, strict=False),
+                     "model_overrides": json.dumps(cfg.get("model_overrides") or {}, sort_keys=True)}
             if first is None:
                 first = (d, ident)
                 continue

@@ -685,7 +685,8 @@ def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = No
     body = [
         f"<h1>{_e(title)}</h1>",
         f'<p class="sub">Urrutia et al. 2026, “Positional versus Symbolic Attention Heads” (arXiv 2605.31558). '
-        f"Preset <b>{_e(preset)}</b>; architecture <b>{_e(', '.join(archs) or 'gptj')}</b>; tasks {_e(', '.join(runs) or '—')}; seeds {_e(', '.join(map(str, seeds)) or '—')} "
+        f"Preset <b>{_e(preset)}</b>; architecture <b>{_e(', '.join(archs) or 'gptj')}</b>; "
+        f"tasks {_e(', '.join(runs) or '—')}; seeds {_e(', '.join(map(str, seeds)) or '—')} "
         f"(each the init, data and order seed of a run); device {_e(meta.get('device', '?'))}. "
         f"Written {_e(datetime.now(timezone.utc).astimezone().isoformat(timespec='seconds'))}.</p>",
         _verdict(t), *notes, nav,

@@ -425,6 +425,7 @@ def plot_pure_count_curves(curves: pd.DataFrame, labels: Mapping[str, str] | Non
 
 
 __all__ = ["BASELINE_PE", "COLUMNS", "GAMMA", "GOAL_ACCURACY", "GOAL_FACTOR", "Q_DOMINANT", "Q_DOMINANT_POSITIONAL",
-           "Q_INTERVENTION", "Q_REACH", "Q_SEEDS", "Q_TEST", "Q_UNROTATED", "check_variants", "dominant_ids", "dominant_text", "fig5b_curves", "goal_line",
+           "Q_INTERVENTION", "Q_REACH", "Q_SEEDS", "Q_TEST", "Q_UNROTATED", "check_variants", "dominant_ids",
+           "dominant_text", "fig5b_curves", "goal_line",
            "plot_pure_count_curves", "pure_count_curves", "q_accuracy", "q_milestone", "q_pure", "seed_reaches",
            "study_markdown", "study_rows", "study_table", "unrotated_share", "variant_pe", "variant_rows"]

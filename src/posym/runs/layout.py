@@ -482,7 +482,8 @@ def stage_table(out: str | os.PathLike) -> list[dict]:
 
 __all__ = [n for n in dir() if n.isupper() or n in (
     "accuracy_figure", "aggregate_table", "best_checkpoint", "best_dir", "figure", "fig2", "find_runs", "flow_name",
-    "checkpoint_series", "enclosing_run", "hf_checkpoint_step", "hf_checkpoints", "is_checkpoint", "is_run_dir", "llm_dir", "llm_model_dirs", "llm_model_slug",
+    "checkpoint_series", "enclosing_run", "hf_checkpoint_step", "hf_checkpoints",
+    "is_checkpoint", "is_run_dir", "llm_dir", "llm_model_dirs", "llm_model_slug",
     "list_checkpoints", "marker_path", "png", "pure_counts", "purity", "qk_geometry", "read_json", "read_marker",
     "read_meta", "run_dir", "safe_name", "slurm_log", "slurm_script", "stage_table", "staging_dir", "step_dir",
     "step_of_name", "summary_path", "write_json_atomic",

@@ -209,4 +209,5 @@ def resolve_model(run_or_model_dir: str | os.PathLike, task: str | None = None, 
     return ResolvedModel(model=model, task=task, step=_checkpoint_step(ckpt), path=ckpt)
 
 
-__all__ = ["ResolvedModel", "StepChoice", "check_model_folder", "folder_task", "model_architecture", "show_architecture", "resolve_checkpoint", "resolve_model", "resolve_task", "run_final_model"]
+__all__ = ["ResolvedModel", "StepChoice", "check_model_folder", "folder_task", "model_architecture", "resolve_checkpoint",
+           "resolve_model", "resolve_task", "run_final_model", "show_architecture"]
