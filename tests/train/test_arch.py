@@ -5,10 +5,6 @@ take (a --pe, an override) is a one-line PosymError before any work."""
 
 import json
 import math
-import signal
-import subprocess
-import sys
-import time
 
 import pandas as pd
 import pytest
@@ -26,7 +22,7 @@ from posym.train import make_config
 from posym.train.config import TrainConfig
 from posym.train.loop import _param_groups
 from posym.verbs.train import train
-from train_helpers import Interrupt, interrupt_at
+from train_helpers import Interrupt, interrupt_at, kill_then_resume
 
 torch.set_num_threads(1)
 OTHERS = [a for a in ARCHS if a != "gptj"]
@@ -242,25 +238,8 @@ def test_sigkill_then_resume_gives_identical_run(tmp_path, arch):
     """As tests/train/test_resume.py for GPT-J: a run killed with SIGKILL mid-way and resumed writes
     the same metrics, head scores and final weights as an uninterrupted one (max |Δ| = 0)."""
     script = KILL_SCRIPT.format(shape=_shape(arch), tiny=KILL_TINY)
-
-    def start(out, resume=False):
-        args = [sys.executable, "-c", script, str(out), arch] + (["resume"] if resume else [])
-        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-    full = start(tmp_path / "full")
-    assert full.wait(timeout=300) == 0, full.stderr.read().decode()
-    victim = start(tmp_path / "killed")
-    deadline = time.time() + 300
-    while time.time() < deadline:  # kill once a mid-run checkpoint with trainer state exists
-        ck = tmp_path / "killed/checkpoints"
-        if ck.is_dir() and any((p / "trainer_state.pt").exists() for p in ck.glob("step-00006*")):
-            break
-        time.sleep(0.01)
-    victim.send_signal(signal.SIGKILL)
-    assert victim.wait() == -signal.SIGKILL
-    assert not (tmp_path / "killed/results.json").exists()  # really killed mid-way
-    resumed = start(tmp_path / "killed", resume=True)
-    assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()
+    kill_then_resume(tmp_path, lambda out, resume: [script, str(out), arch] + (["resume"] if resume else []),
+                     "step-00006*")
     pd.testing.assert_frame_equal(_metrics(tmp_path / "full"), _metrics(tmp_path / "killed"), rtol=0, atol=0)
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "full/scores.csv"),
                                   pd.read_csv(tmp_path / "killed/scores.csv"), rtol=0, atol=0)

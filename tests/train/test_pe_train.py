@@ -145,29 +145,10 @@ train(make_config("number", "quick", **{tiny!r}), sys.argv[1], resume=len(sys.ar
 def test_randomized_sigkill_then_resume_gives_identical_metrics(tmp_path):
     """As tests/train/test_resume.py for RoPE: a randomized-positions run killed with SIGKILL mid-way
     and resumed writes the same metrics and head scores as an uninterrupted one."""
-    import signal
-    import subprocess
-    import sys
-    import time
+    from train_helpers import kill_then_resume
 
-    def start(out, resume=False):
-        args = [sys.executable, "-c", KILL_SCRIPT.format(tiny=KILL_TINY), str(out)] + (["resume"] if resume else [])
-        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-    full = start(tmp_path / "full")
-    assert full.wait(timeout=300) == 0, full.stderr.read().decode()
-    victim = start(tmp_path / "killed")
-    deadline = time.time() + 300
-    while time.time() < deadline:  # kill once a mid-run checkpoint with trainer state exists
-        ck = tmp_path / "killed/checkpoints"
-        if ck.is_dir() and any((p / "trainer_state.pt").exists() for p in ck.glob("step-0000[6-9]*")):
-            break
-        time.sleep(0.01)
-    victim.send_signal(signal.SIGKILL)
-    assert victim.wait() == -signal.SIGKILL
-    assert not (tmp_path / "killed/results.json").exists()  # really killed mid-way
-    resumed = start(tmp_path / "killed", resume=True)
-    assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()
+    kill_then_resume(tmp_path, lambda out, resume: [KILL_SCRIPT.format(tiny=KILL_TINY), str(out)]
+                     + (["resume"] if resume else []), "step-0000[6-9]*")
     pd.testing.assert_frame_equal(_metrics(tmp_path / "full"), _metrics(tmp_path / "killed"), rtol=0, atol=1e-6)
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "full/scores.csv"), pd.read_csv(tmp_path / "killed/scores.csv"),
                                   rtol=0, atol=1e-6)
