@@ -152,7 +152,7 @@ def test_bad_input_is_refused_before_any_work(runs, tmp_path, kw, msg):
 
 @pytest.mark.integration
 def test_not_a_run_and_the_same_model_twice(runs, tmp_path):
-    with pytest.raises(PosymError, match="not a posym training run"):
+    with pytest.raises(PosymError, match="neither a posym run directory, an HF Trainer output_dir"):
         interventions([tmp_path], tmp_path / "s", progress=False)
     with pytest.raises(PosymError, match="both number-s0"):
         interventions([runs / "number", runs / "number"], tmp_path / "s", progress=False)
