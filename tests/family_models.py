@@ -101,11 +101,12 @@ NOPE = {"cohere2": [3], "smollm3": [2], "exaone4": [3], "exaone_moe": [3], "cohe
 PER_LAYER_ROPE = {"gemma3_text", "olmo3", "mellum"}
 
 
-def build_family(name: str, vocab_size: int = 128, seed: int = 0, std: float = 0.3) -> torch.nn.Module:
+def build_family(name: str, vocab_size: int = 128, seed: int = 0, std: float = 0.3, **overrides) -> torch.nn.Module:
     """The tiny random eager model of family ``name`` (:data:`FAMILY_CONFIGS`) in eval mode; q/k
     projections re-drawn with ``std`` so attention is far from uniform. Skips the calling test when
-    the installed transformers lacks the family."""
+    the installed transformers lacks the family. ``overrides``: config fields set on top."""
     model_type, extra = FAMILY_CONFIGS[name]
+    extra = {**extra, **overrides}
     if model_type not in CONFIG_MAPPING:  # e.g. a family newer than the installed transformers
         pytest.skip(f"transformers {transformers.__version__} has no {model_type!r}")
     kw = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=4,

@@ -28,7 +28,9 @@ def _llama():
 
 #: GPT-J and Llama (hooks on q_proj/k_proj), Qwen3 and Gemma-3 (on the q/k norms' outputs).
 MODELS = {"gptj": _gptj, "llama": _llama, **{f: (lambda f=f: build_family(f, vocab_size=31).eval())
-                                            for f in ("qwen3", "gemma3_text")}}
+                                            for f in ("qwen3", "gemma3_text")},
+          # GPT-NeoX: one fused per-head q|k|v projection, half its head rotated (4 pairs)
+          "gpt_neox": lambda: build_family("gpt_neox", vocab_size=31, rotary_pct=0.5).eval()}
 
 
 def _ids(T=12, B=3):

@@ -26,7 +26,9 @@ _gptj = tiny_gptj
 
 #: GPT-J (rotary table), Llama and Qwen3 (one rotary), Gemma-3 (one rotary called per layer type).
 MODELS = {"gptj": _gptj, **{f: (lambda f=f: build_family(f, vocab_size=31).eval())
-                            for f in ("llama", "qwen3", "gemma3_text")}}
+                            for f in ("llama", "qwen3", "gemma3_text")},
+          # GPT-NeoX: one fused per-head q|k|v projection, half its head rotated (4 pairs)
+          "gpt_neox": lambda: build_family("gpt_neox", vocab_size=31, rotary_pct=0.5).eval()}
 
 
 

@@ -30,7 +30,9 @@ def _gptj():
 #: GPT-J and Llama (hooks on q_proj), Qwen3 and Gemma-3 (q/k norms: hooks on the q norm's output;
 #: Gemma-3's norm output is [B, H, T, hd], Qwen3's [B, T, H, hd]).
 MODELS = {"gptj": _gptj, **{f: (lambda f=f: build_family(f, vocab_size=31).eval())
-                            for f in ("llama", "qwen3", "gemma3_text")}}
+                            for f in ("llama", "qwen3", "gemma3_text")},
+          # GPT-NeoX: one fused per-head q|k|v projection, half its head rotated (4 pairs)
+          "gpt_neox": lambda: build_family("gpt_neox", vocab_size=31, rotary_pct=0.5).eval()}
 
 
 def _ids(T=12, B=3, seed=1):

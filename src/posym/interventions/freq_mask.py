@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from posym.errors import PosymError
-from posym.interventions.sites import linear_sites, prepend_hook, scale_dims, with_full_forward
+from posym.interventions.sites import hook_qk, linear_sites, scale_dims, with_full_forward
 from posym.model.rope import expand_pairs
 
 
@@ -49,10 +49,11 @@ def _head_mask(keep: tuple[int, ...], head_dim: int, rotary_dim: int, convention
     return head
 
 
-def _mask_hook(mask: Tensor, n_heads: int):
-    def hook(module: nn.Module, args, out: Tensor) -> Tensor:
+def _mask(mask: Tensor):
+    """``q_fn`` / ``k_fn`` of :func:`~posym.interventions.sites.hook_qk`: each head's dims times ``mask``."""
+    def apply(out: Tensor, n_heads: int, heads_first: bool) -> Tensor:
         return scale_dims(out, mask, n_heads)
-    return hook
+    return apply
 
 
 @with_full_forward
@@ -64,13 +65,9 @@ def freq_mask(model: nn.Module, keep: Iterable[int], *, layers: Sequence[int] | 
     keep = check_keep(keep, ad.rotary_dim // 2)
     chosen = [layer for layer, *_ in sites]
     mask = _head_mask(keep, ad.head_dim, ad.rotary_dim, ad.pair_convention)
-    hooks = []
-    for _, q, k, _ in sites:
-        hooks += [(q, _mask_hook(mask, ad.n_heads)), (k, _mask_hook(mask, ad.n_kv_heads))]
     handles = []
     try:
-        for module, hook in hooks:
-            handles.append(prepend_hook(module, hook))
+        handles = hook_qk(ad, sites, _mask(mask), _mask(mask))
         yield FreqMask(keep, None if layers is None else tuple(chosen))
     finally:
         for h in handles:

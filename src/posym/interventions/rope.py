@@ -31,7 +31,7 @@ from posym.model.pe import GPTJ_BASE, MAX_ROPE_BASE, MIN_ROPE_BASE, config_pe, g
 
 #: model_type values whose RoPE base and positions this module can change (default RoPE: one base for
 #: all layers, or one per layer type).
-ROPE_FAMILIES: tuple[str, ...] = ("gptj", "llama", "mistral", "qwen2", "qwen3", "gemma3_text")
+ROPE_FAMILIES: tuple[str, ...] = ("gptj", "llama", "mistral", "qwen2", "qwen3", "gemma3_text", "gpt_neox")
 
 
 @dataclass(frozen=True)

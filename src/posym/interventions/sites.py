@@ -6,8 +6,12 @@ the score engine (:mod:`posym.heads.scores`) captures the changed q/k: the fast 
 paths see the same change. The intervention's hooks are prepended, so they run before any capture hook
 on the same module, whenever that one was registered.
 
-Exact only where nothing non-linear follows the site (no logit soft-capping, no q clipping, no
-fused projection): :data:`LINEAR_QK_FAMILIES`, and a model with a soft-cap is refused whatever its family.
+GPT-NeoX's fused per-head projection (``query_key_value``: per head ``[q | k | v]``) is one site for
+both: :func:`hook_qk` changes its q and k slices in one hook, which is exact in the same way (the
+rotation acts after the projection).
+
+Exact only where nothing non-linear follows the site (no logit soft-capping, no q clipping):
+:data:`LINEAR_QK_FAMILIES`, and a model with a soft-cap is refused whatever its family.
 """
 
 from __future__ import annotations
@@ -26,14 +30,17 @@ from posym.model.fast import full_forward
 T = TypeVar("T")
 
 #: model_type values whose attention logit is linear in the q (and k) the adapter captures.
-LINEAR_QK_FAMILIES: tuple[str, ...] = ("gptj", "llama", "mistral", "qwen2", "qwen3", "gemma3_text")
+LINEAR_QK_FAMILIES: tuple[str, ...] = ("gptj", "llama", "mistral", "qwen2", "qwen3", "gemma3_text", "gpt_neox")
+#: The marker :func:`linear_sites` gives in place of ``heads_first`` for a fused per-head q|k|v site.
+PER_HEAD = "per_head"
 
 
 def linear_sites(model: nn.Module, layers: Sequence[int] | None,
                  name: str) -> tuple[RopeAdapter, list[tuple[int, nn.Module, nn.Module, bool]]]:
-    """The adapter and ``(layer, q module, k module, heads_first)`` of ``layers`` (None = all); a
-    one-line PosymError (naming intervention ``name``) for a family outside :data:`LINEAR_QK_FAMILIES`,
-    a soft-capped logit or a layer out of range."""
+    """The adapter and ``(layer, q module, k module, heads_first)`` of ``layers`` (None = all); for a
+    fused per-head q|k|v projection (GPT-NeoX) q and k are that one module and ``heads_first`` is
+    :data:`PER_HEAD` (apply hooks with :func:`hook_qk`). A one-line PosymError (naming intervention
+    ``name``) for a family outside :data:`LINEAR_QK_FAMILIES`, a soft-capped logit or a layer out of range."""
     inner = unwrap_model(model)
     mt = getattr(getattr(inner, "config", None), "model_type", None)
     if mt not in LINEAR_QK_FAMILIES:
@@ -46,10 +53,39 @@ def linear_sites(model: nn.Module, layers: Sequence[int] | None,
     out = []
     for layer in ad.check_layers(layers):
         sites = ad.qk_sites(layer)
+        if sites is None and getattr(getattr(ad, "spec", None), "qkv", None) == "per_head":
+            attn = ad.attention_module(layer)
+            sites = (attn.query_key_value, attn.query_key_value, PER_HEAD)
         if sites is None:
             raise PosymError(f"{name}: layer {layer} of {mt} has no separate q/k projections or norms")
         out.append((layer, *sites))
     return ad, out
+
+
+QKFn = Callable[[Tensor, int, bool], Tensor]
+
+
+def hook_qk(ad: RopeAdapter, sites: list, q_fn: QKFn | None, k_fn: QKFn | None) -> list:
+    """Prepend forward hooks applying ``q_fn(out, n_heads, heads_first)`` to each site's q output and
+    ``k_fn(out, n_kv_heads, heads_first)`` to its k output (None: left as is); returns the handles.
+    Separate q and k modules get a hook each; a fused per-head ``[q | k | v]`` projection
+    (:data:`PER_HEAD`) one hook that changes its q and k slices, seen as ``[B, T, H, hd]``."""
+    handles = []
+    for _, q, k, heads_first in sites:
+        if heads_first == PER_HEAD:
+            def fused(module, args, out, H=ad.n_heads, hd=ad.head_dim):
+                B, T = out.shape[:2]
+                qkv = out.reshape(B, T, H, 3, hd)
+                qs, ks, vs = qkv[..., 0, :], qkv[..., 1, :], qkv[..., 2, :]
+                qs = q_fn(qs, H, False) if q_fn is not None else qs
+                ks = k_fn(ks, H, False) if k_fn is not None else ks
+                return torch.stack((qs, ks, vs), dim=3).reshape(out.shape)
+            handles.append(prepend_hook(q, fused))
+            continue
+        for module, fn, n in ((q, q_fn, ad.n_heads), (k, k_fn, ad.n_kv_heads)):
+            if fn is not None:
+                handles.append(prepend_hook(module, lambda m, a, out, fn=fn, n=n, hf=heads_first: fn(out, n, hf)))
+    return handles
 
 
 def time_axis(out: Tensor, n: int, heads_first: bool) -> int:
@@ -79,7 +115,8 @@ def prepend_hook(module: nn.Module, hook) -> torch.utils.hooks.RemovableHandle:
     return module.register_forward_hook(hook, prepend=True)
 
 
-__all__ = ["LINEAR_QK_FAMILIES", "linear_sites", "time_axis", "scale_tokens", "scale_dims", "prepend_hook"]
+__all__ = ["LINEAR_QK_FAMILIES", "PER_HEAD", "hook_qk", "linear_sites", "time_axis", "scale_tokens", "scale_dims",
+           "prepend_hook"]
 
 
 def with_full_forward(context: Callable[..., ContextManager[T]]) -> Callable[..., ContextManager[T]]:

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from posym.errors import PosymError
-from posym.interventions.sites import LINEAR_QK_FAMILIES, linear_sites, prepend_hook, scale_tokens, time_axis, with_full_forward
+from posym.interventions.sites import LINEAR_QK_FAMILIES, hook_qk, linear_sites, scale_tokens, time_axis, with_full_forward
 
 #: model_type values whose attention logit is linear in the captured q (:mod:`posym.interventions.sites`).
 TEMPERATURE_FAMILIES: tuple[str, ...] = LINEAR_QK_FAMILIES
@@ -87,12 +87,13 @@ def temperature_scale(n: Tensor, beta: float, n_train: int, form: str = "log", f
     return s.clamp(min=1.0) if floor else s
 
 
-def _scale_hook(beta: float, n_train: int, form: str, floor: bool, n_heads: int, heads_first: bool):
-    def hook(module: nn.Module, args, out: Tensor) -> Tensor:
+def _scale_q(beta: float, n_train: int, form: str, floor: bool):
+    """``q_fn`` of :func:`~posym.interventions.sites.hook_qk`: each token's query times ``s(t + 1)``."""
+    def scale(out: Tensor, n_heads: int, heads_first: bool) -> Tensor:
         T = out.shape[time_axis(out, n_heads, heads_first)]
         s = temperature_scale(torch.arange(1, T + 1, device=out.device), beta, n_train, form, floor)
         return scale_tokens(out, s, n_heads, heads_first)
-    return hook
+    return scale
 
 
 @with_full_forward
@@ -109,8 +110,7 @@ def temperature(model: nn.Module, beta: float, *, n_train: int, layers: Sequence
     applied = Temperature(beta, n_train, form, None if layers is None else tuple(int(l) for l in layers), floor)
     handles = []
     try:
-        for _, q, _, heads_first in sites:
-            handles.append(prepend_hook(q, _scale_hook(beta, n_train, form, floor, ad.n_heads, heads_first)))
+        handles = hook_qk(ad, sites, _scale_q(beta, n_train, form, floor), None)
         yield applied
     finally:
         for h in handles:
