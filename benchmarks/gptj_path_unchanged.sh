@@ -3,7 +3,8 @@
 # model path (any family) as through the GPT-J-only path of an older posym.
 #   benchmarks/gptj_path_unchanged.sh OLD_SRC_TREE [WORK_DIR]
 # OLD_SRC_TREE: a checkout of the older posym (e.g. `git worktree add /tmp/old 04e6e27`); this checkout is
-# the new one. Trains a small GPT-J with the OLD code (3 layers, 300 steps, ≈ 1 CPU-min), runs lengthgen
+# the new one. Trains a small GPT-J with the OLD code and with this one (3 layers, 300 steps, ≈ 1 CPU-min
+# each; metrics, head scores and weights compared), runs lengthgen
 # (with two interventions), freqs, ablate, flow, theory discrepancy --run, interventions, scores and
 # select with each code, and prints max |Δ| of every CSV (timing columns left out).
 set -euo pipefail
@@ -24,5 +25,13 @@ verbs() {  # SRC OUT
 }
 [ -d "$W/run" ] || env PYTHONPATH="$OLD/src" python -m posym.cli train --task number --preset quick --steps 300 \
   --set n_layer=3 --threads 1 --quiet --out "$W/run"
+[ -d "$W/run-new" ] || env PYTHONPATH="$NEW/src" python -m posym.cli train --task number --preset quick --steps 300 \
+  --set n_layer=3 --threads 1 --quiet --out "$W/run-new"
 verbs "$OLD" "$W/old" & verbs "$NEW" "$W/new"; wait
+echo "training: the old code's run vs this code's (metrics, head scores; then the final weights)"
+python "$(dirname "$0")/compare_tables.py" "$W/run" "$W/run-new"
+python -c "import sys, torch; from safetensors.torch import load_file as f
+a, b = (f(sys.argv[i] + '/checkpoints/step-000300/model.safetensors') for i in (1, 2))
+print('final weights bit-identical:', a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a))" "$W/run" "$W/run-new"
+echo "every analysis verb: the old code vs this code on the same run"
 python "$(dirname "$0")/compare_tables.py" "$W/old" "$W/new"
