@@ -53,6 +53,15 @@ def untouched(path: Path) -> pd.DataFrame | None:
     return t[t["intervention"] == "none"] if "intervention" in t.columns else t
 
 
+def long_table(run: Path) -> pd.DataFrame | None:
+    """The run's long grid: ``lengthgen_long.csv``, else ``lengthgen_long_n100.csv`` (untouched rows)."""
+    for name in ("lengthgen_long.csv", "lengthgen_long_n100.csv"):
+        t = untouched(run / name)
+        if t is not None and len(t):
+            return t
+    return None
+
+
 def reach(t: pd.DataFrame | None) -> float:
     if t is None or t.empty:
         return np.nan
@@ -95,7 +104,7 @@ def main(root: Path) -> None:
             pur = {s: pd.read_csv(r / "purity_gamma0.1.csv") for s, r in runs.items() if (r / "purity_gamma0.1.csv").is_file()}
             frq = {s: pd.read_csv(r / layout.FREQ_TABLE) for s, r in runs.items() if (r / layout.FREQ_TABLE).is_file()}
             quick = {s: untouched(r / layout.LENGTHGEN) for s, r in runs.items()}
-            long = {s: untouched(r / "lengthgen_long.csv") for s, r in runs.items()}
+            long = {s: long_table(r) for s, r in runs.items()}
             row = {"arch": arch, "task": task, "seeds": ", ".join(map(str, runs)),
                    "test accuracy": ms([r["test"]["acc"] for r in res.values()], 3)}
             for h in (1, 4):
@@ -107,8 +116,12 @@ def main(root: Path) -> None:
             row["dominant frequency IDs (median, range)"] = (f"{ids.median():.0f} ({ids.min():.0f}–{ids.max():.0f})"
                                                             if len(ids) else "—")
             row["reach ≥ 0.9 per seed, quick grid (n = 60)"] = reaches([reach(t) for t in quick.values()])
+            for e in (0, 100, 300, 1000):
+                row[f"acc +{e:,}, quick grid (n = 60)"] = ms([float(t[t["extra_tokens"] == e]["acc"].mean())
+                                                             if t is not None and (t["extra_tokens"] == e).any() else np.nan
+                                                             for t in quick.values()])
             for e in (0, 1000, 2000, 5000):
-                row[f"acc +{e:,} (n = 100)"] = ms([float(t[t["extra_tokens"] == e]["acc"].mean())
+                row[f"acc +{e:,} (long grid)"] = ms([float(t[t["extra_tokens"] == e]["acc"].mean())
                                                    if t is not None and (t["extra_tokens"] == e).any() else np.nan
                                                    for t in long.values()])
             rows.append(row)
@@ -125,29 +138,27 @@ def main(root: Path) -> None:
             p = root / f"iv-{arch}-{task}" / layout.INTERVENTIONS
             if p.is_file():
                 iv = pd.read_csv(p)
-                cols = [c for c in ("intervention", "models", "reach_mean", "reach_sd", "acc_0_mean", "acc_1000_mean")
-                        if c in iv.columns]
-                print(f"interventions, {arch} {task}:")
-                print(iv[cols].to_markdown(index=False) if hasattr(iv, "to_markdown") else iv[cols].to_string(index=False))
-                print()
+                print(f"interventions, {arch} {task}: {root / f'iv-{arch}-{task}' / layout.INTERVENTIONS_MD}")
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
     colors = {"llama": "tab:blue", "qwen3": "tab:orange"}
     for ax, task in zip(axes, TASKS):
         g = GPTJ[task]
         ax.plot(np.array(list(g)) + 1, list(g.values()), "k--o", ms=4, label="GPT-J (3 seeds, n = 60; quick grid)")
         for arch in ARCHS:
-            for name, style, n in ((layout.LENGTHGEN, "-o", 60), ("lengthgen_long.csv", ":s", 100)):
-                curves = [untouched(r / name) for r in runs_of(root, arch, task).values()]
-                curves = [c.groupby("extra_tokens")["acc"].mean() for c in curves if c is not None and len(c)]
-                if not curves:
+            for name, style in ((layout.LENGTHGEN, "-o"), ("lengthgen_long", ":s")):
+                tables = [long_table(r) if name == "lengthgen_long" else untouched(r / name)
+                          for r in runs_of(root, arch, task).values()]
+                tables = [t for t in tables if t is not None and len(t)]
+                if not tables:
                     continue
-                m = pd.concat(curves, axis=1)
+                m = pd.concat([t.groupby("extra_tokens")["acc"].mean() for t in tables], axis=1)
                 mean, sd = m.mean(axis=1), m.std(axis=1, ddof=1).fillna(0)
                 x = m.index.to_numpy() + 1
-                what = "quick grid" if n == 60 else "to +5,000"
+                what = "quick grid" if name == layout.LENGTHGEN else f"to +{int(m.index.max()):,}"
+                n = "/".join(str(int(v)) for v in sorted({int(v) for t in tables for v in t["n"].unique()}))
                 ax.plot(x, mean, style, color=colors[arch], ms=3.5,
                         label=f"{arch}, {what} ({m.shape[1]} seed{'s' * (m.shape[1] > 1)}, n = {n})")
-                if n == 60:
+                if name == layout.LENGTHGEN:
                     ax.fill_between(x, mean - sd, mean + sd, color=colors[arch], alpha=0.15, lw=0)
         ax.set_xscale("log")
         ax.set_xticks([1, 11, 101, 301, 1001, 2001, 5001], ["0", "10", "100", "300", "1k", "2k", "5k"])
