@@ -4,7 +4,8 @@
 
 ``runs/study/<arch>/`` are ``posym reproduce --preset quick --no-llm --set train.arch=<arch>`` folders,
 each run's ``lengthgen_long.csv`` the long grid (``posym lengthgen RUN --grid 0,100,300,1000,2000,5000
---n 100 --out RUN/lengthgen_long.csv``), ``runs/study/iv-<arch>-<task>/`` the interventions studies.
+--n 50 --out RUN/lengthgen_long.csv``; ``lengthgen_long_n100.csv`` where it was measured at n = 100),
+``runs/study/iv-<arch>-<task>/`` the interventions studies (docs/beyond_gptj.md, "Commands").
 GPT-J's points are the quick-preset ``rope`` rows of docs/interventions.md ("Training-time encodings":
 3 seeds, quick grid, n = 60), drawn as reference.
 """
