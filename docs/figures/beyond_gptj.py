@@ -138,7 +138,6 @@ def main(root: Path) -> None:
         for task in TASKS:
             p = root / f"iv-{arch}-{task}" / layout.INTERVENTIONS
             if p.is_file():
-                iv = pd.read_csv(p)
                 print(f"interventions, {arch} {task}: {root / f'iv-{arch}-{task}' / layout.INTERVENTIONS_MD}")
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
     colors = {"llama": "tab:blue", "qwen3": "tab:orange"}

@@ -1,10 +1,6 @@
 """Resume is exact: a run killed with SIGKILL and resumed writes the same metrics (SPEC §2)."""
 
 import csv
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +9,7 @@ import pytest
 from posym.errors import PosymError
 from posym.train import make_config
 from posym.verbs.train import train
+from train_helpers import kill_then_resume
 
 TINY = dict(steps=240, eval_every=10, n_val=64, n_test=64, checkpoint_every=30, eval_batch_size=64,
             model_overrides=dict(n_layer=2, n_embd=32, n_inner=64, rotary_dim=32, resid_pdrop=0.1,
@@ -33,30 +30,11 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _run(out: Path, resume: bool = False) -> subprocess.Popen:
-    args = [sys.executable, "-c", SCRIPT.format(tiny=TINY), str(out)] + (["resume"] if resume else [])
-    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
 @pytest.mark.integration
 def test_sigkill_then_resume_gives_identical_metrics(tmp_path):
-    full = _run(tmp_path / "full")
-    assert full.wait(timeout=300) == 0, full.stderr.read().decode()
-
-    victim = _run(tmp_path / "killed")
-    deadline = time.time() + 300
-    while time.time() < deadline:  # kill once a mid-run checkpoint with trainer state exists
-        ck = tmp_path / "killed/checkpoints"
-        if ck.is_dir() and any((p / "trainer_state.pt").exists() for p in ck.glob("step-0000[6-9]*")):
-            break
-        time.sleep(0.01)
-    victim.send_signal(signal.SIGKILL)
-    assert victim.wait() == -signal.SIGKILL  # really killed mid-way, not finished
-    assert not any(r["split"] == "test" for r in _rows(tmp_path / "killed"))
-
-    resumed = _run(tmp_path / "killed", resume=True)
-    assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()
-
+    kill_then_resume(tmp_path, lambda out, resume: [SCRIPT.format(tiny=TINY), str(out)] + (["resume"] if resume else []),
+                     "step-0000[6-9]*")
+    assert len(_rows(tmp_path / "killed"))
     a, b = _rows(tmp_path / "full"), _rows(tmp_path / "killed")
     assert [(r["split"], r["step"]) for r in a] == [(r["split"], r["step"]) for r in b]
     assert len(a) == TINY["steps"] // TINY["eval_every"] + 2
