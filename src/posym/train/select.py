@@ -102,13 +102,12 @@ def _select_hf_trainer(run: Path, out: Path, final_model: str, device: str, prog
     """:func:`select_final_model` of an HF ``Trainer`` output directory (module doc)."""
     from posym.checks import check_positive_int
     from posym.model.causal_lm import load_causal_lm
-    from posym.runs.resolve import check_model_folder, resolve_checkpoint
+    from posym.runs.resolve import check_model_folder
     from posym.tasks import make_split
     from posym.train.evaluate import evaluate
 
     n_test = TrainConfig.n_test if n_test is None else check_positive_int(n_test, "n_test")
-    ckpt = resolve_checkpoint(run, final_model)  # "best": trainer_state.json's best_model_checkpoint
-    ckpt, task = check_model_folder(ckpt.parent, task, step=layout.hf_checkpoint_step(ckpt.name))
+    ckpt, task = check_model_folder(run, task, step=final_model)  # "best": trainer_state's best_model_checkpoint
     step = int(layout.hf_checkpoint_step(ckpt.name))
     scores_path = run / layout.SCORES
     scores = read_scores(scores_path) if scores_path.is_file() and (run / layout.SCORES_JSON).is_file() else None
