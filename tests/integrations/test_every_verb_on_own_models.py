@@ -126,3 +126,24 @@ def test_another_vocabulary_or_family_is_refused_before_any_work(tmp_path, capsy
             assert why in err and len(err.splitlines()) == 1, (argv, err)
     left = [p.name for p in tmp_path.iterdir() if p.name not in ("small-vocab", "gpt2")]
     assert left == [], left  # nothing written by a refused call
+
+
+def test_one_interventions_study_never_averages_two_architectures(tmp_path):
+    from posym.errors import PosymError
+    from posym.verbs.interventions import interventions
+
+    folders = {}
+    for family in ("llama", "qwen3"):
+        folders[family] = tmp_path / family
+        build(family).save_pretrained(folders[family])
+    out = tmp_path / "iv"
+    with pytest.raises(PosymError, match="one interventions study averages one architecture: .*llama.*qwen3"):
+        interventions(list(folders.values()), out, task="number", grid=[0], n=4, heads_lengths=[], progress=False)
+    assert not out.exists()  # refused before any work
+    interventions([folders["llama"]], out, task="number", intervene=["none"], grid=[0], n=4, heads_lengths=[],
+                  progress=False)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(PosymError, match=r"llama .*measured into .* before.* qwen3"):
+        interventions([folders["qwen3"]], out, task="number", intervene=["none"], grid=[0], n=4, heads_lengths=[],
+                      progress=False)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # nothing of the first study lost

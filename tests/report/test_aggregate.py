@@ -200,6 +200,17 @@ def test_runs_of_one_task_that_differ_in_encoding_are_refused(mixed):
     assert not (mixed / "aggregate").exists()
 
 
+def test_runs_of_one_task_that_differ_in_architecture_are_refused(mixed):
+    """A Llama run (posym train --arch llama) beside a GPT-J run of one task is not averaged as a seed."""
+    import json as _json
+
+    other = _run(mixed, "number", 1, hop1_at=50, test_acc=0.9, kinds=["positional", "mixed"], lg=[1.0, 1.0])
+    (other / "posym.json").write_text(_json.dumps({"config": {"preset": "quick", "steps": 100, "arch": "llama"}}))
+    with pytest.raises(PosymError, match=r"the number runs differ in arch \(.*seed0: gptj, .*seed1: llama\)"):
+        aggregate(mixed, write=False)
+    assert not (mixed / "aggregate").exists()
+
+
 def test_a_summary_value_out_of_range_is_refused(mixed):
     """N7: acc_mean 7.5 was shown as 'accuracy 7.50'; now one line naming file, row and column."""
     _summary(mixed / "number" / "seed0", [("none", 0, 7.5), ("none", 100, 0.9)])

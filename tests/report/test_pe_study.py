@@ -345,3 +345,18 @@ def test_a_summary_value_out_of_range_is_refused_before_writing(study, tmp_path,
     err = capsys.readouterr().err
     assert "number/seed1/lengthgen_summary.csv row 1: acc_mean = '7.5' is not a number in [0, 1]" in err
     assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_variants_of_two_architectures_are_refused(tmp_path, capsys):
+    """The encodings study compares encodings of one architecture: a GPT-J variant beside a Llama one
+    (posym train --arch llama) is one line, before anything is written."""
+    gptj, llama = tmp_path / "gptj", tmp_path / "llama"
+    make_run(gptj, "number", 0, "rope")
+    run = make_run(llama, "number", 0, "rope")
+    meta = json.loads((run / layout.POSYM_JSON).read_text())
+    meta["config"]["arch"] = "llama"
+    (run / layout.POSYM_JSON).write_text(json.dumps(meta))
+    out = tmp_path / "out"
+    assert main(["pe-study", f"g={gptj}", f"l={llama}", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the variants mix architectures (variant 'g': gptj, variant 'l': llama)" in err and not out.exists()
