@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 import math
 
 import pandas as pd
@@ -136,3 +137,19 @@ def test_the_largest_difference_of_a_section_is_given_per_unit():
                                 "val acc at step 2000", "Δ(n = 8)", "positional heads (of 8)",
                                 "weighted frequency ID, layer 3", "median step")] == [
         "accuracy", "tokens", "accuracy", "Δ", "heads", "frequency ID", "steps"]
+
+
+def test_report_names_the_architecture_of_its_runs(tmp_path):
+    """A reproduction of --set train.arch=llama says so in its header and a note; GPT-J's does not add the note."""
+    import json
+
+    run = tmp_path / "number" / "seed0"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text("{}")
+    (run / "posym.json").write_text(json.dumps({"task": "number", "config": {"arch": "llama"}}))
+    text = lambda: html.unescape(re.sub(r"<[^>]+>", "", write_report(tmp_path).read_text()))
+    page = text()
+    assert "architecture llama" in page and "Architecture: llama (posym train --arch" in page
+    (run / "posym.json").write_text(json.dumps({"task": "number", "config": {}}))
+    page = text()
+    assert "architecture gptj" in page and "Architecture: " not in page
