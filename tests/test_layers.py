@@ -16,14 +16,17 @@ FLOORS: dict[str, int] = {
     "errors": 0,
     "__init__": 1, "resources": 1, "checks": 1,  # the posym package itself (PosymError, __version__); size and value checks
     "progress": 1,  # progress bars on a terminal, plain lines in a log file
+    "files": 1, "constants": 1,  # the one atomic writer; the paper's fixed numbers and posym's named conventions
     "tasks": 2, "model": 2,
     "runs": 3,
     "train": 4,
     "heads": 5, "theory": 5, "lengthgen": 5,
     "interventions": 5,  # inference-time changes to attention / RoPE (docs/interventions.md)
     "report": 6, "integrations": 6,  # the callback and hook for other people's training loops
-    "verbs": 7,
-    "cli": 8,
+    "launch": 7,  # running stages: the local worker pool and Slurm jobs
+    "verbs": 8,
+    "studies": 9,  # one folder per study: its runs, tables, figures, page, goal and prediction
+    "cli": 10,
 }
 
 

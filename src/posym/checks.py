@@ -26,6 +26,26 @@ def check_positive_int(value: Any, name: str) -> int:
     return check_int(value, name, lo=1)
 
 
+def check_float(value: Any, name: str, lo: float | None = None, hi: float | None = None, *,
+                lo_open: bool = False, hint: str = "") -> float:
+    """``value`` as a finite float in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``; a bound None is open-ended);
+    PosymError for bools, text that is no number, NaN, ±inf and values out of range. ``hint``: appended to
+    the message (e.g. ", e.g. kappa=4")."""
+    bad = isinstance(value, bool)
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        bad = True
+    if bad:
+        raise PosymError(f"{name}={value!r} is not a number{hint}")
+    low = "" if lo is None else (f"> {lo:g}" if lo_open else f">= {lo:g}")
+    high = "" if hi is None else f"<= {hi:g}"
+    what = " and ".join(x for x in (low, high) if x)
+    if not math.isfinite(v) or (lo is not None and (v <= lo if lo_open else v < lo)) or (hi is not None and v > hi):
+        raise PosymError(f"{name}={value!r} must be finite" + (f" and {what}" if what else "") + hint)
+    return v
+
+
 def check_gamma(value: Any) -> float:
     """A purity tolerance γ in (0, 0.5) (SPEC §3: the rule needs 1 − γ > γ)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < float(value) < 0.5:
@@ -96,5 +116,5 @@ def warn_other_task(model: Any, task: str | None, what: str = "scored") -> bool:
     return True
 
 
-__all__ = ["MODEL_TASK_ATTR", "check_gamma", "check_int", "check_layer_list", "check_positive_int", "check_taus",
+__all__ = ["MODEL_TASK_ATTR", "check_float", "check_gamma", "check_int", "check_layer_list", "check_positive_int", "check_taus",
            "check_variants", "model_task", "warn_other_task"]
