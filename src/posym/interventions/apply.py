@@ -9,56 +9,34 @@ from typing import Iterator, Sequence
 from torch import nn
 
 from posym.errors import PosymError
-from posym.interventions.freq_mask import FreqMask, freq_mask
-from posym.interventions.interpolate import Interpolate, interpolate
-from posym.interventions.rope import RopeBase, ntk, rope_base
-from posym.interventions.spec import Intervention, describe, parse_intervention
-from posym.interventions.temperature import Temperature, temperature
+from posym.interventions.registry import Intervention, per_layer_names
+from posym.interventions.spec import describe, parse_intervention
 
 
 def with_layers(intervention: Intervention | None, layers: Sequence[int] | None) -> Intervention | None:
-    """``intervention`` restricted to ``layers`` (the CLI's ``--layers``): only temperature and
-    freq-mask act per layer; a one-line PosymError for the others or for a conflicting ``layers=`` key."""
+    """``intervention`` restricted to ``layers`` (the CLI's ``--layers``;
+    :meth:`Intervention.with_layers`): only temperature and freq-mask act per layer; a one-line
+    PosymError for the others or for a conflicting ``layers=`` key."""
     if layers is None:
         return intervention
-    layers = tuple(int(l) for l in layers)
-    if isinstance(intervention, Temperature):
-        if intervention.layers is not None and intervention.layers != layers:
-            raise PosymError(f"{describe(intervention)}: layers given twice (in the string and --layers)")
-        return Temperature(intervention.beta, intervention.n_train, intervention.form, layers, intervention.floor)
-    if isinstance(intervention, FreqMask):
-        if intervention.layers is not None and intervention.layers != layers:
-            raise PosymError(f"{describe(intervention)}: layers given twice (in the string and --layers)")
-        return FreqMask(intervention.keep, layers)
-    raise PosymError(f"{describe(intervention)} acts on every layer; --layers applies to temperature and freq-mask only")
+    if intervention is None:
+        raise PosymError(f"{describe(None)} acts on every layer; --layers applies to {per_layer_names()} only")
+    return intervention.with_layers(layers)
 
 
 @contextmanager
 def intervened(model: nn.Module, intervention: Intervention | str | None) -> Iterator[str]:
     """Context manager: ``model`` under ``intervention`` (a parsed one, its canonical string, or None /
-    ``"none"`` for the untouched model); yields the canonical string (the ``intervention`` column of
-    tables). The model is restored exactly on exit, also after an exception."""
+    ``"none"`` for the untouched model; :meth:`Intervention.apply`); yields the canonical string (the
+    ``intervention`` column of tables). The model is restored exactly on exit, also after an exception."""
     spec = parse_intervention(intervention) if isinstance(intervention, str) else intervention
     if spec is None:
         yield describe(None)
-    elif isinstance(spec, Temperature):
-        with temperature(model, spec.beta, n_train=spec.n_train, layers=spec.layers, form=spec.form, floor=spec.floor):
-            yield describe(spec)
-    elif isinstance(spec, RopeBase):
-        if spec.kappa is not None:
-            with ntk(model, spec.kappa):
-                yield describe(spec)
-        else:
-            with rope_base(model, spec.theta):
-                yield describe(spec)
-    elif isinstance(spec, Interpolate):
-        with interpolate(model, factor=spec.factor, n_train=spec.n_train):
-            yield describe(spec)
-    elif isinstance(spec, FreqMask):
-        with freq_mask(model, spec.keep, layers=spec.layers):
-            yield describe(spec)
-    else:
+        return
+    if not callable(getattr(spec, "apply", None)):
         raise PosymError(f"not an intervention: {spec!r}")
+    with spec.apply(model):
+        yield spec.canonical()
 
 
 __all__ = ["with_layers", "intervened"]

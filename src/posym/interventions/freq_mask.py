@@ -11,22 +11,66 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Any, ContextManager, Iterable, Iterator, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from posym.errors import PosymError
+from posym.interventions.registry import Intervention, format_ids, parse_ids, register
 from posym.interventions.sites import hook_qk, linear_sites, scale_dims, with_full_forward
 from posym.model.rope import expand_pairs
 
+#: ``freq-mask:keep=none``: no frequency kept (every rotary logit term 0), written out so an empty
+#: ``keep=`` (a typo) is refused rather than read as "drop all".
+KEEP_NONE = "none"
 
+
+@register("freq-mask")
 @dataclass(frozen=True)
-class FreqMask:
+class FreqMask(Intervention):
     """A frequency mask: the kept IDs (1 = fastest) and the layers (None = all)."""
 
     keep: tuple[int, ...]
     layers: tuple[int, ...] | None = None
+
+    keys = ("keep", "layers")
+    example = "freq-mask:keep=1+2+3"
+    per_layer = True
+    exact_under_kv_cache = True  # a fixed mask of q and k dims, the same at every position
+
+    @classmethod
+    def parse(cls, kv: Mapping[str, str]) -> FreqMask:
+        """``keep``: IDs joined by '+' (checked against the model when applied; ``none`` keeps none, an
+        empty value is refused); ``layers`` (``0+2``)."""
+        if "keep" not in kv:
+            raise PosymError("freq-mask needs keep, e.g. freq-mask:keep=1+2+3 (frequency IDs, 1 = fastest)")
+        try:
+            keep = () if kv["keep"] == KEEP_NONE else tuple(sorted(set(parse_ids(kv["keep"]))))
+            layers = parse_ids(kv["layers"]) if "layers" in kv else None
+        except ValueError:
+            raise PosymError(f"freq-mask: keep and layers must be integers joined by '+', e.g. keep=1+2 "
+                             f"(keep={KEEP_NONE} drops every frequency: all rotary logits 0)") from None
+        if any(k < 1 for k in keep):
+            raise PosymError("freq-mask: frequency IDs start at 1 (the fastest)")
+        return cls(keep, layers)
+
+    def canonical(self) -> str:
+        """``freq-mask:keep=1+2+3`` (``keep=none`` for none), then ``layers=…`` when restricted."""
+        text = "freq-mask:keep=" + (format_ids(self.keep) or KEEP_NONE)
+        return text + (",layers=" + format_ids(self.layers) if self.layers is not None else "")
+
+    def describe(self) -> str:
+        kept = f"RoPE frequency IDs {format_ids(self.keep)}" if self.keep else "no RoPE frequency"
+        where = "every layer" if self.layers is None else "layers " + format_ids(self.layers)
+        return f"q and k keep {kept} (1 = fastest) in {where}"
+
+    def apply(self, model: nn.Module) -> ContextManager[FreqMask]:
+        return freq_mask(model, self.keep, layers=self.layers)
+
+    def theory_effect(self, base: float, rotary_dim: int) -> dict[str, Any]:
+        """The kept frequency IDs of ``rotary_dim`` (checked: 1..rotary_dim/2)."""
+        return {"keep": check_keep(self.keep, rotary_dim // 2) if self.keep else ()}
 
 
 def check_keep(keep: Iterable[int], n_freq: int) -> tuple[int, ...]:

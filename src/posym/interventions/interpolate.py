@@ -19,29 +19,59 @@ sequence, no KV cache, no left padding).
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, ContextManager, Iterator, Mapping
 
+import numpy as np
 from torch import Tensor, nn
 
+from posym.checks import check_float
 from posym.errors import PosymError
+from posym.interventions.registry import MAX_N_TRAIN, Intervention, format_number, register
 from posym.interventions.sites import with_full_forward
 from posym.interventions.rope import _family, _gptj_tables, _rope_modules, gptj_table
 
 #: The largest fixed interpolation factor: ``c = 1/F`` maps a million-token context into one position.
 MAX_FACTOR = 1e6
-#: The largest ``n_train`` of dynamic interpolation.
-MAX_N_TRAIN = 10**9
 
 
+@register("interpolate")
 @dataclass(frozen=True)
-class Interpolate:
-    """Position interpolation: a fixed ``factor`` (c = 1/F) or dynamic from ``n_train`` (c = min(1, N/n))."""
+class Interpolate(Intervention):
+    """Position interpolation: a fixed ``factor`` (c = 1/F) or dynamic from ``n_train`` (c = min(1, N/n)).
+
+    One class for both: they share the name ``interpolate``, the mechanism and the context manager,
+    and differ only in :func:`interpolation_scale`."""
 
     factor: float | None = None
     n_train: int | None = None
+
+    keys = ("factor", "n_train")
+    example = "interpolate:n_train=17"
+
+    @classmethod
+    def parse(cls, kv: Mapping[str, str]) -> Interpolate:
+        """``factor`` (in [1, 1e6], fixed) or ``n_train`` (dynamic): exactly one."""
+        return check_interpolate(kv.get("factor"), kv.get("n_train"))
+
+    def canonical(self) -> str:
+        """``interpolate:factor=F`` or ``interpolate:n_train=N``."""
+        if self.factor is not None:
+            return f"interpolate:factor={format_number(self.factor)}"
+        return f"interpolate:n_train={self.n_train}"
+
+    def describe(self) -> str:
+        if self.factor is not None:
+            return f"RoPE positions p -> p/{self.factor:g} (fixed position interpolation)"
+        return f"RoPE positions p -> p·min(1, {self.n_train}/n), n the input length (dynamic position interpolation)"
+
+    def apply(self, model: nn.Module) -> ContextManager[Interpolate]:
+        return interpolate(model, factor=self.factor, n_train=self.n_train)
+
+    def theory_effect(self, base: float, rotary_dim: int) -> dict[str, Any]:
+        """Positions times ``c(n)`` (:func:`interpolation_scale`)."""
+        return {"position_scale": lambda ns: np.array([interpolation_scale(self, int(n)) for n in ns])}
 
 
 def check_interpolate(factor: Any = None, n_train: Any = None) -> Interpolate:
@@ -50,14 +80,8 @@ def check_interpolate(factor: Any = None, n_train: Any = None) -> Interpolate:
         raise PosymError("interpolate: give exactly one of factor (fixed, e.g. interpolate:factor=4) "
                          "or n_train (dynamic, e.g. interpolate:n_train=17)")
     if factor is not None:
-        try:
-            f = float(factor)
-        except (TypeError, ValueError):
-            raise PosymError(f"interpolate: factor={factor!r} is not a number; give a factor >= 1 such as factor=4") from None
-        if not (math.isfinite(f) and 1 <= f <= MAX_FACTOR):
-            raise PosymError(f"interpolate: factor={factor!r} must be finite and >= 1 and <= {MAX_FACTOR:g} "
-                             "(1 = no change; a larger factor maps a million-token context into less than one position), e.g. factor=4")
-        return Interpolate(factor=f)
+        return Interpolate(factor=check_float(factor, "interpolate: factor", 1, MAX_FACTOR, hint=(
+            " (1 = no change; a larger factor maps a million-token context into less than one position), e.g. factor=4")))
     try:
         n = int(str(n_train))
     except ValueError:

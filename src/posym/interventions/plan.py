@@ -11,9 +11,8 @@ from torch import nn
 from posym.checks import check_layer_list
 from posym.errors import PosymError
 from posym.interventions.apply import intervened, with_layers
-from posym.interventions.freq_mask import FreqMask
-from posym.interventions.rope import RopeBase
-from posym.interventions.spec import Intervention, describe, parse_intervention
+from posym.interventions.registry import Intervention
+from posym.interventions.spec import describe, parse_intervention
 
 
 def plan_interventions(intervene: Sequence[str] | str | None = None,
@@ -55,11 +54,12 @@ def check_interventions(model: nn.Module, specs: Sequence[Intervention | None]) 
 
 
 def holds_under_kv_cache(spec: Intervention | None) -> bool:
-    """True when ``spec`` is exact under a KV cache and padding: it changes the model at absolute
-    positions or at none (rope-base, ntk, freq-mask, and ``None``). False for temperature (it reads the
-    forward's token indices) and interpolate (its scale or table follows the forward's length): those
-    need full sequences from position 0, without cache or padding (docs/interventions.md)."""
-    return spec is None or isinstance(spec, (RopeBase, FreqMask))
+    """True when ``spec`` is exact under a KV cache and padding
+    (:attr:`Intervention.exact_under_kv_cache`): it changes the model at absolute positions or at none
+    (rope-base, ntk, freq-mask, and ``None``). False for temperature (it reads the forward's token
+    indices) and interpolate (its scale or table follows the forward's length): those need full
+    sequences from position 0, without cache or padding (docs/interventions.md)."""
+    return spec is None or spec.exact_under_kv_cache
 
 
 __all__ = ["plan_interventions", "check_interventions", "holds_under_kv_cache"]

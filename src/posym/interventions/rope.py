@@ -19,12 +19,14 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
 
+from posym.checks import check_float
 from posym.errors import PosymError
+from posym.interventions.registry import Intervention, format_number, register
 from posym.interventions.sites import with_full_forward
 from posym.model.adapters import unwrap_model
 from posym.model.pe import GPTJ_BASE, MAX_ROPE_BASE, MIN_ROPE_BASE, config_pe, gptj_rotary_table
@@ -34,12 +36,81 @@ from posym.model.pe import GPTJ_BASE, MAX_ROPE_BASE, MIN_ROPE_BASE, config_pe, g
 ROPE_FAMILIES: tuple[str, ...] = ("gptj", "llama", "mistral", "qwen2", "qwen3", "gemma3_text", "gpt_neox")
 
 
+@register("rope-base")
 @dataclass(frozen=True)
-class RopeBase:
-    """A RoPE base change: θ′ given directly (``kappa`` None) or from the NTK factor κ."""
+class RopeBase(Intervention):
+    """A RoPE base change to θ′ = ``theta``. ``RopeBase(kappa=κ)`` (the one class of both before
+    :class:`Ntk` existed) builds the :class:`Ntk` of κ."""
 
     theta: float | None = None
     kappa: float | None = None
+
+    keys = ("theta",)
+    example = "rope-base:theta=20000"
+    exact_under_kv_cache = True  # new angles at absolute positions
+
+    def __new__(cls, theta: float | None = None, kappa: float | None = None) -> RopeBase:
+        return super().__new__(Ntk if cls is RopeBase and kappa is not None else cls)
+
+    def __post_init__(self) -> None:
+        if self.theta is None:
+            raise PosymError("rope-base needs theta, e.g. rope-base:theta=20000")
+
+    @classmethod
+    def parse(cls, kv: Mapping[str, str]) -> RopeBase:
+        """``theta`` (in [1e-30, 1e30])."""
+        if "theta" not in kv:
+            raise PosymError("rope-base needs theta, e.g. rope-base:theta=20000")
+        return cls(theta=check_theta(kv["theta"]))
+
+    def canonical(self) -> str:
+        """``rope-base:theta=T``."""
+        return f"rope-base:theta={format_number(self.theta)}"
+
+    def describe(self) -> str:
+        return f"every RoPE base set to {self.theta:g}"
+
+    def apply(self, model: nn.Module) -> ContextManager[RopeBase]:
+        return rope_base(model, self.theta)
+
+    def theory_effect(self, base: float, rotary_dim: int) -> dict[str, Any]:
+        """The new base θ′."""
+        return {"base": float(self.theta)}
+
+
+@register("ntk")
+@dataclass(frozen=True)
+class Ntk(RopeBase):
+    """An NTK-aware base change: each base θ becomes θ·κ^{d/(d−2)} (d = rotary dim); ``theta``: the
+    new base once applied to a model with one base (None when unknown or several)."""
+
+    keys = ("kappa",)
+    example = "ntk:kappa=4"
+
+    def __post_init__(self) -> None:
+        if self.kappa is None:
+            raise PosymError("ntk needs kappa, e.g. ntk:kappa=4")
+
+    @classmethod
+    def parse(cls, kv: Mapping[str, str]) -> Ntk:
+        """``kappa`` (in [1, 1e30])."""
+        if "kappa" not in kv:
+            raise PosymError("ntk needs kappa, e.g. ntk:kappa=4")
+        return cls(kappa=check_kappa(kv["kappa"]))
+
+    def canonical(self) -> str:
+        """``ntk:kappa=K`` (the applied ``theta`` is not part of it)."""
+        return f"ntk:kappa={format_number(self.kappa)}"
+
+    def describe(self) -> str:
+        return f"every RoPE base θ set to θ·{self.kappa:g}^(d/(d-2)) (NTK-aware, d the rotary dim)"
+
+    def apply(self, model: nn.Module) -> ContextManager[Ntk]:
+        return ntk(model, self.kappa)
+
+    def theory_effect(self, base: float, rotary_dim: int) -> dict[str, Any]:
+        """The NTK base of ``base`` at ``rotary_dim`` (:func:`ntk_theta`)."""
+        return {"base": float(ntk_theta(base, self.kappa, rotary_dim))}
 
 
 _BASE_RANGE = f"[{MIN_ROPE_BASE:g}, {MAX_ROPE_BASE:g}]"
@@ -49,24 +120,15 @@ _WHY = "so every inverse frequency is a finite, nonzero float32 number"
 def check_theta(theta: float) -> float:
     """θ′ as a float; one-line PosymError unless > 0 and in [MIN_ROPE_BASE, MAX_ROPE_BASE]
     (:mod:`posym.model.pe`: every inverse frequency ``θ′^(−2k/d)`` a finite, nonzero float32 number)."""
-    try:
-        t = float(theta)
-    except (TypeError, ValueError):
-        raise PosymError(f"rope-base: theta={theta!r} is not a number; give a base > 0 such as theta=20000") from None
-    if not (math.isfinite(t) and MIN_ROPE_BASE <= t <= MAX_ROPE_BASE):
+    t = check_float(theta, "rope-base: theta", hint="; give a base > 0 such as theta=20000")
+    if not MIN_ROPE_BASE <= t <= MAX_ROPE_BASE:
         raise PosymError(f"rope-base: theta={theta!r} must be > 0 and in {_BASE_RANGE} ({_WHY}), e.g. theta=20000")
     return t
 
 
 def check_kappa(kappa: float) -> float:
     """κ as a float; one-line PosymError unless in [1, MAX_ROPE_BASE]."""
-    try:
-        k = float(kappa)
-    except (TypeError, ValueError):
-        raise PosymError(f"ntk: kappa={kappa!r} is not a number; give a factor >= 1 such as kappa=4") from None
-    if not (math.isfinite(k) and 1 <= k <= MAX_ROPE_BASE):
-        raise PosymError(f"ntk: kappa={kappa!r} must be finite, >= 1 and <= {MAX_ROPE_BASE:g} (1 = no change), e.g. kappa=4")
-    return k
+    return check_float(kappa, "ntk: kappa", 1, MAX_ROPE_BASE, hint=" (1 = no change), e.g. kappa=4")
 
 
 def ntk_theta(theta: float, kappa: float, rotary_dim: int) -> float:
@@ -254,16 +316,16 @@ def rope_base(model: nn.Module, theta: float, *, layers: Sequence[int] | None = 
 
 @with_full_forward
 @contextmanager
-def ntk(model: nn.Module, kappa: float) -> Iterator[RopeBase]:
+def ntk(model: nn.Module, kappa: float) -> Iterator[Ntk]:
     """Context manager: every rotary's base θ (each layer type's own, Gemma-3) set to the NTK-aware
     θ·κ^{d/(d−2)}, d the rotary dim; κ = 1 leaves the tables (and the logits) unchanged. Yields the
-    applied :class:`RopeBase` (its ``theta`` None when the model has several bases)."""
+    applied :class:`Ntk` (its ``theta`` None when the model has several bases)."""
     kappa = check_kappa(kappa)
     d = rotary_dim(model)
     thetas = set(model_thetas(model).values())
     with _bases(model, lambda theta: ntk_theta(theta, kappa, d)):
-        yield RopeBase(theta=ntk_theta(thetas.pop(), kappa, d) if len(thetas) == 1 else None, kappa=kappa)
+        yield Ntk(theta=ntk_theta(thetas.pop(), kappa, d) if len(thetas) == 1 else None, kappa=kappa)
 
 
-__all__ = ["ROPE_FAMILIES", "GPTJ_BASE", "RopeBase", "check_theta", "check_kappa", "ntk_theta", "model_theta", "model_thetas",
-           "rotary_dim", "gptj_table", "rope_base", "ntk"]
+__all__ = ["ROPE_FAMILIES", "GPTJ_BASE", "RopeBase", "Ntk", "check_theta", "check_kappa", "ntk_theta", "model_theta",
+           "model_thetas", "rotary_dim", "gptj_table", "rope_base", "ntk"]

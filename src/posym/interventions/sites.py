@@ -115,10 +115,6 @@ def prepend_hook(module: nn.Module, hook) -> torch.utils.hooks.RemovableHandle:
     return module.register_forward_hook(hook, prepend=True)
 
 
-__all__ = ["LINEAR_QK_FAMILIES", "PER_HEAD", "hook_qk", "linear_sites", "time_axis", "scale_tokens", "scale_dims",
-           "prepend_hook"]
-
-
 def with_full_forward(context: Callable[..., ContextManager[T]]) -> Callable[..., ContextManager[T]]:
     """Decorator of an intervention's context manager: while it is active, the model's fast last-token
     path (:func:`posym.model.fast.last_token_logits`, used by ``lengthgen`` and evaluation) runs the
@@ -130,3 +126,7 @@ def with_full_forward(context: Callable[..., ContextManager[T]]) -> Callable[...
         with context(model, *args, **kwargs) as value, full_forward(unwrap_model(model)):
             yield value
     return wrapped
+
+
+__all__ = ["LINEAR_QK_FAMILIES", "PER_HEAD", "hook_qk", "linear_sites", "time_axis", "scale_tokens", "scale_dims",
+           "prepend_hook", "with_full_forward"]

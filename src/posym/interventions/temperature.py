@@ -23,15 +23,17 @@ soft-capping): :data:`TEMPERATURE_FAMILIES`. Positions are the token indices of 
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, ContextManager, Iterator, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
 
+from posym.checks import check_float
 from posym.errors import PosymError
+from posym.interventions.registry import (DEFAULT_N_TRAIN, MAX_N_TRAIN, Intervention, format_ids, format_number, parse_ids,
+                                          register)
 from posym.interventions.sites import LINEAR_QK_FAMILIES, hook_qk, linear_sites, scale_tokens, time_axis, with_full_forward
 
 #: model_type values whose attention logit is linear in the captured q (:mod:`posym.interventions.sites`).
@@ -39,12 +41,11 @@ TEMPERATURE_FAMILIES: tuple[str, ...] = LINEAR_QK_FAMILIES
 FORMS: tuple[str, ...] = ("log", "ssmax")
 #: The largest β accepted: ``s(n) ≤ 1 + 1000·ln(10⁹/1) ≈ 2·10⁴``, so float32 logits keep their range.
 MAX_BETA = 1000.0
-#: The largest ``n_train`` accepted (a training length, 17 for posym runs).
-MAX_N_TRAIN = 10**9
 
 
+@register("temperature")
 @dataclass(frozen=True)
-class Temperature:
+class Temperature(Intervention):
     """The parameters of a temperature intervention (``layers`` None = every layer; ``floor``: the log
     form's scale floored at 1, the default; ignored by ``form="ssmax"``)."""
 
@@ -54,15 +55,58 @@ class Temperature:
     layers: tuple[int, ...] | None = None
     floor: bool = True
 
+    keys = ("beta", "n_train", "floor", "form", "layers")
+    example = "temperature:beta=1"
+    per_layer = True
+
+    @classmethod
+    def parse(cls, kv: Mapping[str, str]) -> Temperature:
+        """``beta`` (required, in [0, 1000]), ``n_train`` (default 17), ``floor`` (``1``, the default:
+        s ≥ 1; ``0``: unfloored; log form only), ``form``, ``layers`` (``0+2``)."""
+        if "beta" not in kv:
+            raise PosymError("temperature needs beta, e.g. temperature:beta=1")
+        try:
+            n_train = int(kv.get("n_train", DEFAULT_N_TRAIN))
+            layers = parse_ids(kv["layers"]) if "layers" in kv else None
+        except ValueError:
+            raise PosymError("temperature: n_train and layers must be integers (layers joined by '+', e.g. layers=0+2)") from None
+        beta, n_train, form = check_temperature(kv["beta"], n_train, kv.get("form", FORMS[0]))
+        if "floor" in kv and form != "log":
+            raise PosymError(f"temperature: floor applies to the log form only (form={form} is never floored); drop floor=")
+        if kv.get("floor", "1") not in ("0", "1"):
+            raise PosymError("temperature: floor must be 1 (s(n) = max(1, 1 + beta*ln(n/n_train)), the default) "
+                             "or 0 (unfloored)")
+        return cls(beta, n_train, form, layers, kv.get("floor", "1") == "1")
+
+    def canonical(self) -> str:
+        """``temperature:beta=B,n_train=N`` then ``floor=0|1`` (log form, always written) or
+        ``form=ssmax``, then ``layers=…`` when restricted."""
+        parts = [f"beta={format_number(self.beta)}", f"n_train={self.n_train}"]
+        parts.append(f"floor={int(bool(self.floor))}" if self.form == "log" else f"form={self.form}")
+        if self.layers is not None:
+            parts.append("layers=" + format_ids(self.layers))
+        return "temperature:" + ",".join(parts)
+
+    def describe(self) -> str:
+        law = {"log": f"{'max(1, ' if self.floor else '('}1 + {self.beta:g}·ln(n/{self.n_train}))",
+               "ssmax": f"{self.beta:g}·ln n"}[self.form]
+        where = "every layer" if self.layers is None else "layers " + format_ids(self.layers)
+        return f"attention logits of the query with n keys times {law} in {where}"
+
+    def apply(self, model: nn.Module) -> ContextManager[Temperature]:
+        return temperature(model, self.beta, n_train=self.n_train, layers=self.layers, form=self.form, floor=self.floor)
+
+    def theory_effect(self, base: float, rotary_dim: int) -> dict[str, Any]:
+        """The logits times ``s(n)`` (:func:`temperature_scale`)."""
+        return {"logit_scale": lambda ns: temperature_scale(torch.as_tensor(ns), self.beta, self.n_train, self.form,
+                                                            self.floor).numpy()}
+
 
 def check_temperature(beta: float, n_train: int, form: str) -> tuple[float, int, str]:
     """``(beta, n_train, form)`` checked: β in ``[0, MAX_BETA]`` (> 0 for SSMax), ``n_train`` an integer
     in ``1..MAX_N_TRAIN``, ``form`` one of :data:`FORMS`; a one-line PosymError otherwise."""
-    try:
-        b = float(beta)
-    except (TypeError, ValueError):
-        raise PosymError(f"temperature: beta={beta!r} is not a number; give a finite float such as beta=1") from None
-    if not math.isfinite(b) or not 0 <= b <= MAX_BETA:
+    b = check_float(beta, "temperature: beta", hint="; give a finite float such as beta=1")
+    if not 0 <= b <= MAX_BETA:
         raise PosymError(f"temperature: beta={beta!r} must be finite and in [0, {MAX_BETA:g}] (a negative beta turns the scale "
                          "negative at long contexts, a larger one overflows float32 logits); give e.g. beta=1")
     if isinstance(n_train, bool) or not isinstance(n_train, int) or not 1 <= n_train <= MAX_N_TRAIN:

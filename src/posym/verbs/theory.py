@@ -44,7 +44,7 @@ def discrepancy(out: str | os.PathLike, *, theta_index: float = 0.8, theta_retri
     effects = intervention_effects(intervene) if intervene else None
     files = _files(out, layout.DISCREPANCY) + (_files(out, layout.TRAINED_DISCREPANCY) if runs else [])
     if effects is not None:
-        from posym.interventions.spec import DEFAULT_N_TRAIN
+        from posym.interventions.registry import DEFAULT_N_TRAIN
         from posym.theory.intervened import DEFAULT_LENGTHS, check_frame, check_lengths
 
         lengths = check_lengths(DEFAULT_LENGTHS if lengths is None else lengths)
@@ -122,18 +122,12 @@ def rope_frame() -> tuple[int, float]:
 
 def intervention_effects(specs: Sequence[str]) -> dict:
     """Canonical string -> :class:`posym.theory.intervened.Effect` for ``none`` and each of ``specs``
-    (parsed by :func:`posym.interventions.spec.parse_intervention`; every one checked before any work).
+    (parsed by :func:`posym.interventions.spec.parse_intervention`; every one checked before any work;
+    each intervention's effect is its :meth:`~posym.interventions.registry.Intervention.theory_effect`).
     The constructions are one head: a ``layers=`` restriction is refused; frequency IDs are those of
     the paper preset's rotary dim at GPT-J's base (:func:`rope_frame`)."""
-    import numpy as np
-    import torch
-
     from posym.errors import PosymError
-    from posym.interventions.freq_mask import FreqMask, check_keep
-    from posym.interventions.interpolate import Interpolate, interpolation_scale
-    from posym.interventions.rope import RopeBase, ntk_theta
     from posym.interventions.spec import NONE, describe, parse_intervention
-    from posym.interventions.temperature import Temperature, temperature_scale
     from posym.theory.intervened import Effect
 
     rotary_dim, base = rope_frame()
@@ -149,19 +143,10 @@ def intervention_effects(specs: Sequence[str]) -> dict:
             continue
         if getattr(iv, "layers", None) is not None:
             raise PosymError(f"{text!r}: the theory's constructions are one head; drop layers=")
-        if isinstance(iv, Temperature):
-            effect = Effect(logit_scale=lambda ns, iv=iv: temperature_scale(
-                torch.as_tensor(ns), iv.beta, iv.n_train, iv.form, iv.floor).numpy())
-        elif isinstance(iv, RopeBase):
-            new_base = ntk_theta(base, iv.kappa, rotary_dim) if iv.kappa is not None else iv.theta
-            effect = Effect(base=float(new_base))
-        elif isinstance(iv, FreqMask):
-            effect = Effect(keep=check_keep(iv.keep, rotary_dim // 2) if iv.keep else ())
-        elif isinstance(iv, Interpolate):
-            effect = Effect(position_scale=lambda ns, iv=iv: np.array([interpolation_scale(iv, int(n)) for n in ns]))
-        else:
-            raise PosymError(f"{text!r}: the theory has no prediction for {key.partition(':')[0]} yet")
-        effects[key] = effect
+        effect = iv.theory_effect(base, rotary_dim)
+        if effect is None:
+            raise PosymError(f"{text!r}: the theory has no prediction for {iv.name} yet")
+        effects[key] = Effect(**effect)
     return effects
 
 

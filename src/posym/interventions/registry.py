@@ -1,0 +1,129 @@
+"""The registry of interventions (docs/interventions.md): each intervention is one class, registered
+under its name with :func:`register`, that owns its ``key=value`` keys, its parser and value checks,
+its canonical string, the context manager that applies it to a model, its per-layer restriction, its
+exactness under a KV cache and what it changes in the theory's constructions (SPEC §4).
+
+Adding an intervention is one class in one module::
+
+    @register("my-change")
+    @dataclass(frozen=True)
+    class MyChange(Intervention):
+        keys = ("alpha",)
+        ...
+
+:func:`~posym.interventions.spec.parse_intervention` reads ``my-change:alpha=2`` through
+``REGISTRY["my-change"].parse``, and :func:`~posym.interventions.apply.intervened` applies it with its
+:meth:`Intervention.apply`; nothing else changes."""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from typing import Any, Callable, ClassVar, ContextManager, Mapping, Sequence, TypeVar
+
+from torch import nn
+
+from posym.errors import PosymError
+
+#: Name -> intervention class, in the order registered (the order the parser's messages list them).
+REGISTRY: dict[str, type[Intervention]] = {}
+#: The training length of posym runs (SPEC §1): the default ``n_train`` of a temperature.
+DEFAULT_N_TRAIN = 17
+#: The largest ``n_train`` accepted (a training length; temperature and dynamic interpolation).
+MAX_N_TRAIN = 10**9
+
+C = TypeVar("C", bound="type[Intervention]")
+
+
+class Intervention(ABC):
+    """One inference-time intervention: a frozen dataclass of its parameters, registered under
+    :attr:`name`. Subclasses set :attr:`keys` and :attr:`example` and implement :meth:`parse`,
+    :meth:`canonical`, :meth:`describe` and :meth:`apply`."""
+
+    #: The name before the ``:`` of the canonical string (set by :func:`register`).
+    name: ClassVar[str]
+    #: The ``key=value`` keys the parser accepts, in canonical order.
+    keys: ClassVar[tuple[str, ...]] = ()
+    #: A documented string this class parses (docs/interventions.md; used in messages and tests).
+    example: ClassVar[str] = ""
+    #: True when :meth:`with_layers` may restrict it to some layers (it has a ``layers`` field).
+    per_layer: ClassVar[bool] = False
+    #: True when it is exact under a KV cache and padding: it changes the model at absolute positions
+    #: or at none, never by the forward's token indices or length (docs/interventions.md).
+    exact_under_kv_cache: ClassVar[bool] = False
+
+    @classmethod
+    @abstractmethod
+    def parse(cls: type[I], kv: Mapping[str, str]) -> I:
+        """The intervention of ``key=value`` pairs (keys already checked against :attr:`keys`); a
+        one-line PosymError on a missing or bad value."""
+
+    @abstractmethod
+    def canonical(self) -> str:
+        """The canonical string (``name:key=value,…``, fixed key order): the tables' ``intervention`` column."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """What it does, in one line of prose (for messages and listings)."""
+
+    @abstractmethod
+    def apply(self, model: nn.Module) -> ContextManager[Any]:
+        """Context manager: ``model`` under this intervention for a ``with`` block, restored exactly on
+        exit (also after an exception)."""
+
+    def with_layers(self: I, layers: Sequence[int]) -> I:
+        """This intervention restricted to ``layers`` (the CLI's ``--layers``); a one-line PosymError
+        when it acts on every layer or names other layers already."""
+        if not self.per_layer:
+            raise PosymError(f"{self.canonical()} acts on every layer; --layers applies to {per_layer_names()} only")
+        layers = tuple(int(l) for l in layers)
+        if self.layers is not None and self.layers != layers:  # type: ignore[attr-defined]
+            raise PosymError(f"{self.canonical()}: layers given twice (in the string and --layers)")
+        return dataclasses.replace(self, layers=layers)  # type: ignore[type-var]
+
+    def theory_effect(self, base: float, rotary_dim: int) -> dict[str, Any] | None:
+        """The keyword arguments of :class:`posym.theory.intervened.Effect` (SPEC §4): what this
+        intervention changes in a one-head construction read at RoPE ``base`` and ``rotary_dim``;
+        None when the theory has no prediction for it."""
+        return None
+
+
+I = TypeVar("I", bound=Intervention)
+
+
+def register(name: str) -> Callable[[C], C]:
+    """Class decorator: register an :class:`Intervention` subclass under ``name`` (sets its
+    :attr:`~Intervention.name`); a PosymError for a name taken already or the reserved ``none``."""
+    def add(cls: C) -> C:
+        if name in REGISTRY or name == "none" or not name or ":" in name:
+            raise PosymError(f"intervention name {name!r} is taken or invalid; registered: {', '.join(REGISTRY)}")
+        cls.name = name
+        REGISTRY[name] = cls
+        return cls
+    return add
+
+
+def per_layer_names() -> str:
+    """The registered names that act per layer, joined by ``and`` (``temperature and freq-mask``)."""
+    return " and ".join(n for n, cls in REGISTRY.items() if cls.per_layer)
+
+
+def format_number(x: float) -> str:
+    """``1.0`` -> ``1``, ``0.5`` -> ``0.5``, ``1e20`` -> ``1e+20`` (shortest round-trip repr; integers
+    written as digits up to 10^15): a number in a canonical string."""
+    x = float(x)
+    return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)
+
+
+def format_ids(ids: Sequence[int]) -> str:
+    """Layer or frequency IDs joined by ``+`` (``0+2``)."""
+    return "+".join(str(i) for i in ids)
+
+
+def parse_ids(text: str) -> tuple[int, ...]:
+    """``0+2`` -> ``(0, 2)``; ValueError on anything but integers joined by ``+``."""
+    return tuple(int(x) for x in text.split("+"))
+
+
+__all__ = ["REGISTRY", "DEFAULT_N_TRAIN", "MAX_N_TRAIN", "Intervention", "register", "per_layer_names", "format_number",
+           "format_ids", "parse_ids"]
