@@ -36,8 +36,9 @@ stage function and writes the same marker; dependencies are Slurm's (``afterok``
 stages that are neither done nor queued; the directory's lock names the jobs, so a second
 submission is refused while they run, even after the submitting command has returned (``detach``).
 
-The settings of each preset are in :data:`posym.verbs.settings.PRESETS` (one documented dict each); ``DIR/reproduce.json``
-records the settings a directory was made with, and a re-run with different settings is refused.
+The settings of each preset are the ``reproduce`` sections of :data:`posym.presets.PRESETS` (one documented
+dict each); ``DIR/reproduce.json`` records the settings a directory was made with, and a re-run with
+different settings is refused.
 """
 
 from __future__ import annotations
