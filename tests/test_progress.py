@@ -85,7 +85,7 @@ def test_line_progress_wraps_only_a_stderr_that_is_not_a_terminal(monkeypatch):
 
 
 def test_reproduce_worker_writes_plain_lines_when_stderr_is_not_a_terminal(monkeypatch):
-    from posym.verbs.pool import worker_init
+    from posym.launch.pool import worker_init
 
     plain = io.StringIO()
     monkeypatch.setattr(sys, "stderr", plain)
@@ -118,7 +118,7 @@ def _bar_position() -> int:
 
 def test_each_reproduce_worker_draws_its_bars_on_its_own_terminal_line(monkeypatch):
     # in this process (tqdm imported long before, as in a worker): the old TQDM_POSITION came too late
-    from posym.verbs.pool import worker_init
+    from posym.launch.pool import worker_init
 
     _keep_tqdm_init(monkeypatch)
     monkeypatch.setattr(sys, "stderr", io.StringIO())

@@ -406,7 +406,7 @@ def _cmd_pe_study(a):
 
 def _cmd_reproduce(a):
     from posym.verbs.reproduce import overrides_from_pairs, reproduce
-    from posym.verbs.slurm import slurm_options
+    from posym.launch.slurm import slurm_options
 
     given = [a.slurm_partition, a.slurm_time, a.slurm_gpus, a.slurm_cpus, a.slurm_opt, a.launcher_config]
     options = slurm_options(a.slurm_partition, a.slurm_time, a.slurm_gpus, a.slurm_cpus, a.slurm_opt or (),

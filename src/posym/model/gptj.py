@@ -19,38 +19,13 @@ from typing import Any, Iterator
 import torch
 from transformers import GPTJConfig, GPTJForCausalLM
 
+from posym import presets
 from posym.errors import PosymError
 from posym.model import pe as pe_mod
 
-#: GPTJConfig fields of each preset (vocab_size is set from the task).
-PRESETS: dict[str, dict[str, Any]] = {
-    # SPEC §2, exact: 12 layers, 1 head, d 128, MLP 512, rotary_dim 128, base 10,000, gelu,
-    # dropout 0.1, eps 1e-5, n_positions 128, untied embeddings.
-    "paper": dict(
-        n_layer=12,
-        n_head=1,
-        n_embd=128,
-        n_inner=512,
-        rotary_dim=128,
-        activation_function="gelu",
-        resid_pdrop=0.1,
-        embd_pdrop=0.1,
-        attn_pdrop=0.1,
-        layer_norm_epsilon=1e-5,
-        n_positions=128,
-        tie_word_embeddings=False,
-        initializer_range=0.02,
-        use_cache=False,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=0,
-    ),
-}
-# Our choice: a smaller GPT-J (same architecture family, 8 layers, no dropout) trained with a larger
-# learning rate (posym.train.config.PRESET_TRAINING) that reaches >= 0.95 on both tasks in minutes on a CPU.
-PRESETS["quick"] = {**PRESETS["paper"], "n_layer": 8, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
-# The authors' most likely run (posym.train.config.PRESET_TRAINING["authors"]): the paper's model.
-PRESETS["authors"] = PRESETS["paper"]
+#: GPTJConfig fields of each preset (vocab_size is set from the task): the ``model`` sections of
+#: :data:`posym.presets.PRESETS` (SPEC §2 for "paper"; "authors" is the paper's model).
+PRESETS: dict[str, dict[str, Any]] = presets.section("model")
 
 _CONFIG_KEYS = set(GPTJConfig().to_dict()) | {"n_positions", "n_embd", "n_layer", "n_head", "n_inner"}
 

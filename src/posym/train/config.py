@@ -1,4 +1,4 @@
-"""Training configuration: presets of SPEC §2 plus our ``quick`` preset."""
+"""Training configuration: :class:`TrainConfig` and its resolution from a preset (:mod:`posym.presets`; SPEC §2)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import typing
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from posym import presets
 from posym.errors import PosymError
 
 TASKS = ("number", "letter")
@@ -114,17 +115,9 @@ def _check_type(key: str, value: Any, kind: Any) -> None:
         raise ValueError(f"config.{key} must be {name}, got {value!r}")
 
 
-# Training hyper-parameters per preset. "paper" is SPEC §2 exactly (one epoch of 432,000 / 64).
-PRESET_TRAINING: dict[str, dict[str, Any]] = {
-    "paper": dict(steps=6750, lr=1e-4, warmup=750, batch_size=64, eval_every=50),
-    # Our choice: fewer layers, no dropout, a 10x larger learning rate, fewer steps (docs/reproduction.md).
-    "quick": dict(steps=1500, lr=1e-3, warmup=150, batch_size=64, eval_every=50),
-    # The authors' most likely run, read from their HF Trainer script (SPEC §2): a plain process on
-    # their 3-GPU machine makes HF wrap the model in DataParallel, so the global batch is 3 x 64 = 192,
-    # and 6,750 steps is then exactly HF's default of 3 epochs; load_best_model_at_end keeps the first
-    # checkpoint with the best validation accuracy. Their fp16 is CUDA-only: add --precision fp16 there.
-    "authors": dict(steps=6750, lr=1e-4, warmup=750, batch_size=192, eval_every=50, final_model="best"),
-}
+#: Training hyper-parameters per preset: the ``train`` sections of :data:`posym.presets.PRESETS` ("paper" is
+#: SPEC §2 exactly, one epoch of 432,000 / 64; "authors" the authors' HF Trainer run).
+PRESET_TRAINING: dict[str, dict[str, Any]] = presets.section("train")
 
 
 _FIELD_TYPES: dict[str, Any] = typing.get_type_hints(TrainConfig)

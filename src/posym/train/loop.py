@@ -486,23 +486,117 @@ def _replace_run(config: TrainConfig, out: Path, **kwargs: Any) -> RunResult:
     return RunResult(out, result.config, result.test)
 
 
+@dataclass
+class _Run:
+    """One training run between its phases (:func:`_setup`, :func:`_loop`, :func:`_finish`): what setup
+    builds, and the running values the loop changes (loss accumulators, best step, timings)."""
+
+    ctx: dist.DistContext
+    config: TrainConfig
+    out: Path
+    resume: bool
+    progress: bool
+    meta: dict[str, Any]  # RUN/posym.json, also stored with every checkpoint
+    model: torch.nn.Module  # the plain HF module: evaluated, scored, saved
+    objective: Any  # what the optimizer step calls: LastTokenLoss, wrapped by DDP / torch.compile
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: Any
+    loss_scale: float
+    data_rule: dict[str, Any]
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    val_set: Any  # the validation split on rank 0, None elsewhere
+    shard: tuple[int, int]  # this rank's rows of a global batch
+    callbacks: list[EvalCallback]
+    start_step: int
+    evals: set[int]
+    saves: set[int]
+    best: dict[str, Any]  # {"step", "acc"} of the best validation accuracy so far
+    # running training-loss sum on the device (float64, like the Python float it replaces): no sync per step
+    loss_acc: torch.Tensor
+    loss_count: int
+    t0: float
+    timing: dict[str, Any]
+    bar: Any = None
+
+    def fp32(self) -> torch.autocast:
+        """Evaluation and callbacks run in float32 even if the caller wrapped train() in an autocast region."""
+        return torch.autocast(device_type=torch.device(self.ctx.device).type, enabled=False)
+
+    def trainer_state(self, step: int) -> dict[str, Any]:
+        """The resumable state of a checkpoint at ``step`` (a collective under DDP: every rank's RNG state)."""
+        st = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "step": step,
+              "loss_sum": self.loss_acc.detach().cpu(), "loss_count": self.loss_count}
+        st.update(_rng_states(self.ctx.device))
+        if self.scaler is not None:
+            st["scaler"] = self.scaler.state_dict()
+        return st
+
+    def at_step(self, step: int) -> None:
+        """After ``step`` optimizer steps: evaluate, keep the best checkpoint and call the callbacks (rank 0),
+        reset the running loss, and save a checkpoint, as the schedules say (not again at a resumed step)."""
+        if self.resume and step == self.start_step:
+            return
+        config, main = self.config, self.ctx.is_main
+        if step in self.evals and main:
+            t = time.perf_counter()
+            with self.fp32():
+                res = evaluate(self.model, self.val_set, batch_size=config.eval_batch_size, device=self.ctx.device)
+            self.timing["eval_s"] += time.perf_counter() - t
+            row = {"split": "val", "step": step,
+                   "train_loss": self.loss_acc.item() / self.loss_count if self.loss_count else float("nan"),
+                   "lr": self.scheduler.get_last_lr()[0], **res, "time_s": round(time.perf_counter() - self.t0, 3)}
+            _append_metrics(self.out / layout.METRICS, row)
+            if self.best["acc"] is None or res["acc"] > self.best["acc"]:  # first step reaching the max (ties keep it)
+                t = time.perf_counter()
+                ckpt.save_best(self.out, step, self.model, self.meta, res["acc"])
+                self.best.update(step=step, acc=float(res["acc"]))
+                self.timing["checkpoint_s"] += time.perf_counter() - t
+            t = time.perf_counter()
+            with self.fp32():  # head scores in float32 whatever the training precision
+                for cb in self.callbacks:
+                    cb(step, self.model, self.out)
+            self.timing["callbacks_s"] += time.perf_counter() - t
+            self.bar.set_postfix(acc=f"{res['acc']:.3f}", loss=f"{res['loss']:.3f}")
+        if step in self.evals:
+            self.loss_acc.zero_()
+            self.loss_count = 0
+        if step in self.saves:
+            t = time.perf_counter()
+            state = self.trainer_state(step)  # a collective under DDP (every rank's RNG state)
+            if main:
+                ckpt.save_checkpoint(self.out, step, self.model, self.meta, state)
+            self.timing["checkpoint_s"] += time.perf_counter() - t
+
+
 def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: bool, force: bool,
            threads: int | None, progress: bool, callbacks: Sequence[EvalCallback]) -> RunResult:
-    device, rank, world = ctx.device, ctx.rank, ctx.world_size
-    main = ctx.is_main
+    """One run in three phases: set up (or restore) everything, loop over the steps, test and write results."""
+    run = _setup(ctx, config, out, resume=resume, force=force, threads=threads, progress=progress, callbacks=callbacks)
+    train_s = _loop(run)
+    test = dist.run_on_main(lambda: _finish(run, train_s))
+    return RunResult(out, run.config, test)
 
-    def prepare() -> dict[str, Any] | None:
-        _prepare_run_dir(out, resume, force)
-        if not resume:
-            return None
-        try:
-            stored = json.loads((out / layout.POSYM_JSON).read_text())
-            TrainConfig.from_dict(stored["config"])  # validates the field names and types it can
-            return {**stored["config"], "task": stored.get("task", stored["config"].get("task"))}
-        except (ValueError, KeyError, TypeError, OSError) as exc:
-            raise PosymError(f"cannot resume: {out / layout.POSYM_JSON} is corrupt ({type(exc).__name__}: {exc})") from exc
 
-    stored = dist.run_on_main(prepare)
+def _stored_config(out: Path, resume: bool, force: bool) -> dict[str, Any] | None:
+    """Prepare the run directory (rank 0); on ``resume`` return the run's stored configuration."""
+    _prepare_run_dir(out, resume, force)
+    if not resume:
+        return None
+    try:
+        stored = json.loads((out / layout.POSYM_JSON).read_text())
+        TrainConfig.from_dict(stored["config"])  # validates the field names and types it can
+        return {**stored["config"], "task": stored.get("task", stored["config"].get("task"))}
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        raise PosymError(f"cannot resume: {out / layout.POSYM_JSON} is corrupt ({type(exc).__name__}: {exc})") from exc
+
+
+def _setup(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: bool, force: bool, threads: int | None,
+           progress: bool, callbacks: Sequence[EvalCallback]) -> _Run:
+    """The model, optimizer, data and schedules of a run (SPEC §2), restored from its newest checkpoint on ``resume``."""
+    device, rank, world, main = ctx.device, ctx.rank, ctx.world_size, ctx.is_main
+    stored = dist.run_on_main(lambda: _stored_config(out, resume, force))
     if threads:
         torch.set_num_threads(threads)
     if resume:
@@ -514,7 +608,6 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
         raise PosymError(f"batch size {config.batch_size} cannot be split over {world} processes")
     vocab = get_vocab(config.task)
     mcfg = arch_config(config.arch, config.preset, vocab.size, pe=config.pe, **config.model_overrides)
-    variant = parse_pe(config.pe)
     model = build_arch_model(mcfg, seed=config.seed).to(device)
     setattr(model.config, MODEL_TASK_ATTR, config.task)  # every checkpoint's config.json names its task
     meta = {"task": config.task, "preset": config.preset, "config": config.to_dict(), "versions": _versions()}
@@ -527,7 +620,6 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
     scaler = make_grad_scaler(config.precision, device)
 
     start_step, loss_sum, loss_count = 0, 0.0, 0
-    metrics_path = out / layout.METRICS
     dropout_seed = config.seed + 1_000_003 + 7_919 * rank  # dropout stream, separate from the init stream
     if resume:
         start_step, path = dist.run_on_main(lambda: _find_resumable(out))
@@ -545,10 +637,9 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
     val_set = make_split(config.task, "val", seed=config.data_seed, n=config.n_val, **data_rule) if main else None
     x_train = torch.from_numpy(np.ascontiguousarray(train_set.input_ids)).to(device)
     y_train = torch.from_numpy(np.ascontiguousarray(train_set.labels)).to(device)
-    n_train = len(train_set)
-    if n_train < config.batch_size:
-        raise PosymError(f"batch size {config.batch_size} exceeds the training set ({n_train})")
-    lo, hi = dist.shard_bounds(config.batch_size, rank, world)
+    if len(train_set) < config.batch_size:
+        raise PosymError(f"batch size {config.batch_size} exceeds the training set ({len(train_set)})")
+    shard = dist.shard_bounds(config.batch_size, rank, world)
 
     callbacks = list(callbacks) if main else []
     for cb in callbacks:
@@ -568,69 +659,35 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
                                             gradient_as_bucket_view=True, **{no_sync: False})
     if config.compile:
         objective = torch.compile(objective)
-    # DDP averages gradients over ranks; scaling each rank's summed loss by world / B makes the
-    # average the gradient of the global-batch mean, whatever the shard sizes.
-    loss_scale = world / config.batch_size if world > 1 else 1.0
-    params = list(model.parameters())
 
-    # evaluation and callbacks run in float32 even if the caller wrapped train() in an autocast region
-    def fp32() -> torch.autocast:
-        return torch.autocast(device_type=torch.device(device).type, enabled=False)
+    return _Run(
+        ctx=ctx, config=config, out=out, resume=resume, progress=progress, meta=meta, model=model,
+        objective=objective, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
+        # DDP averages gradients over ranks; scaling each rank's summed loss by world / B makes the
+        # average the gradient of the global-batch mean, whatever the shard sizes.
+        loss_scale=world / config.batch_size if world > 1 else 1.0,
+        data_rule=data_rule, x_train=x_train, y_train=y_train, val_set=val_set,
+        shard=shard, callbacks=callbacks, start_step=start_step,
+        evals=set(eval_steps(config.steps, config.eval_every)),
+        saves=set(checkpoint_steps(config.steps, config.checkpoint_every, extra_every=config.checkpoint_extra_every)),
+        best=_best_so_far(out, start_step) if resume else {"step": None, "acc": None},
+        loss_acc=torch.tensor(loss_sum, dtype=torch.float64, device=device), loss_count=loss_count,
+        t0=time.perf_counter(), timing={"eval_s": 0.0, "callbacks_s": 0.0, "checkpoint_s": 0.0})
 
-    best = _best_so_far(out, start_step) if resume else {"step": None, "acc": None}
-    evals = set(eval_steps(config.steps, config.eval_every))
-    saves = set(checkpoint_steps(config.steps, config.checkpoint_every, extra_every=config.checkpoint_extra_every))
-    t0 = time.perf_counter()
-    timing = {"eval_s": 0.0, "callbacks_s": 0.0, "checkpoint_s": 0.0}
-    # running training-loss sum on the device (float64, like the Python float it replaces): no sync per step
-    loss_acc = torch.tensor(loss_sum, dtype=torch.float64, device=device)
 
-    def trainer_state(step: int) -> dict[str, Any]:
-        st = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
-              "loss_sum": loss_acc.detach().cpu(), "loss_count": loss_count}
-        st.update(_rng_states(device))
-        if scaler is not None:
-            st["scaler"] = scaler.state_dict()
-        return st
-
-    def on_step(step: int) -> None:
-        nonlocal loss_count
-        if step in evals and not (resume and step == start_step) and main:
-            t = time.perf_counter()
-            with fp32():
-                res = evaluate(model, val_set, batch_size=config.eval_batch_size, device=device)
-            timing["eval_s"] += time.perf_counter() - t
-            row = {"split": "val", "step": step,
-                   "train_loss": loss_acc.item() / loss_count if loss_count else float("nan"),
-                   "lr": scheduler.get_last_lr()[0], **res, "time_s": round(time.perf_counter() - t0, 3)}
-            _append_metrics(metrics_path, row)
-            if best["acc"] is None or res["acc"] > best["acc"]:  # first step reaching the max (ties keep it)
-                t = time.perf_counter()
-                ckpt.save_best(out, step, model, meta, res["acc"])
-                best.update(step=step, acc=float(res["acc"]))
-                timing["checkpoint_s"] += time.perf_counter() - t
-            t = time.perf_counter()
-            with fp32():  # head scores in float32 whatever the training precision
-                for cb in callbacks:
-                    cb(step, model, out)
-            timing["callbacks_s"] += time.perf_counter() - t
-            bar.set_postfix(acc=f"{res['acc']:.3f}", loss=f"{res['loss']:.3f}")
-        if step in evals and not (resume and step == start_step):
-            loss_acc.zero_()
-            loss_count = 0
-        if step in saves and not (resume and step == start_step):
-            t = time.perf_counter()
-            state = trainer_state(step)  # a collective under DDP (every rank's RNG state)
-            if main:
-                ckpt.save_checkpoint(out, step, model, meta, state)
-            timing["checkpoint_s"] += time.perf_counter() - t
-
-    model.train()
-    bar = tqdm(total=config.steps, initial=start_step, desc=f"train {config.task}/{config.preset}",
-               disable=not (progress and main), unit="step", dynamic_ncols=True)
-    on_step(start_step)
+def _loop(run: _Run) -> float:
+    """The optimizer steps from ``run.start_step`` to ``config.steps`` (data order: a pure function of the
+    order seed and the step); returns the loop's seconds."""
+    config, device, world = run.config, run.ctx.device, run.ctx.world_size
+    variant = parse_pe(config.pe)
+    params = list(run.model.parameters())
+    n_train, (lo, hi) = len(run.y_train), run.shard
+    run.model.train()
+    run.bar = tqdm(total=config.steps, initial=run.start_step, desc=f"train {config.task}/{config.preset}",
+                   disable=not (run.progress and run.ctx.is_main), unit="step", dynamic_ncols=True)
+    run.at_step(run.start_step)
     perm_epoch, perm = -1, torch.empty(0, dtype=torch.long)
-    for step in range(start_step, config.steps):
+    for step in range(run.start_step, config.steps):
         epoch, offset = _batch_position(step, config.batch_size, n_train)
         if epoch != perm_epoch:  # the same indices as batch_indices(), kept on the device
             perm = torch.from_numpy(_epoch_perm(config.order_seed, epoch, n_train)).to(device)
@@ -638,44 +695,45 @@ def _train(ctx: dist.DistContext, config: TrainConfig, out: Path, *, resume: boo
         idx = perm[offset + lo:offset + hi]
         positions = None
         if variant.kind == "randomized":  # the global batch's ids (a function of order seed and step), this rank's rows
-            positions = random_positions(config.batch_size, x_train.shape[1], int(variant.value), config.order_seed,
+            positions = random_positions(config.batch_size, run.x_train.shape[1], int(variant.value), config.order_seed,
                                          step)[lo:hi].to(device)
-        loss = _optimizer_step(objective, params, optimizer, scheduler, x_train[idx], y_train[idx],
-                               config.max_grad_norm, config.precision, loss_scale, scaler, positions)
+        loss = _optimizer_step(run.objective, params, run.optimizer, run.scheduler, run.x_train[idx], run.y_train[idx],
+                               config.max_grad_norm, config.precision, run.loss_scale, run.scaler, positions)
         if world > 1:  # this rank's summed loss -> the global-batch mean
             torch.distributed.all_reduce(loss)
             loss = loss / config.batch_size
-        loss_acc += loss.double()
-        loss_count += 1
-        bar.update(1)
-        on_step(step + 1)
-    bar.close()
-    train_s = time.perf_counter() - t0
+        run.loss_acc += loss.double()
+        run.loss_count += 1
+        run.bar.update(1)
+        run.at_step(step + 1)
+    run.bar.close()
+    return time.perf_counter() - run.t0
 
-    def finish() -> dict[str, Any]:
-        t = time.perf_counter()
-        test_set = make_split(config.task, "test", seed=config.data_seed, n=config.n_test, **data_rule)
-        if config.final_model == "best":
-            found = layout.best_checkpoint(out)
-            if found is None:
-                raise PosymError(f"run {out} has no best checkpoint to select (final_model='best')")
-            _load_weights(found[1], model, device)
-            timing["final_step"] = found[0]
-        else:
-            timing["final_step"] = config.steps
-        with fp32():
-            test = evaluate(model, test_set, batch_size=config.eval_batch_size, device=device,
-                            progress=f"test {config.task} ({len(test_set):,} sequences)" if progress else None)
-        _append_metrics(metrics_path, {"split": "test", "step": timing["final_step"], "train_loss": float("nan"),
-                                       "lr": scheduler.get_last_lr()[0], **test,
-                                       "time_s": round(time.perf_counter() - t0, 3)})
-        timing.update(loop_s=train_s, test_s=time.perf_counter() - t, world_size=world)
-        timing.update({k: round(v, 3) for k, v in timing.items() if isinstance(v, float)})
-        final = {"final_model": config.final_model, "final_step": timing.pop("final_step"),
-                 "best_step": best["step"], "best_val_acc": best["acc"]}
-        (out / layout.RESULTS).write_text(json.dumps({"test": test, "steps": config.steps, **final,
-                                                      "timing": timing}, indent=2))
-        return test
 
-    test = dist.run_on_main(finish)
-    return RunResult(out, config, test)
+def _finish(run: _Run, train_s: float) -> dict[str, Any]:
+    """Rank 0: the final model (last step, or best validation checkpoint; SPEC §2) on the test split,
+    its metrics row and ``RUN/results.json``; returns the test metrics."""
+    config, out, device, timing = run.config, run.out, run.ctx.device, run.timing
+    t = time.perf_counter()
+    test_set = make_split(config.task, "test", seed=config.data_seed, n=config.n_test, **run.data_rule)
+    if config.final_model == "best":
+        found = layout.best_checkpoint(out)
+        if found is None:
+            raise PosymError(f"run {out} has no best checkpoint to select (final_model='best')")
+        _load_weights(found[1], run.model, device)
+        timing["final_step"] = found[0]
+    else:
+        timing["final_step"] = config.steps
+    with run.fp32():
+        test = evaluate(run.model, test_set, batch_size=config.eval_batch_size, device=device,
+                        progress=f"test {config.task} ({len(test_set):,} sequences)" if run.progress else None)
+    _append_metrics(out / layout.METRICS, {"split": "test", "step": timing["final_step"], "train_loss": float("nan"),
+                                           "lr": run.scheduler.get_last_lr()[0], **test,
+                                           "time_s": round(time.perf_counter() - run.t0, 3)})
+    timing.update(loop_s=train_s, test_s=time.perf_counter() - t, world_size=run.ctx.world_size)
+    timing.update({k: round(v, 3) for k, v in timing.items() if isinstance(v, float)})
+    final = {"final_model": config.final_model, "final_step": timing.pop("final_step"),
+             "best_step": run.best["step"], "best_val_acc": run.best["acc"]}
+    (out / layout.RESULTS).write_text(json.dumps({"test": test, "steps": config.steps, **final,
+                                                  "timing": timing}, indent=2))
+    return test

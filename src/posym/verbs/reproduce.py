@@ -29,15 +29,16 @@ soon as the stages they depend on are done; ``jobs=1`` runs everything in this p
 marked done while a stage has failed). A failed stage leaves no marker; the stages that need it are
 not started; the others go on, and :func:`reproduce` raises :class:`PosymError` at the end.
 
-With ``launcher="slurm"`` every stage is one Slurm job instead (:mod:`posym.verbs.slurm`,
+With ``launcher="slurm"`` every stage is one Slurm job instead (:mod:`posym.launch.slurm`,
 docs/cluster.md): the job runs :func:`run_stage` (``posym _stage DIR NAME``), which runs the same
 stage function and writes the same marker; dependencies are Slurm's (``afterok``; the report job
 ``afterany``, marked done only when every stage of its submission is). A re-run submits only the
 stages that are neither done nor queued; the directory's lock names the jobs, so a second
 submission is refused while they run, even after the submitting command has returned (``detach``).
 
-The settings of each preset are in :data:`posym.verbs.settings.PRESETS` (one documented dict each); ``DIR/reproduce.json``
-records the settings a directory was made with, and a re-run with different settings is refused.
+The settings of each preset are the ``reproduce`` sections of :data:`posym.presets.PRESETS` (one documented
+dict each); ``DIR/reproduce.json`` records the settings a directory was made with, and a re-run with
+different settings is refused.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ from posym.runs import layout
 from posym.runs.layout import run_dir
 from posym.runs.lock import DirLock, read_lock
 from posym.runs.provenance import versions
-from posym.verbs import slurm
-from posym.verbs.pool import Inline, call_stage, terminate_workers, worker_init
+from posym.launch import slurm
+from posym.launch.pool import Inline, call_stage, terminate_workers, worker_init
 from posym.verbs.settings import (IMPLIED_SETTINGS, PRESETS, STAGE_SETTINGS, TASKS,  # noqa: F401
                                   overrides_from_pairs, preset_settings, validate_settings)
 
@@ -327,7 +328,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
     ``min(#cpus, #runs)``; 1 = everything in this process). ``overrides``: settings merged into
     the preset's :data:`PRESETS` dict (e.g. ``{"lengthgen_n": 100}``).
     ``launcher``: ``local`` (this machine) or ``slurm`` (one job per stage, submitted with
-    ``slurm_options``; :func:`posym.verbs.slurm.slurm_options`); ``detach``: return once the jobs are
+    ``slurm_options``; :func:`posym.launch.slurm.slurm_options`); ``detach``: return once the jobs are
     submitted instead of waiting for them (``posym status DIR`` follows them).
     Raises PosymError if a stage failed (after running every stage that does not need it).
     """
@@ -572,7 +573,7 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
 
 
 # ------------------------------------------------------------------------------------------------
-# the Slurm launcher: one job per stage (posym.verbs.slurm), each running run_stage
+# the Slurm launcher: one job per stage (posym.launch.slurm), each running run_stage
 # ------------------------------------------------------------------------------------------------
 def _stage_job(out: Path, st: Stage, submission: str, **deps: tuple[str, ...]) -> slurm.Job:
     return slurm.Job(st.name, ("_stage", str(Path(out).absolute()), st.name, "--submission", submission), **deps)

@@ -1,6 +1,7 @@
-"""The settings of ``posym reproduce``: one documented dict per preset, their validation before any
-stage runs, and which settings each kind of stage reads (so a failed stage can be re-run with a
-corrected value without losing the finished ones)."""
+"""The configuration of ``posym reproduce`` (the reproduction's, not a verb): its settings per preset
+(the ``reproduce`` sections of :mod:`posym.presets`), their validation before any stage runs, and which
+settings each kind of stage reads (so a failed stage can be re-run with a corrected value without
+losing the finished ones)."""
 
 from __future__ import annotations
 
@@ -8,77 +9,13 @@ import copy
 import math
 from typing import Any, Callable, Sequence
 
+from posym import presets
 from posym.errors import PosymError
 
 TASKS = ("number", "letter")
-QUICK_LENGTHGEN_GRID = tuple(range(0, 101, 10)) + tuple(range(200, 1001, 100))
-
-#: Settings per preset. Keys:
-#:
-#: * ``train_preset`` — ``posym.train`` preset (model + optimiser, SPEC §2 for "paper");
-#:   ``train`` — extra ``make_config`` keywords (steps, model_overrides, ...);
-#: * ``gammas`` — purity tolerances of the dynamics stage (SPEC §3);
-#: * ``flow_hops`` — the flow stage draws the first test prompt of each of these hop counts;
-#: * ``ablation_n`` / ``freqs_n`` — test prompts of the ablation and frequency stages;
-#:   ``freqs_scores`` — also per-frequency s_POS / s_SYM;
-#: * ``lengthgen_grid`` ("paper" = 0,10..100,200..1000,1500..5000) / ``lengthgen_n`` (samples per
-#:   length and data seed) / ``lengthgen_data_seeds`` / ``lengthgen_extra_rule`` (what the added
-#:   tokens are: "window", "distractor" or "copies"; SPEC §1.4, our choice);
-#: * ``discrepancy`` — keywords of ``posym.verbs.theory.discrepancy`` (Fig. 5A values);
-#: * ``llm`` — keywords of ``posym.lengthgen.llm_eval`` (lengths None = SPEC §1.5's 11 lengths);
-#:   ``llm_choice`` — also the log-likelihood ("choice") protocol on the same prompts (stage ``choice``);
-#:   ``llm_models`` — the models asked, each a bundled short name (``posym.model.llm.BUNDLED``), an HF
-#:   directory or a ``.gguf`` file: the first writes ``DIR/llm/`` (stages ``llm``, ``choice``), each
-#:   other ``DIR/llm/models/<name>/`` (stages ``llm-<name>``, ``choice-<name>``); a bundled model whose
-#:   package is not installed is skipped with a note, a folder or file that does not exist is refused.
-PRESETS: dict[str, dict[str, Any]] = {
-    # posym.resources.QUICK_REPRODUCTION_TIME (≈ 16 CPU-minutes): 1,500-step quick models (8 layers,
-    # ≈ 5–9 min per task, both trained side by side), analyses scaled down.
-    "quick": {
-        "train_preset": "quick",
-        "train": {},
-        "gammas": [0.1, 0.05],
-        "flow_hops": [1, 2, 3, 4],
-        "ablation_n": 500,
-        "freqs_n": 128,
-        "freqs_scores": True,
-        "lengthgen_grid": list(QUICK_LENGTHGEN_GRID),
-        "lengthgen_n": 60,
-        "lengthgen_data_seeds": 1,
-        "lengthgen_extra_rule": "window",
-        "discrepancy": {"theta_index": 0.8, "theta_retrieval": 0.0027, "alphabet": 8, "n_max": 100},
-        "llm": {"lengths": [12, 32, 100], "n": 10, "runs": 2},
-        "llm_choice": True,  # also the log-likelihood protocol (stage "choice"; SPEC §1.5)
-        "llm_models": ["smollm2"],
-    },
-    # Testing only (not in the CLI help): a seconds-long end-to-end run.
-    "tiny": {
-        "train_preset": "quick",
-        "train": {"steps": 30, "eval_every": 10, "checkpoint_every": 10, "n_val": 64, "n_test": 64,
-                  "eval_batch_size": 64, "track_prompts": 16,
-                  "model_overrides": {"n_layer": 2, "n_embd": 32, "n_inner": 64, "rotary_dim": 32}},
-        "gammas": [0.1],
-        "flow_hops": [4],
-        "ablation_n": 32,
-        "freqs_n": 16,
-        "freqs_scores": False,
-        "lengthgen_grid": [0, 10],
-        "lengthgen_n": 8,
-        "lengthgen_data_seeds": 1,
-        "lengthgen_extra_rule": "window",
-        "discrepancy": {"theta_index": 0.8, "theta_retrieval": 0.0027, "alphabet": 8, "n_max": 20},
-        "llm": {"lengths": [12], "n": 2, "runs": 1},
-        "llm_choice": False,
-        "llm_models": ["smollm2"],
-    },
-}
-
-# The paper's setting (SPEC §2 model and training; full analysis sizes; lengthgen to +5000;
-# both offline models — SmolLM2 and Gemma-3-270M (the [gemma] extra) — with both protocols on SPEC
-# §1.5's grid: 11 lengths, 5 runs, 40 prompts per run).
-PRESETS["paper"] = {**PRESETS["quick"], "train_preset": "paper", "ablation_n": 2000, "freqs_n": 512,
-                    "lengthgen_grid": "paper", "lengthgen_n": 200,
-                    "llm": {"lengths": None, "n": 40, "runs": 5}, "llm_models": ["smollm2", "gemma3-270m"]}
+#: Settings per preset: the ``reproduce`` sections of :data:`posym.presets.PRESETS` (their keys are
+#: documented at :class:`posym.presets.Preset`); "tiny" is for tests only (not in the CLI help).
+PRESETS: dict[str, dict[str, Any]] = presets.section("reproduce")
 
 
 def preset_settings(preset: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:

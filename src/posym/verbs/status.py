@@ -14,7 +14,7 @@ from posym.runs import layout
 from posym.runs.lock import live_holder
 from posym.verbs import VerbResult
 from posym.verbs.reproduce import plan_stages
-from posym.verbs.slurm import job_states, recorded_jobs
+from posym.launch.slurm import job_states, recorded_jobs
 
 
 def _holder_line(out: Path) -> str:

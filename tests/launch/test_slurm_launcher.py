@@ -17,7 +17,7 @@ import posym.runs.lock as lock_mod
 from posym.cli import build_parser
 from posym.errors import PosymError
 from posym.runs.lock import DirLock, read_lock
-from posym.verbs import slurm
+from posym.launch import slurm
 from posym.verbs.reproduce import preset_settings, reproduce, run_stage
 from posym.verbs.status import status
 

@@ -25,11 +25,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from posym.checks import check_int
 from posym.errors import PosymError
+from posym.files import write_text_atomic
 from posym.runs import layout
 from posym.runs.jobs import queued
 
-#: The launchers of a fan-out verb: ``local`` (the process pool, posym.verbs.pool) or ``slurm``.
+#: The launchers of a fan-out verb: ``local`` (the process pool, posym.launch.pool) or ``slurm``.
 LAUNCHERS = ("local", "slurm")
 #: Prefix of every job name (``posym-<stage>``), as squeue shows it.
 JOB_PREFIX = "posym-"
@@ -46,6 +48,7 @@ CONFIG_KEYS = ("partition", "time", "gpus", "cpus", "opts", "setup", "python")
 _TIME = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}|infinite|unlimited", re.IGNORECASE)
 _PARTITION = re.compile(r"[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*")
 _OPT_KEY = re.compile(r"[a-z][a-z0-9-]*")
+_DIGITS = re.compile(r"0|[1-9][0-9]*")
 
 
 @dataclass(frozen=True)
@@ -85,15 +88,13 @@ def _one_line(what: str, value: str) -> str:
 
 
 def _count(what: str, value: Any, low: int) -> int | None:
+    """``value`` as an int >= ``low`` (:func:`posym.checks.check_int`), also given as its decimal digits
+    (the Python API, a config file); None stays None."""
     if value is None:
         return None
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        n = None
-    if n is None or isinstance(value, bool) or n < low or str(n) != str(value).strip():
-        raise PosymError(f"{what} must be an integer >= {low}, got {value!r}")
-    return n
+    if isinstance(value, str) and _DIGITS.fullmatch(value.strip()) and int(value) >= low:
+        value = int(value)
+    return check_int(value, what, lo=low)
 
 
 def _opt_pairs(opts: Mapping[str, Any] | Sequence[str]) -> list[tuple[str, str]]:
@@ -260,9 +261,7 @@ def submit(out: str | os.PathLike, jobs: Sequence[Job], options: SlurmOptions, s
     try:
         for job in jobs:
             script = layout.slurm_script(out, job.name)
-            tmp = script.with_name(f".{script.name}.{os.getpid()}.tmp")
-            tmp.write_text(job_script(out, job, options))
-            os.replace(tmp, script)
+            write_text_atomic(script, job_script(out, job, options))
             dep = [f"{kind}:{':'.join(ids[d] for d in names if d in ids)}"
                    for kind, names in (("afterok", job.after_ok), ("afterany", job.after_any))
                    if any(d in ids for d in names)]
