@@ -14,8 +14,9 @@ import pytest
 from posym.cli import main
 from posym.errors import PosymError
 from posym.studies.encodings.tables import (Q_DOMINANT, Q_DOMINANT_POSITIONAL, Q_INTERVENTION, Q_REACH, Q_SEEDS, Q_TEST,
-                                   Q_UNROTATED, dominant_ids, dominant_text, goal_line, pure_count_curves, q_accuracy, q_milestone, q_pure, seed_reaches,
-                                   study_markdown, study_table, unrotated_share, variant_pe)
+                                            Q_UNROTATED, dominant_ids, dominant_text, goal_line, pure_count_curves,
+                                            q_accuracy, q_milestone, q_pure, seed_reaches, study_markdown, study_table,
+                                            unrotated_share, variant_pe)
 from posym.runs import layout
 
 HOPS = [f"acc_hop{h}" for h in range(1, 5)]
