@@ -25,8 +25,8 @@ def test_api_type_misuse_is_a_posym_error(tmp_path):
 
     from posym.errors import PosymError
     from posym.interventions import plan_interventions
-    from posym.verbs.pe_study import pe_study
-    from posym.verbs.sensitivity import sensitivity
+    from posym.studies.encodings import pe_study
+    from posym.studies.sensitivity import sensitivity
 
     for call in (lambda: pe_study(["runs/rt"], tmp_path / "p"), lambda: sensitivity(["runs/rt"], tmp_path / "s"),
                  lambda: plan_interventions(["ntk:kappa=2"], layers=["a"]),

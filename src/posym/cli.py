@@ -364,7 +364,7 @@ def _cmd_llm_heads(a):
 
 
 def _cmd_head_types(a):
-    from posym.verbs.head_types import head_types
+    from posym.studies.head_types import head_types
     _show(head_types(a.model, a.gguf, prompts=a.prompts, swap_exclude=a.swap_exclude, n=a.n, length=a.length,
                      seed=a.seed, tau=a.tau, gamma=a.gamma, min_mass=a.min_mass, pure_fraction=a.pure_fraction,
                      n_boot=a.n_boot, n_null=a.n_null,
@@ -374,7 +374,7 @@ def _cmd_head_types(a):
 
 
 def _cmd_interventions(a):
-    from posym.verbs.interventions import interventions
+    from posym.studies.intervention_study import interventions
 
     _show(interventions(a.runs, a.out, task=a.task, intervene=a.intervene, best_of=a.best_of, grid=a.grid, n=a.n, seeds=a.seeds,
                         heads_lengths=[] if a.no_heads else a.heads_lengths, heads_n=a.heads_n, device=a.device,
@@ -382,7 +382,7 @@ def _cmd_interventions(a):
 
 
 def _cmd_sensitivity(a):
-    from posym.verbs.sensitivity import sensitivity
+    from posym.studies.sensitivity import sensitivity
 
     variants: dict[str, str] = {}
     for name, path in a.variants:
@@ -393,7 +393,7 @@ def _cmd_sensitivity(a):
 
 
 def _cmd_pe_study(a):
-    from posym.verbs.pe_study import pe_study
+    from posym.studies.encodings import pe_study
 
     variants: dict[str, str] = {}
     for name, path in a.variants:
@@ -711,7 +711,7 @@ def build_parser() -> argparse.ArgumentParser:
     _force(lh)
     lh.set_defaults(func=_cmd_llm_heads)
 
-    sources = ("repeated", "binding", "number", "letter")  # posym.verbs.head_types.PROMPT_SOURCES
+    sources = ("repeated", "binding", "number", "letter")  # posym.studies.head_types.PROMPT_SOURCES
     ht = sub.add_parser("head-types", help="every head of an LLM typed two ways: s_POS/s_SYM beside the classic "
                                            "detectors (previous-token, induction, duplicate-token, sink)",
                         epilog=reading.HOW_TO_READ, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -130,7 +130,7 @@ def test_another_vocabulary_or_family_is_refused_before_any_work(tmp_path, capsy
 
 def test_one_interventions_study_never_averages_two_architectures(tmp_path):
     from posym.errors import PosymError
-    from posym.verbs.interventions import interventions
+    from posym.studies.intervention_study import interventions
 
     folders = {}
     for family in ("llama", "qwen3"):

@@ -45,8 +45,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -57,6 +58,9 @@ from posym.heads.detectors import DETECTORS
 from posym.heads.dynamics import classify
 from posym.heads.llm_heads import check_min_mass
 from posym.heads.reading import MIN_MASS
+
+if TYPE_CHECKING:
+    from posym.heads.scores import HeadScores
 
 #: Classic types, in table order (``none``: no detector reaches the threshold).
 CLASSIC_TYPES: tuple[str, ...] = ("previous_token", "induction", "duplicate_token", "sink", "none")
@@ -392,7 +396,62 @@ def pure_counts(join: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+# ------------------------------------------------------------------------------------------------
+# the scores of one prompt source, and the correlations over all and over informative heads
+# ------------------------------------------------------------------------------------------------
+def concat_scores(parts: Sequence["HeadScores"]) -> "HeadScores":
+    """One :class:`posym.heads.scores.HeadScores` of several (prompts stacked in order)."""
+    if len(parts) == 1:
+        return parts[0]
+    cat = lambda name: np.concatenate([getattr(p, name) for p in parts])  # noqa: E731
+    blocks = {}
+    for p in parts:
+        blocks.update(p.blocks)
+    return dataclasses.replace(parts[0], s_pos=cat("s_pos"), s_sym=cat("s_sym"), entropy=cat("entropy"),
+                               swap_mass=cat("swap_mass"), query_pos=cat("query_pos"), blocks=blocks)
+
+
+def source_scores(lm: Any, source: str, ids: np.ndarray | None, prompts: Sequence[Any] | None, tau: float,
+                  exclude: tuple[int, ...], batch_size: int) -> "HeadScores":
+    """Per-prompt scores (SPEC §3, fast exact path) of one prompt source: token swaps on ``ids``
+    (``repeated``), else Paper B's block swaps over the exact blocks of ``prompts`` (prompts sharing
+    length and blocks scored together, returned in the prompts' own order)."""
+    import torch
+
+    from posym.heads.scores import scores_blocks_fast, scores_fast
+    from posym.tasks.llm_prompts import group_prompts
+
+    dev = next(lm.parameters()).device
+    with torch.no_grad():
+        if source == "repeated":
+            return scores_fast(lm, torch.as_tensor(ids, device=dev), tau, batch_size=batch_size, exclude_keys=exclude)
+        parts, order = [], []
+        for (_, blocks), idx in group_prompts(prompts).items():
+            batch = torch.tensor([prompts[i].input_ids for i in idx], device=dev)
+            parts.append(scores_blocks_fast(lm, batch, blocks=list(blocks), taus=tau, batch_size=batch_size,
+                                            exclude_keys=exclude))
+            order.extend(idx)
+    res = concat_scores(parts)
+    inv = np.argsort(np.asarray(order))  # back to the prompts' own order
+    return dataclasses.replace(res, s_pos=res.s_pos[inv], s_sym=res.s_sym[inv], entropy=res.entropy[inv],
+                               swap_mass=res.swap_mass[inv], query_pos=res.query_pos[inv])
+
+
+def informative_correlations(join: pd.DataFrame, min_mass: float, *, n_boot: int, n_null: int,
+                             seed: int) -> pd.DataFrame:
+    """:func:`type_correlations` over all heads (``heads = "all"``) and over the heads with
+    ``swap_mass >= min_mass`` (``"informative"``: scored on enough attention)."""
+    kept = join[join[mass_column(join)] >= min_mass]
+    parts = [type_correlations(j, n_boot=n_boot, n_null=n_null, seed=seed).assign(heads=h)
+             for h, j in (("all", join), ("informative", kept))]
+    out = pd.concat(parts, ignore_index=True)
+    return out[["detector", "heads", *[c for c in out.columns if c not in ("detector", "heads")]]]
+
+
 __all__ = [
+    "concat_scores",
+    "informative_correlations",
+    "source_scores",
     "CLASSIC_THRESHOLD",
     "CLASSIC_TYPES",
     "DIFFUSE_ENTROPY",

@@ -148,7 +148,7 @@ def relative_depth(layer: Any, n_layers: int) -> np.ndarray:
     return np.asarray(layer, dtype=float) / max(int(n_layers) - 1, 1)
 
 
-def _load(model: Any, gguf: Any, tokenizer: Any, device: str | None, dtype: Any) -> tuple[Any, Any, str]:
+def load_lm(model: Any, gguf: Any, tokenizer: Any, device: str | None, dtype: Any) -> tuple[Any, Any, str]:
     """(model, tokenizer, label): an in-memory HF model (``tokenizer`` required) or :func:`load_llm`."""
     if isinstance(model, torch.nn.Module):
         if tokenizer is None:
@@ -446,7 +446,7 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, token
     parse_swap_exclude(swap_exclude)  # the form, before anything is loaded
     if threads is not None:
         torch.set_num_threads(_positive("threads", threads))
-    lm, tok, name = _load(model, gguf, tokenizer, device, dtype)
+    lm, tok, name = load_lm(model, gguf, tokenizer, device, dtype)
     label = label or name
     ad = get_adapter(lm)
     built = {s: build_prompts(tok, s, n, seed, length=length, n_entities=n_entities, n_examples=n_examples)
@@ -483,6 +483,7 @@ __all__ = [
     "DEFAULT_N",
     "DEPTHS",
     "LOW_BLOCK_MASS",
+    "load_lm",
     "parse_choices",
     "GROUP_COLUMNS",
     "LAYER_TYPES",

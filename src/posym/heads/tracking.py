@@ -13,9 +13,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from posym.constants import READOUT_SEED_OFFSET
 from posym.heads.scores import DEFAULT_TAU, scores_blocks_fast, scores_fast
 from posym.runs import layout
 from posym.runs.tables import RESUME_REMEDY, append_table, check_resumed, write_table
+from posym.tasks.dataset import generate
 
 SCORES_FILE = layout.SCORES
 COLUMNS = ["step", "layer", "head", "tau", "s_pos", "s_sym", "entropy", "swap_mass", "n_prompts"]
@@ -39,6 +41,15 @@ def score_table(model: torch.nn.Module, input_ids: np.ndarray | torch.Tensor, ta
     if step is not None:
         df.insert(0, "step", step)
     return df
+
+
+def lengthened_score_table(model: torch.nn.Module, task: str, n: int, extra_tokens: int = 0,
+                           seed: int = 0) -> pd.DataFrame:
+    """:func:`score_table` (mean over prompts) of ``n`` test-layout prompts of ``task`` with
+    ``extra_tokens`` added to the target window (SPEC §1.4), data seed ``READOUT_SEED_OFFSET + seed``
+    (apart from training and test data): the head readout on lengthened inputs."""
+    ids = generate(task, n, READOUT_SEED_OFFSET + seed, extra_tokens=extra_tokens).input_ids
+    return score_table(model, ids, batch_size=2 if extra_tokens >= 500 else 16)
 
 
 class HeadTracker:
@@ -73,4 +84,4 @@ def truncate_scores(run_dir: str | os.PathLike, max_step: int) -> None:
         write_table(check_resumed(path, "scores", max_step, RESUME_REMEDY), path)
 
 
-__all__ = ["COLUMNS", "HeadTracker", "append_rows", "score_table", "truncate_scores"]
+__all__ = ["COLUMNS", "HeadTracker", "append_rows", "lengthened_score_table", "score_table", "truncate_scores"]

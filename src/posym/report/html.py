@@ -24,9 +24,11 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from posym.errors import PosymError
+from posym.files import write_text_atomic
 from posym.heads.reading import HOW_TO_READ
 from posym.report import paper
 from posym.report.aggregate import PAPER_DISCREPANCY, PAPER_HEADS, aggregate, paper_vs_posym, run_arch, seeds_text
+from posym.report.format import fmt_ms, fmt_num, is_finite
 from posym.report.verdict import (NOT_REPRODUCED, REPRODUCED, TOLERANCES_TEXT, VIOLATES_BOUND, WITHIN_BOUND,
                                   verdict_lines)
 from posym.runs import layout
@@ -62,47 +64,24 @@ nav ol{columns:2;font-size:.92em}
 
 
 # ------------------------------------------------------------------------------------------------
-# formatting helpers
+# the page kit: what every posym HTML page is made of (the report here, the studies' pages in
+# posym.studies) — one stylesheet, escaped text, tables, embedded figures, notes
 # ------------------------------------------------------------------------------------------------
-def _e(x: Any) -> str:
+def escape(x: Any) -> str:
+    """``x`` as HTML text (quotes escaped too, so it may stand in an attribute)."""
     return html.escape(str(x), quote=True)
 
 
-def _finite(v) -> bool:
-    try:
-        return v is not None and math.isfinite(float(v))
-    except (TypeError, ValueError):
-        return False
+def written_at() -> str:
+    """The local time now, to the second (ISO 8601 with offset): the "Written …" line of a page."""
+    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
-def fmt_num(v, digits: int = 3, integer: bool = False) -> str:
-    """A number with ``digits`` decimals (``integer``: rounded, thousands separated); "—" if missing."""
-    if not _finite(v):
-        return "—"
-    return f"{float(v):,.0f}" if integer else f"{float(v):.{digits}f}"
-
-
-def fmt_ms(mean, sd, n: int | None = None, digits: int = 3, integer: bool = False) -> str:
-    """``mean ± sd``; sd "n/a" with one seed (or none); "—" without a value."""
-    if not _finite(mean):
-        return "—"
-    s = fmt_num(sd, digits, integer) if _finite(sd) else "n/a"
-    return f"{fmt_num(mean, digits, integer)} ± {s}" + (f" (n={n})" if n is not None and n > 1 else "")
-
-
-def quantity_format(q: str, digits: int = 3) -> tuple[int, bool]:
-    """``(digits, integer)`` for showing a quantity: steps and lengths without decimals (thousands
-    separated), head counts with one decimal (a mean over seeds need not be whole), else ``digits``."""
-    if q.startswith(("first step", "median step", "largest added length")):
-        return digits, True
-    if " heads (of " in f" {q}":
-        return 1, False
-    return digits, False
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], num_cols: Sequence[int] = (),
-           row_classes: Sequence[str] | None = None) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+def table_html(header: Sequence[str], rows: Iterable[Sequence[Any]], num_cols: Sequence[int] = (),
+               row_classes: Sequence[str] | None = None) -> str:
+    """A ``<table>``: ``header``, then ``rows`` of cells (escaped); ``num_cols``: right-aligned number
+    columns; ``row_classes``: a CSS class per row ("good", "bad", ""); a "difference" column is coloured."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
     body = []
     for i, r in enumerate(rows):
         cls = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
@@ -114,22 +93,23 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], num_cols: Seque
             if header[j] == "difference":
                 td_cls.append("diff")
             attr = f' class="{" ".join(td_cls)}"' if td_cls else ""
-            cells.append(f"<td{attr}>{_e(c)}</td>")
+            cells.append(f"<td{attr}>{escape(c)}</td>")
         body.append(f"<tr{cls}>{''.join(cells)}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _img(path: Path, caption: str, root: Path) -> str:
-    """A ``<figure>`` with the PNG embedded as a data URI (or a visible "missing" note)."""
+def figure_html(path: Path, caption: str, root: Path) -> str:
+    """A ``<figure>`` with the PNG embedded as a data URI (or a visible "missing" note); the caption
+    names the file relative to ``root``."""
     rel = _rel(path, root)
     if not path.is_file():
-        return f'<p class="missing">figure not available: {_e(rel)}</p>'
+        return f'<p class="missing">figure not available: {escape(rel)}</p>'
     data = path.read_bytes()
     if not data.startswith(PNG_SIGNATURE):
-        return f'<p class="missing">not a PNG file: {_e(rel)}</p>'
+        return f'<p class="missing">not a PNG file: {escape(rel)}</p>'
     b64 = base64.b64encode(data).decode("ascii")
-    return (f'<figure><img alt="{_e(caption)}" src="data:image/png;base64,{b64}">'
-            f"<figcaption>{_e(caption)} <code>{_e(rel)}</code></figcaption></figure>")
+    return (f'<figure><img alt="{escape(caption)}" src="data:image/png;base64,{b64}">'
+            f"<figcaption>{escape(caption)} <code>{escape(rel)}</code></figcaption></figure>")
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -139,8 +119,29 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _note(text: str, cls: str = "note") -> str:
-    return f'<p class="{cls}">{_e(text)}</p>'
+def note_html(text: str, cls: str = "note") -> str:
+    """A highlighted paragraph: ``cls`` "note" (yellow) or "missing" (red)."""
+    return f'<p class="{cls}">{escape(text)}</p>'
+
+
+def page_html(title: str, body: Sequence[str]) -> str:
+    """A self-contained HTML document: ``title``, the inline :data:`CSS` and the ``body`` parts in order."""
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{escape(title)}</title>"
+            f"<style>{CSS}</style></head><body><main>{''.join(body)}</main></body></html>\n")
+
+
+# ------------------------------------------------------------------------------------------------
+# formatting and reading helpers of the report
+# ------------------------------------------------------------------------------------------------
+def quantity_format(q: str, digits: int = 3) -> tuple[int, bool]:
+    """``(digits, integer)`` for showing a quantity: steps and lengths without decimals (thousands
+    separated), head counts with one decimal (a mean over seeds need not be whole), else ``digits``."""
+    if q.startswith(("first step", "median step", "largest added length")):
+        return digits, True
+    if " heads (of " in f" {q}":
+        return 1, False
+    return digits, False
 
 
 def _read_json(path: Path) -> dict:
@@ -170,14 +171,14 @@ def summary_rows(pv: pd.DataFrame) -> list[list[Any]]:
     for _, r in pv.iterrows():
         digits, integer = quantity_format(r["quantity"], 4 if str(r["section"]).startswith("Fig. 5A") else 3)
         diff = r["difference"]
-        diff_s = fmt_num(diff, digits, integer) if _finite(diff) else "—"
+        diff_s = fmt_num(diff, digits, integer) if is_finite(diff) else "—"
         if diff_s.lstrip("-").strip("0.,") == "":  # rounds to zero: no sign
             diff_s = diff_s.lstrip("-")
-        elif _finite(diff) and diff > 0:
+        elif is_finite(diff) and diff > 0:
             diff_s = "+" + diff_s
         rows.append([r["section"], r["task"], r["quantity"], r["paper_text"],
                      fmt_ms(r["posym_mean"], r["posym_sd"], None, digits, integer),
-                     int(r["n"]) if _finite(r["n"]) else 0, diff_s,
+                     int(r["n"]) if is_finite(r["n"]) else 0, diff_s,
                      r["verdict"] if isinstance(r.get("verdict"), str) else "",
                      r["note"] if isinstance(r["note"], str) else ""])
     return rows
@@ -201,11 +202,11 @@ def summary_markdown(out_dir: str | os.PathLike) -> str:
 def _summary(t: dict[str, pd.DataFrame]) -> str:
     pv = t["paper_vs_posym"]
     if pv.empty:
-        return _note("No results yet: no stage has produced a table.", "missing")
+        return note_html("No results yet: no stage has produced a table.", "missing")
     classes = ["good" if v in (REPRODUCED, WITHIN_BOUND) else "bad" if v in (NOT_REPRODUCED, VIOLATES_BOUND) else ""
                for v in pv.get("verdict", pd.Series([""] * len(pv))).fillna("")]
-    return (_table(list(SUMMARY_HEADER), summary_rows(pv), num_cols=(4, 5, 6), row_classes=classes)
-            + f"<p class=\"sub\">{_e(SUMMARY_FOOTNOTE)}</p>")
+    return (table_html(list(SUMMARY_HEADER), summary_rows(pv), num_cols=(4, 5, 6), row_classes=classes)
+            + f"<p class=\"sub\">{escape(SUMMARY_FOOTNOTE)}</p>")
 
 
 def _verdict(t: dict[str, pd.DataFrame]) -> str:
@@ -214,15 +215,15 @@ def _verdict(t: dict[str, pd.DataFrame]) -> str:
     if not lines:
         return ""
     return ('<div class="verdict"><b>Verdict</b> (computed from the summary table below):<ul>'
-            + "".join(f"<li>{_e(x)}</li>" for x in lines) + "</ul></div>")
+            + "".join(f"<li>{escape(x)}</li>" for x in lines) + "</ul></div>")
 
 
 def how_to_read_html() -> str:
     """:data:`posym.heads.reading.HOW_TO_READ` as HTML: its first paragraph, then its points as a list."""
     head, *points = HOW_TO_READ.split("\n- ")
     flat = [" ".join(x.split()) for x in (head, *points)]
-    return (f'<div class="howto"><p>{_e(flat[0])}</p>'
-            + ("<ul>" + "".join(f"<li>{_e(x)}</li>" for x in flat[1:]) + "</ul>" if points else "") + "</div>")
+    return (f'<div class="howto"><p>{escape(flat[0])}</p>'
+            + ("<ul>" + "".join(f"<li>{escape(x)}</li>" for x in flat[1:]) + "</ul>" if points else "") + "</div>")
 
 
 def _quantity_table(df: pd.DataFrame, task: str, digits: int = 3) -> str:
@@ -231,10 +232,10 @@ def _quantity_table(df: pd.DataFrame, task: str, digits: int = 3) -> str:
     for _, r in sub.iterrows():
         d, integer = quantity_format(r["quantity"], digits)
         paper_s = fmt_num(r["paper"], d, integer)
-        if " heads (of " in f" {r['quantity']}" and _finite(r["paper"]):
+        if " heads (of " in f" {r['quantity']}" and is_finite(r["paper"]):
             paper_s = f"{float(r['paper']):.0f} of {PAPER_HEADS}"  # Paper A's count is out of its 12 heads
         rows.append([r["quantity"], fmt_ms(r["mean"], r["sd"], None, d, integer), r["per_seed"], paper_s])
-    return _table(["quantity", "posym (mean ± sd)", "per seed", "paper"], rows, num_cols=(1, 3))
+    return table_html(["quantity", "posym (mean ± sd)", "per seed", "paper"], rows, num_cols=(1, 3))
 
 
 def _fig2(out: Path, runs: dict, t: dict) -> str:
@@ -245,8 +246,8 @@ def _fig2(out: Path, runs: dict, t: dict) -> str:
              "(rows L&lt;layer&gt;H&lt;head&gt;) "
              "over training; C: cumulative pure heads, γ = 0.1).</p>", how_to_read_html()]
     for task, seeds in runs.items():
-        parts.append(f"<h3>{_e(task)} task</h3>")
-        parts.append(_img(layout.png(out / layout.AGGREGATE, layout.accuracy_figure(task)),
+        parts.append(f"<h3>{escape(task)} task</h3>")
+        parts.append(figure_html(layout.png(out / layout.AGGREGATE, layout.accuracy_figure(task)),
                           f"{task}: validation accuracy per hop, {seeds_text(len(seeds))}; "
                           + paper_steps_caption(t["accuracy_curves"], task), out))
         parts.append(_quantity_table(t["training"], task))
@@ -254,7 +255,7 @@ def _fig2(out: Path, runs: dict, t: dict) -> str:
         parts.append(_quantity_table(ini, task))
         items = list(seeds.items())
         for i, (s, d) in enumerate(items):
-            fig = _img(layout.png(d, layout.fig2(0.1)), f"Fig. 2, {task} task, seed {s} (γ = 0.1)", out)
+            fig = figure_html(layout.png(d, layout.fig2(0.1)), f"Fig. 2, {task} task, seed {s} (γ = 0.1)", out)
             parts.append(fig if i == 0 else f"<details><summary>Fig. 2, seed {s}</summary>{fig}</details>")
     return "".join(parts)
 
@@ -270,9 +271,9 @@ def paper_steps_caption(curves: pd.DataFrame, task: str) -> str:
     last = float(c["step"].max()) if len(c) else math.nan
     lo, hi = min(steps.values()), max(steps.values())
     when = f"step {lo:,}" if lo == hi else f"steps {lo:,}–{hi:,}"
-    if _finite(last) and last >= hi:
+    if is_finite(last) and last >= hi:
         return f"open circles: the steps at which Paper A's curves cross 0.9 ({when})."
-    drawn = f"this run's {last:,.0f} steps" if _finite(last) else "the drawn steps"
+    drawn = f"this run's {last:,.0f} steps" if is_finite(last) else "the drawn steps"
     return f"Paper A's points (open circles) lie beyond {drawn} (Paper A crosses 0.9 at {when}): not drawn."
 
 
@@ -288,7 +289,7 @@ def _pure(out: Path, runs: dict, t: dict) -> str:
              f"end. Paper A's model has {PAPER_HEADS} layers (1 head each)"
              + (f"; these models have {n_layers}." if n_layers else ".") + "</p>"]
     for task in runs:
-        parts.append(f"<h3>{_e(task)} task</h3>")
+        parts.append(f"<h3>{escape(task)} task</h3>")
         for gamma in (0.1, 0.05):
             sub = pc[(pc["task"] == task) & (pc["gamma"] == gamma)] if len(pc) else pc
             if len(sub):
@@ -302,13 +303,13 @@ def _pure(out: Path, runs: dict, t: dict) -> str:
             if not same:
                 ref = paper.PURE_HEADS[task]
                 kinds = "; ".join(f"pure {k} layers: {_layers(ref[k])}" for k in ("positional", "symbolic"))
-                parts.append(_note(f"Layers are not comparable one to one (Paper A's {PAPER_HEADS}-layer model — "
+                parts.append(note_html(f"Layers are not comparable one to one (Paper A's {PAPER_HEADS}-layer model — "
                                    f"{kinds}): compare where in depth each kind sits, not layer indices."))
-            parts.append(_table(["layer", "head", "kind at the end (seeds)", "s_POS final", "s_SYM final",
+            parts.append(table_html(["layer", "head", "kind at the end (seeds)", "s_POS final", "s_SYM final",
                                  "pure from step"] + (["paper (layer)"] if same else []), rows,
                                 num_cols=(0, 1, 3, 4, 5)))
         else:
-            parts.append(_note(f"no purity table for the {task} task (dynamics stage not run)", "missing"))
+            parts.append(note_html(f"no purity table for the {task} task (dynamics stage not run)", "missing"))
     return "".join(parts)
 
 
@@ -330,17 +331,17 @@ def _flow(out: Path, runs: dict, t: dict) -> str:
              "positional heads low and symbolic heads high.</p>"]
     ab = t["ablation"]
     for task, seeds in runs.items():
-        parts.append(f"<h3>{_e(task)} task</h3>")
+        parts.append(f"<h3>{escape(task)} task</h3>")
         s0, d0 = next(iter(seeds.items()))
         flows = _read_json(d0 / layout.FLOW_JSON)
         if flows:
-            figs = [_img(d0 / e["figure"], f"{task}, seed {s0}, {h}-hop test prompt {e['example']}: "
+            figs = [figure_html(d0 / e["figure"], f"{task}, seed {s0}, {h}-hop test prompt {e['example']}: "
                          f"{e.get('tokens', '')} → {e.get('label')} (predicted {e.get('prediction')})", out)
                     for h, e in sorted(flows.items())]
             parts.append(f'<div class="wide">{"".join(figs)}</div>')  # one per row: labels readable at page width
         else:
-            parts.append(_note(f"no flow figures for the {task} task (flow stage not run)", "missing"))
-        parts.append(_img(layout.png(d0, layout.FIG_ABLATION), f"{task}, seed {s0}: accuracy with one head ablated",
+            parts.append(note_html(f"no flow figures for the {task} task (flow stage not run)", "missing"))
+        parts.append(figure_html(layout.png(d0, layout.FIG_ABLATION), f"{task}, seed {s0}: accuracy with one head ablated",
                           out))
         sub = ab[(ab["task"] == task) & (ab["mode"] != "none")] if len(ab) else ab
         if len(sub):
@@ -354,7 +355,7 @@ def _flow(out: Path, runs: dict, t: dict) -> str:
                 rows.append([r["mode"], f"L{int(r['layer'])}H{int(r['head'])}", fmt_ms(r["acc_mean"], r["acc_sd"]),
                              fmt_ms(r.get("acc_hop4_mean"), r.get("acc_hop4_sd"))])
             parts.append("<details><summary>ablation table (mean ± sd over seeds)</summary>"
-                         + _table(["mode", "ablated head", "accuracy (all hops)", "accuracy (4 hops)"], rows,
+                         + table_html(["mode", "ablated head", "accuracy (all hops)", "accuracy (4 hops)"], rows,
                                   num_cols=(2, 3)) + "</details>")
     return "".join(parts)
 
@@ -367,26 +368,26 @@ def _freqs(out: Path, runs: dict, t: dict) -> str:
              "37–39; letter task IDs 18–42 everywhere.</p>"]
     fq = t["freqs"]
     for task, seeds in runs.items():
-        parts.append(f"<h3>{_e(task)} task</h3>")
+        parts.append(f"<h3>{escape(task)} task</h3>")
         sub = fq[fq["task"] == task] if len(fq) else fq
         if len(sub):
             same = int(sub["layer"].max()) + 1 == PAPER_HEADS and sub["head"].max() == 0
             rows = [[int(r["layer"]), int(r["head"]), fmt_ms(r["weighted_id_mean"], r["weighted_id_sd"], None, 1),
-                     r["dominant_ids"]] + ([fmt_num(r["paper_id"], 0, True) if _finite(r["paper_id"]) else "",
+                     r["dominant_ids"]] + ([fmt_num(r["paper_id"], 0, True) if is_finite(r["paper_id"]) else "",
                                             r["paper_note"] if isinstance(r["paper_note"], str) else ""] if same else [])
                     for _, r in sub.iterrows()]
             if not same:
-                parts.append(_note(f"A {int(sub['layer'].max()) + 1}-layer model: layer indices are not comparable "
+                parts.append(note_html(f"A {int(sub['layer'].max()) + 1}-layer model: layer indices are not comparable "
                                    f"with Paper A's {PAPER_HEADS} layers one to one (its IDs are above), so no "
                                    "paper column."))
-            parts.append(_table(["layer", "head", "weighted ID (mean ± sd)", "dominant ID per seed"]
+            parts.append(table_html(["layer", "head", "weighted ID (mean ± sd)", "dominant ID per seed"]
                                 + (["paper ID", "paper note"] if same else []), rows, num_cols=(0, 1, 2, 4)))
         else:
-            parts.append(_note(f"no frequency table for the {task} task (freqs stage not run)", "missing"))
+            parts.append(note_html(f"no frequency table for the {task} task (freqs stage not run)", "missing"))
         s0, d0 = next(iter(seeds.items()))
-        figs = [_img(layout.png(d0, layout.FIG_FREQ_USE), f"Fig. 8: frequency use per layer, {task}, seed {s0}", out)]
+        figs = [figure_html(layout.png(d0, layout.FIG_FREQ_USE), f"Fig. 8: frequency use per layer, {task}, seed {s0}", out)]
         for g in sorted((d0 / layout.FIGURES).glob(layout.qk_geometry("*") + ".png")):
-            figs.append(_img(g, f"Fig. 4B: query/key geometry, {task}, seed {s0}, {g.stem.split('_')[-1]} — left, "
+            figs.append(figure_html(g, f"Fig. 4B: query/key geometry, {task}, seed {s0}, {g.stem.split('_')[-1]} — left, "
                                 "rotated by position: the keys fan out by position and a query points at the key "
                                 "it selects; right, before rotation: for a positional head the keys align and the "
                                 "queries spread by offset", out))
@@ -402,8 +403,8 @@ def _discrepancy(out: Path) -> str:
              "≈ 2π²/n² (≈ 0.003 at n = 80); Retrieval falls slowly from 0.29 to ≈ 0.16 at n = 80.</p>"]
     d = _csv(out / layout.THEORY / f"{layout.DISCREPANCY}.csv")
     if d is None:
-        return "".join(parts) + _note("discrepancy stage not run", "missing")
-    parts.append(_img(out / layout.THEORY / f"{layout.DISCREPANCY}.png", "Fig. 5A: Δ(n) and Theorem 3.2 bounds", out))
+        return "".join(parts) + note_html("discrepancy stage not run", "missing")
+    parts.append(figure_html(out / layout.THEORY / f"{layout.DISCREPANCY}.png", "Fig. 5A: Δ(n) and Theorem 3.2 bounds", out))
     rows = []
     for n in (2, 8, 9, 20, 40, 80, 100):
         r = {m: d[(d["mechanism"] == m) & (d["n"] == n)] for m in ("index", "retrieval")}
@@ -415,7 +416,7 @@ def _discrepancy(out: Path) -> str:
             row += [fmt_num(x["delta"].iloc[0], 4) if len(x) else "—", fmt_num(x["bound"].iloc[0], 4) if len(x) else "—",
                     fmt_num(PAPER_DISCREPANCY[m].get(n), 3) if n in PAPER_DISCREPANCY[m] else ""]
         rows.append(row)
-    parts.append(_table(["n", "Index Δ", "Index bound", "Index paper", "Retrieval Δ", "Retrieval bound",
+    parts.append(table_html(["n", "Index Δ", "Index bound", "Index paper", "Retrieval Δ", "Retrieval bound",
                          "Retrieval paper"], rows, num_cols=tuple(range(7))))
     return "".join(parts)
 
@@ -426,8 +427,8 @@ def _lengthgen(out: Path, runs: dict, t: dict) -> str:
              "band (each run's value is the mean over its data seeds); open circles: Paper A.</p>"]
     lg = t["lengthgen"]
     if not len(lg):
-        return "".join(parts) + _note("lengthgen stage not run", "missing")
-    parts.append(_img(layout.png(out / layout.AGGREGATE, layout.FIG_LENGTHGEN_SEEDS),
+        return "".join(parts) + note_html("lengthgen stage not run", "missing")
+    parts.append(figure_html(layout.png(out / layout.AGGREGATE, layout.FIG_LENGTHGEN_SEEDS),
                       f"Fig. 5B: accuracy vs added tokens ({seeds_text(int(lg['n_seeds'].max()))})", out))
     tasks = [x for x in runs if (lg["task"] == x).any()]
     grid = sorted(set(lg["extra_tokens"]) | {x for task in tasks for x in paper.LENGTHGEN[task]})
@@ -441,9 +442,9 @@ def _lengthgen(out: Path, runs: dict, t: dict) -> str:
             row.append(fmt_num(pv, 2) if pv is not None else "")
         rows.append(row)
     header = ["added tokens"] + [h for task in tasks for h in (f"{task}: posym", f"{task}: paper")]
-    parts.append(_table(header, rows, num_cols=tuple(range(1, len(header)))))
+    parts.append(table_html(header, rows, num_cols=tuple(range(1, len(header)))))
     for task, seeds in runs.items():
-        figs = [_img(layout.png(d, layout.FIG_LENGTHGEN), f"{task}, seed {s}", out)
+        figs = [figure_html(layout.png(d, layout.FIG_LENGTHGEN), f"{task}, seed {s}", out)
                 for s, d in seeds.items()]
         parts.append(f"<details><summary>per-run figures, {task}</summary><div class=\"grid\">{''.join(figs)}"
                      "</div></details>")
@@ -474,7 +475,7 @@ def _llm(out: Path, meta: dict) -> str:
         parts.append(_llm_model(folder, out, meta if i == 0 else {}, heading=len(folders) > 1))
     combined = layout.png(out / layout.AGGREGATE, layout.FIG_LLM_MODELS)
     if combined.is_file():
-        parts.append(_img(combined, "every model and protocol: accuracy vs target-window length", out))
+        parts.append(figure_html(combined, "every model and protocol: accuracy vs target-window length", out))
     return "".join(parts)
 
 
@@ -484,19 +485,19 @@ def _llm_model(folder: Path, out: Path, meta: dict, heading: bool) -> str:
     choice = _csv(folder / layout.LLM_CHOICE / layout.LLM_TABLE)
     skipped = _read_json(folder / layout.SKIPPED_JSON)
     name = next((t["model"].iloc[0] for t in (table, choice) if t is not None and "model" in t), folder.name)
-    parts = [f"<h3>{_e(name)}</h3>"] if heading else []
+    parts = [f"<h3>{escape(name)}</h3>"] if heading else []
     if table is None and choice is None:
         why = skipped.get("reason") or meta.get("llm_note") or "the llm stage has not run"
-        return "".join(parts) + _note(f"Table 3 not reproduced here — {why}")
+        return "".join(parts) + note_html(f"Table 3 not reproduced here — {why}")
     if table is not None:
         lengths, rows = _llm_rows(table)
         runs = int(table["runs"].min()) if "runs" in table else 1
         n = int(table["n"].min()) if "n" in table else 0
-        parts.append(f"<p>{_e(name)}, greedy generation: accuracy, mean ± sd over {runs} run(s) of {n} prompts "
+        parts.append(f"<p>{escape(name)}, greedy generation: accuracy, mean ± sd over {runs} run(s) of {n} prompts "
                      "each.</p>")
-        parts.append(_table(["task"] + [f"length {x}" for x in lengths], rows,
+        parts.append(table_html(["task"] + [f"length {x}" for x in lengths], rows,
                             num_cols=tuple(range(1, len(lengths) + 1))))
-        parts.append(_img(layout.png(folder, layout.FIG_LLM), "accuracy vs target-window length", out))
+        parts.append(figure_html(layout.png(folder, layout.FIG_LLM), "accuracy vs target-window length", out))
     parts.append(_llm_choice(folder / layout.LLM_CHOICE, out, level=4 if heading else 3))
     return "".join(parts)
 
@@ -510,8 +511,8 @@ def _llm_choice(folder: Path, out: Path, level: int = 3) -> str:
     return (f"<h{level}>Log-likelihood protocol (choice)</h{level}><p>Every distinct target-window token scored as the answer by "
             "the model's log-probability after the same prompt; the argmax counts. Chance = mean of 1 / (distinct "
             "candidates).</p>"
-            + _table(["task"] + [f"length {x}" for x in lengths], rows, num_cols=tuple(range(1, len(lengths) + 1)))
-            + _img(layout.png(folder, layout.FIG_LLM), "choice protocol: accuracy vs length, chance dotted", out))
+            + table_html(["task"] + [f"length {x}" for x in lengths], rows, num_cols=tuple(range(1, len(lengths) + 1)))
+            + figure_html(layout.png(folder, layout.FIG_LLM), "choice protocol: accuracy vs length, chance dotted", out))
 
 
 def _configs(out: Path, runs: dict, meta: dict) -> str:
@@ -519,18 +520,18 @@ def _configs(out: Path, runs: dict, meta: dict) -> str:
     if meta:
         shown = {k: meta.get(k) for k in ("preset", "tasks", "seeds", "device", "jobs", "llm", "created", "updated",
                                            "command") if k in meta}
-        parts.append("<p>Reproduction (<code>reproduce.json</code>):</p><pre>" + _e(json.dumps(shown, indent=2))
+        parts.append("<p>Reproduction (<code>reproduce.json</code>):</p><pre>" + escape(json.dumps(shown, indent=2))
                      + "</pre>")
         parts.append("<details><summary>preset settings</summary><pre>"
-                     + _e(json.dumps(meta.get("settings", {}), indent=2)) + "</pre></details>")
+                     + escape(json.dumps(meta.get("settings", {}), indent=2)) + "</pre></details>")
     st = stage_table(out)
     if st:
-        total = sum(float(r["seconds"]) for r in st if _finite(r["seconds"]))
+        total = sum(float(r["seconds"]) for r in st if is_finite(r["seconds"]))
         rows = [[r["stage"], fmt_num(r["seconds"], 1), r["started"], r["finished"]] for r in st]
         parts.append(f"<p>Stages done: {len(st)}, {total / 60:.1f} min of stage time in all (stages run in "
                      "parallel, so wall time is shorter).</p>")
         parts.append("<details><summary>stage timings</summary>"
-                     + _table(["stage", "seconds", "started", "finished"], rows, num_cols=(1,)) + "</details>")
+                     + table_html(["stage", "seconds", "started", "finished"], rows, num_cols=(1,)) + "</details>")
     chosen = []
     for task, seeds in runs.items():
         for s, d in seeds.items():
@@ -543,14 +544,14 @@ def _configs(out: Path, runs: dict, meta: dict) -> str:
         parts.append("<p>The model each run stands for (SPEC §2: the last step, or the first checkpoint with the "
                      "best validation accuracy as HF <code>load_best_model_at_end</code> keeps it); test accuracy "
                      "and every analysis use it:</p>")
-        parts.append(_table(["task", "seed", "final model", "its step", "best-validation step", "best val acc",
+        parts.append(table_html(["task", "seed", "final model", "its step", "best-validation step", "best val acc",
                              "test acc"], chosen, num_cols=(3, 4, 5, 6)))
     for task, seeds in runs.items():
         for s, d in seeds.items():
             cfg = _read_json(d / layout.POSYM_JSON)
             res = _read_json(d / layout.RESULTS)
-            parts.append(f"<details><summary>{_e(task)} seed {s}: <code>{_e(_rel(d / 'posym.json', out))}</code>"
-                         f"</summary><pre>{_e(json.dumps({**cfg, 'results': res}, indent=2))}</pre></details>")
+            parts.append(f"<details><summary>{escape(task)} seed {s}: <code>{escape(_rel(d / 'posym.json', out))}</code>"
+                         f"</summary><pre>{escape(json.dumps({**cfg, 'results': res}, indent=2))}</pre></details>")
     return "".join(parts)
 
 
@@ -560,96 +561,12 @@ def _versions_section(meta: dict) -> str:
     keys = list(dict.fromkeys(list(now) + list(run_v)))
     rows = [[k, run_v.get(k, "—"), now.get(k, "—")] for k in keys]
     return ('<h2 id="versions">Versions</h2>'
-            + _table(["software", "when the reproduction ran", "when this report was written"], rows))
+            + table_html(["software", "when the reproduction ran", "when this report was written"], rows))
 
 
 # ------------------------------------------------------------------------------------------------
 # the report
 # ------------------------------------------------------------------------------------------------
-def _page(title: str, body: Sequence[str]) -> str:
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
-            f"<style>{CSS}</style></head><body><main>{''.join(body)}</main></body></html>\n")
-
-
-def sensitivity_page(out_dir: str | os.PathLike, variants: dict[str, str], header: Sequence[str],
-                     rows: Sequence[Sequence[Any]], prediction: pd.DataFrame | None, findings: Sequence[str]) -> str:
-    """The sensitivity study (Paper A vs each reproduction variant) as a self-contained HTML page:
-    the variants and their directories, the table, Fig. 5B of every variant (``OUT/fig5b_variants.png``)
-    and the discrepancy-vs-reach prediction with its figure (``OUT/prediction.png``)."""
-    out = Path(out_dir)
-    body = ["<h1>posym — sensitivity study</h1>",
-            '<p class="sub">Which training choice moves which number of Paper A (each variant a '
-            f"reproduction directory). Written {_e(datetime.now(timezone.utc).astimezone().isoformat(timespec='seconds'))}."
-            "</p>", "<h2>Variants</h2>",
-            _table(["variant", "reproduction directory or lengthgen tables"], [[k, str(v)] for k, v in variants.items()]),
-            "<h2>Paper A vs the variants</h2><p>mean ± sd over the seeds of each variant; “—”: not measured.</p>",
-            _table(header, rows, num_cols=tuple(range(2, len(header)))),
-            _img(out / f"{layout.FIG_VARIANT_CURVES}.png", "Fig. 5B of every variant, Paper A's points as circles",
-                 out)]
-    if prediction is not None:
-        body += ["<h2>Does the discrepancy of trained heads predict the reach?</h2>",
-                 "<p>Δ (SPEC §4) of each model's pure heads at training length vs the largest added length with "
-                 "accuracy ≥ 0.9.</p>", "".join(f"<p>{_e(x)}</p>" for x in findings),
-                 _table(list(prediction.columns), prediction.round(3).astype(str).values.tolist()),
-                 _img(out / f"{layout.FIG_PREDICTION}.png", "Δ of trained heads vs reach", out)]
-    return _page("posym — sensitivity study", body)
-
-
-def pe_study_page(out_dir: str | os.PathLike, variants: dict[str, str], header: Sequence[str],
-                  rows: Sequence[Sequence[Any]], goal: str, figures: dict[str, Path]) -> str:
-    """The training-time encodings study (docs/interventions.md) as a self-contained HTML page: the
-    variants and their directories, the table, the goal line and the figures of all variants."""
-    out = Path(out_dir)
-    when = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
-    body = ["<h1>posym — training-time positional encodings</h1>",
-            '<p class="sub">Which encoding the model is trained with, what it learns (heads, milestones, '
-            f"frequencies) and how far it extrapolates (docs/interventions.md). Written {_e(when)}.</p>",
-            _note("How to read: mean ± sd over each variant's seeds. Milestones: the first validation step at "
-                  "which that hop's accuracy reaches 0.9. Dominant frequency IDs count heads by their most used "
-                  "rotating pair; a head whose most used pair has angle 0 (p-RoPE's unrotated pairs, NoPE) is "
-                  "counted apart: that pair carries no position. Reach: the largest added length with accuracy "
-                  "≥ 0.9 there and at every shorter grid point, per model."),
-            "<h2>Variants</h2>",
-            _table(["variant", "reproduction directory"], [[k, str(v)] for k, v in variants.items()]),
-            "<h2>The variants side by side</h2>", _table(header, rows), f"<p><b>{_e(goal)}</b></p>",
-            "<h2>Figures</h2>", *[_img(path, caption, out) for caption, path in figures.items()]]
-    return _page("posym — training-time encodings", body)
-
-
-def interventions_page(out_dir: str | os.PathLike, header: Sequence[str], rows: Sequence[Sequence[Any]],
-                       prediction: tuple[Sequence[str], Sequence[Sequence[Any]]], figures: dict[str, Path],
-                       settings: dict, encodings: tuple | None = None) -> str:
-    """The interventions study (docs/interventions.md) as a self-contained HTML page: how to read it,
-    the table intervention × task with the theory's prediction, Fig. 5B per intervention family and the
-    head readout of each task, and the settings (models, grid, n); with ``encodings`` (header, rows,
-    goal, figures of ``posym pe-study`` in the same folder) a section on the training-time encodings."""
-    out = Path(out_dir)
-    when = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
-    body = ["<h1>posym — interventions at inference</h1>",
-            '<p class="sub">Which inference-time change to attention or RoPE lifts which task\'s length '
-            f"generalization, read on the heads (docs/interventions.md). Written {_e(when)}.</p>",
-            _note("How to read: “reach ≥ 0.9” is the largest added length up to which the mean accuracy stays "
-                  "≥ 0.9 at every grid point (mean ± sd over models; “never”: below 0.9 already at +0; "
-                  "“grid end”: still ≥ 0.9 at the last measured length). “acc +L” is the accuracy at L added "
-                  "tokens (“—”: not on this grid). “pure pos/sym +L”: pure positional / symbolic heads "
-                  "(γ = 0.1, SPEC §3) on inputs with L added tokens, mean over models. The prediction "
-                  "was written before anything was measured."),
-            "<h2>Prediction (written before measuring)</h2>", _table(*prediction),
-            "<h2>Intervention × task</h2>", _table(header, rows, num_cols=(2,)),
-            "<h2>Figures</h2>", *[_img(path, caption, out) for caption, path in figures.items()],
-            "<h2>Settings</h2>",
-            _table(["setting", "value"], [[k, json.dumps(v)] for k, v in settings.items()])]
-    if encodings is not None:
-        e_header, e_rows, goal, e_figs = encodings
-        body += ["<h2>Training-time encodings (posym pe-study)</h2>",
-                 _note("The other way round: models trained with another positional encoding (SPEC §2.1); "
-                       "mean ± sd over each variant's seeds (docs/interventions.md, “Training-time encodings”)."),
-                 _table(e_header, e_rows), f"<p><b>{_e(goal)}</b></p>",
-                 *[_img(path, caption, out) for caption, path in e_figs.items()]]
-    return _page("posym — interventions study", body)
-
-
 def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = None) -> Path:
     """Write ``DIR/report.html`` (or ``path``) from the saved outputs of a reproduction directory;
     also (re)writes the aggregate tables ``DIR/aggregate/``. Returns the report's path."""
@@ -664,16 +581,16 @@ def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = No
     title = "posym — reproduction of Paper A"
     notes = []
     if not runs:
-        notes.append(_note("No finished training run in this directory yet.", "missing"))
+        notes.append(note_html("No finished training run in this directory yet.", "missing"))
     if meta.get("llm_note") and not (out / layout.LLM / layout.LLM_TABLE).is_file():
-        notes.append(_note(meta["llm_note"]))
+        notes.append(note_html(meta["llm_note"]))
     archs = sorted({run_arch(r) for v in runs.values() for r in v.values()})
     if archs and archs != ["gptj"]:
-        notes.append(_note(f"Architecture: {', '.join(archs)} (posym train --arch; Paper A trains GPT-J): the preset's "
+        notes.append(note_html(f"Architecture: {', '.join(archs)} (posym train --arch; Paper A trains GPT-J): the preset's "
                            "shape in that family, whose own design (norms, MLP, QK-norm, residual layout) differs "
                            "from GPT-J's — docs/models.md, “Training other families”."))
     if preset == "quick":
-        notes.append(_note("Quick preset: 8-layer models, 1,500 steps at learning rate 1e-3 (Paper A: 12 layers, "
+        notes.append(note_html("Quick preset: 8-layer models, 1,500 steps at learning rate 1e-3 (Paper A: 12 layers, "
                            "6,750 steps at 1e-4), smaller analysis sets — the shapes are comparable with Paper A, "
                            "step counts and layer indices are not."))
     sections = [
@@ -681,26 +598,25 @@ def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = No
         ("fig3", "Fig. 3 — flow and ablations"), ("table1", "Table 1, Figs. 8 / 4B — frequencies"),
         ("fig5a", "Fig. 5A — discrepancy"), ("fig5b", "Fig. 5B — length generalization"),
         ("table3", "Table 3 — LLM prompts"), ("configs", "Run configurations"), ("versions", "Versions")]
-    nav = "<nav><ol>" + "".join(f'<li><a href="#{a}">{_e(b)}</a></li>' for a, b in sections) + "</ol></nav>"
+    nav = "<nav><ol>" + "".join(f'<li><a href="#{a}">{escape(b)}</a></li>' for a, b in sections) + "</ol></nav>"
     body = [
-        f"<h1>{_e(title)}</h1>",
+        f"<h1>{escape(title)}</h1>",
         f'<p class="sub">Urrutia et al. 2026, “Positional versus Symbolic Attention Heads” (arXiv 2605.31558). '
-        f"Preset <b>{_e(preset)}</b>; architecture <b>{_e(', '.join(archs) or 'gptj')}</b>; "
-        f"tasks {_e(', '.join(runs) or '—')}; seeds {_e(', '.join(map(str, seeds)) or '—')} "
-        f"(each the init, data and order seed of a run); device {_e(meta.get('device', '?'))}. "
-        f"Written {_e(datetime.now(timezone.utc).astimezone().isoformat(timespec='seconds'))}.</p>",
+        f"Preset <b>{escape(preset)}</b>; architecture <b>{escape(', '.join(archs) or 'gptj')}</b>; "
+        f"tasks {escape(', '.join(runs) or '—')}; seeds {escape(', '.join(map(str, seeds)) or '—')} "
+        f"(each the init, data and order seed of a run); device {escape(meta.get('device', '?'))}. "
+        f"Written {escape(written_at())}.</p>",
         _verdict(t), *notes, nav,
         '<h2 id="summary">Summary: paper vs posym</h2>', _summary(t),
         _fig2(out, runs, t), _pure(out, runs, t), _flow(out, runs, t), _freqs(out, runs, t), _discrepancy(out),
         _lengthgen(out, runs, t), _llm(out, meta), _configs(out, runs, meta), _versions_section(meta),
     ]
-    doc = _page(title, body)
+    doc = page_html(title, body)
     target = Path(path) if path is not None else out / layout.REPORT_HTML
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(doc, encoding="utf-8")
-    os.replace(tmp, target)
+    write_text_atomic(target, doc, mkdir=False)
     return target
 
 
-__all__ = ["fmt_ms", "fmt_num", "how_to_read_html", "paper_steps_caption", "quantity_format", "summary_markdown",
-           "summary_rows", "write_report"]
+__all__ = ["CSS", "PNG_SIGNATURE", "escape", "figure_html", "fmt_ms", "how_to_read_html", "note_html", "page_html",
+           "paper_steps_caption", "quantity_format", "summary_markdown", "summary_rows", "table_html", "write_report",
+           "written_at"]

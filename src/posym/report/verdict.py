@@ -10,8 +10,9 @@ Theorem 3.2's bounds, not measurements) is judged against the bound — :data:`W
 
 from __future__ import annotations
 
-import math
 import pandas as pd
+
+from posym.report.format import is_finite
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
@@ -42,7 +43,7 @@ TOLERANCES_TEXT = (f"verdict tolerances (ours): accuracy ±{TOL_ACCURACY:g}, ste
 def within(value: float, paper: float, tol: float, relative: bool = False) -> str:
     """:data:`REPRODUCED` when ``|value − paper| <= tol`` (``relative``: ``tol × |paper|``), else
     :data:`NOT_REPRODUCED`; "" when either is missing."""
-    if not (_finite(value) and _finite(paper)):
+    if not (is_finite(value) and is_finite(paper)):
         return ""
     bound = tol * abs(paper) if relative else tol
     return REPRODUCED if abs(value - paper) <= bound + 1e-12 else NOT_REPRODUCED
@@ -52,20 +53,20 @@ def upper_bound(value: float, bound: float) -> str:
     """:data:`WITHIN_BOUND` when ``value <= bound`` (a theorem's upper bound, to 1e-9), else
     :data:`VIOLATES_BOUND`; "" when either is missing. Not a reproduction verdict: a bound is no
     measurement of Paper A's."""
-    if not (_finite(value) and _finite(bound)):
+    if not (is_finite(value) and is_finite(bound)):
         return ""
     return WITHIN_BOUND if float(value) <= float(bound) + 1e-9 else VIOLATES_BOUND
 
 
 def freq_id(value: float, paper: float) -> str:
     """A weighted frequency ID of Table 1: within ±:data:`TOL_FREQ_ID` or ±15 %, the larger."""
-    return within(value, paper, max(TOL_FREQ_ID, 0.15 * abs(paper)) if _finite(paper) else 0.0)
+    return within(value, paper, max(TOL_FREQ_ID, 0.15 * abs(paper)) if is_finite(paper) else 0.0)
 
 
 def pure_heads(value: float, n_heads: int, paper: float, paper_heads: int) -> tuple[str, str]:
     """``(verdict, note)`` of a pure-head count: equal within one head for a model of the paper's size,
     else compared as fractions of all heads (within :data:`TOL_PURE_FRACTION`)."""
-    if not _finite(value):
+    if not is_finite(value):
         return "", ""
     if n_heads == paper_heads:
         return within(value, paper, 1.0), ""
@@ -81,9 +82,9 @@ def llm_bound(mean: float, op: str, bound: float, chance: float | None) -> tuple
     An upper bound (``<``: the paper's models fail) met by a model at chance — or with an unknown
     chance level — is not evidence; a model above chance that stays below it, or any model above a
     lower bound (``>``), is compared with the bound."""
-    if not _finite(mean):
+    if not is_finite(mean):
         return "", ""
-    known = chance is not None and _finite(chance)
+    known = chance is not None and is_finite(chance)
     at_chance = known and mean <= chance + AT_CHANCE
     meets = mean < bound if op == "<" else mean > bound
     chance_s = f"chance {chance:.2f}" if known else "chance level unknown"
@@ -134,7 +135,7 @@ def verdict_lines(pv: pd.DataFrame, max_items: int = 6) -> list[str]:
             by = "; ".join(f"{s} {len(x)}" for s, x in g.groupby("section", sort=False))
             reasons = _reasons(g)
             lines.append(f"{len(g)} row(s) {why} ({by}){': ' + reasons if reasons else ''}.")
-    missing = v[(v["verdict"] == "") & ~v["posym_mean"].map(_finite)]
+    missing = v[(v["verdict"] == "") & ~v["posym_mean"].map(is_finite)]
     if len(missing):
         lines.append(f"{len(missing)} number(s) of Paper A not measured by this reproduction (outside its grid or "
                      "not reached).")
@@ -169,7 +170,7 @@ def _largest_differences(rows: pd.DataFrame) -> str:
 
 
 def _item(r: pd.Series) -> str:
-    diff = f" ({'+' if r['difference'] > 0 else ''}{_num(r['difference'])})" if _finite(r["difference"]) else ""
+    diff = f" ({'+' if r['difference'] > 0 else ''}{_num(r['difference'])})" if is_finite(r["difference"]) else ""
     return f"{r['section']}, {r['task']}, {r['quantity']}: {_num(r['posym_mean'])} vs paper {r['paper_text']}{diff}"
 
 
@@ -186,19 +187,12 @@ def _reasons(g: pd.DataFrame) -> str:
 
 
 def _num(x) -> str:
-    if not _finite(x):
+    if not is_finite(x):
         return "—"
     x = float(x)
     if x.is_integer():
         return f"{x:,.0f}"
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}" if abs(x) >= 1 else f"{x:.2g}" if abs(x) < 0.01 else f"{x:.2f}"
-
-
-def _finite(x) -> bool:
-    try:
-        return x is not None and math.isfinite(float(x))
-    except (TypeError, ValueError):
-        return False
 
 
 __all__ = ["BOUND_VERDICTS", "NOT_COMPARABLE", "NOT_EVIDENCE", "NOT_REPRODUCED", "REPRODUCED", "TOLERANCES_TEXT",

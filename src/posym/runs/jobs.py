@@ -2,7 +2,7 @@
 
 The one-writer lock (:mod:`posym.runs.lock`) asks this for a lock held by Slurm jobs (a reproduction
 submitted with ``--launcher slurm``, or a run trained inside a job); the launcher
-(:mod:`posym.verbs.slurm`) for its progress display. Plain ``squeue``, no accounting database.
+(:mod:`posym.launch.slurm`) for its progress display. Plain ``squeue``, no accounting database.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ pure function of its arguments.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -54,4 +55,15 @@ def repeated_random_sequences(vocab_size: int, n: int, length: int, *, seed: int
     return seqs
 
 
-__all__ = ["repeated_random_sequences"]
+def repeated_ids(tokenizer: Any, vocab: int, n: int, length: int, seed: int) -> np.ndarray:
+    """``[n, 1 + 2·length]`` repeated random sequences for a model with ``vocab`` embedding rows: the
+    tokenizer's start token first (when it has one), the other tokens drawn from the ids both the
+    tokenizer and the model know, special tokens left out."""
+    size = min(int(vocab), len(tokenizer))
+    bos = tokenizer.bos_token_id
+    special = [int(i) for i in getattr(tokenizer, "all_special_ids", []) if int(i) < size and i != bos]
+    return repeated_random_sequences(size, n, length, seed=seed, bos_id=bos if bos is not None and bos < size else None,
+                                     exclude_ids=special)
+
+
+__all__ = ["repeated_ids", "repeated_random_sequences"]

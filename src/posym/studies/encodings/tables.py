@@ -33,49 +33,21 @@ from collections import Counter
 from pathlib import Path
 from typing import Mapping
 
-import numpy as np
 import pandas as pd
 
-from posym import checks
+from posym.constants import GAMMA, REACH_THRESHOLD
 from posym.errors import PosymError
-from posym.model.pe import DEFAULT_PE
 from posym.report import paper
-from posym.report.aggregate import (THRESHOLD, check_runs_alike, run_arch, run_pe, largest_length_above, lengthgen_interventions,
-                                    lengthgen_summary, mean_sd, purity_counts, read_lengthgen_summary, read_untouched,
-                                    shown_note, training_summary)
+from posym.report.aggregate import (check_runs_alike, largest_length_above, lengthgen_interventions, lengthgen_summary,
+                                    purity_counts, read_lengthgen_summary, read_untouched, run_arch, run_pe, shown_note,
+                                    training_summary)
+from posym.report.format import mean_sd
 from posym.runs import layout
 from posym.runs.tables import INTERVENTION, NO_INTERVENTION
-
-#: Purity tolerance of the pure-head counts (SPEC §3; Paper A's γ).
-GAMMA = 0.1
-#: The goal: reach >= GOAL_FACTOR × the rope variant's, with test accuracy >= GOAL_ACCURACY (number task).
-GOAL_FACTOR = 10
-GOAL_ACCURACY = 0.99
-#: The variant the goal compares with (the ``--pe`` value of today's model).
-BASELINE_PE = DEFAULT_PE
-#: The quantity names of the study table (one home: the table, the goal and the tests read them).
-Q_SEEDS = "models (seeds)"
-Q_TEST = "test accuracy"
-Q_DOMINANT = "dominant frequency IDs (heads)"
-Q_DOMINANT_POSITIONAL = "dominant frequency IDs (pure positional heads)"
-Q_UNROTATED = "frequency use on angle-0 pairs"
-Q_REACH = f"largest added length ≥ {THRESHOLD:g}"
-Q_INTERVENTION = "Fig. 5B and reach: intervention"
-
-
-def q_milestone(hop: int) -> str:
-    """Quantity name of the step at which ``hop``-hop validation accuracy first reaches 0.9."""
-    return f"first step hop {hop} ≥ {THRESHOLD:g}"
-
-
-def q_pure(kind: str) -> str:
-    """Quantity name of the number of pure heads of ``kind`` (γ = 0.1) at the end of training."""
-    return f"pure {kind} heads (γ = {GAMMA:g})"
-
-
-def q_accuracy(extra: int) -> str:
-    """Quantity name of the accuracy at ``extra`` added tokens (Fig. 5B)."""
-    return f"accuracy at +{extra:,}"
+from posym.studies._kit import cell, check_variant_paths
+from posym.studies.encodings.study import (BASELINE_PE, COLUMNS, GOAL_ACCURACY, GOAL_FACTOR, Q_DOMINANT,
+                                           Q_DOMINANT_POSITIONAL, Q_INTERVENTION, Q_REACH, Q_SEEDS, Q_TEST, Q_UNROTATED,
+                                           q_accuracy, q_milestone, q_pure)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -102,21 +74,10 @@ def variant_pe(name: str, directory: str | os.PathLike) -> str:
 
 def check_variants(variants: Mapping[str, str | os.PathLike]) -> dict[str, str]:
     """Each variant's ``--pe`` value (:func:`variant_pe`); PosymError for a missing directory, one given
-    under two names, or runs that disagree."""
-    variants = checks.check_variants(variants)
-    if not variants:
-        raise PosymError("give at least one variant NAME=DIR")
-    seen: dict[Path, str] = {}
-    pes = {}
-    for name, value in variants.items():
-        p = Path(value)
-        if not p.is_dir():
-            raise PosymError(f"variant {name!r}: no such directory: {p}")
-        key = p.resolve()
-        if key in seen:
-            raise PosymError(f"variants {seen[key]!r} and {name!r} are the same ({value}); give each once")
-        seen[key] = name
-        pes[name] = variant_pe(name, p)
+    under two names (:func:`posym.studies._kit.check_variant_paths`), runs that disagree or variants of
+    different architectures."""
+    variants = check_variant_paths(variants)
+    pes = {name: variant_pe(name, Path(value)) for name, value in variants.items()}
     archs = {name: {run_arch(r) for seeds in layout.find_runs(v).values() for r in seeds.values()}
              for name, v in variants.items()}
     found = sorted(set().union(*archs.values()))
@@ -190,14 +151,9 @@ def seed_reaches(summaries: list[pd.DataFrame]) -> tuple[list[float], int, int, 
 # ------------------------------------------------------------------------------------------------
 # the table
 # ------------------------------------------------------------------------------------------------
-COLUMNS = ["variant", "pe", "task", "quantity", "mean", "sd", "n", "n_missing", "grid_end", "cell"]
-
-
 def _cell(mean: float, sd: float, n: int, digits: int) -> str:
-    if not math.isfinite(mean):
-        return "—"
-    s = f"{mean:,.{digits}f}"
-    return s + (f" ± {sd:,.{digits}f}" if n > 1 and math.isfinite(sd) else "")
+    """A cell of the table: ``digits`` decimals, whole numbers (steps, lengths) thousands separated."""
+    return cell(mean, sd, n, digits, integer=digits == 0)
 
 
 def _of_models(n: int, total: int) -> str:
@@ -247,7 +203,7 @@ def variant_rows(name: str, pe: str, directory: str | os.PathLike, lengthgen: st
         add(task, Q_SEEDS, float(len(seeds)), math.nan, len(seeds), f"{len(seeds)} ({', '.join(map(str, seeds))})")
         from_summary(task, training, "test acc", Q_TEST, 3, "not tested")
         for h in range(1, 5):
-            from_summary(task, training, f"first step acc_hop{h} >= {THRESHOLD:g}", q_milestone(h), 0, "never")
+            from_summary(task, training, f"first step acc_hop{h} >= {REACH_THRESHOLD:g}", q_milestone(h), 0, "never")
         for kind in ("positional", "symbolic"):
             from_summary(task, pure, f"{kind} heads", q_pure(kind), 1, "without dynamics")
         freq = {s: t for s, t in ((s, _read(d / layout.FREQ_TABLE)) for s, d in seeds.items()) if t is not None}
@@ -357,7 +313,7 @@ def goal_line(table: pd.DataFrame, factor: float = GOAL_FACTOR, min_accuracy: fl
 
 
 # ------------------------------------------------------------------------------------------------
-# figures
+# the figures' tables
 # ------------------------------------------------------------------------------------------------
 def pure_count_curves(variants: Mapping[str, str | os.PathLike], gamma: float = GAMMA) -> pd.DataFrame:
     """Fig. 2's pure-head counts over training of every variant (``pure_counts_gamma{γ}.csv`` of each
@@ -384,7 +340,7 @@ def fig5b_curves(variants: Mapping[str, str | os.PathLike], lengthgen: str = lay
                  intervention: str = NO_INTERVENTION) -> pd.DataFrame:
     """Fig. 5B of every variant, mean ± sd over its seeds (:func:`posym.report.aggregate.lengthgen_summary`
     of the ``intervention`` rows of its runs' ``lengthgen`` tables): variant, task, intervention,
-    extra_tokens, acc_mean, acc_sd, n_seeds — what :func:`posym.report.sensitivity.plot_variant_curves` draws."""
+    extra_tokens, acc_mean, acc_sd, n_seeds — what :func:`posym.studies._figures.plot_variant_curves` draws."""
     cols = ["variant", "task", INTERVENTION, "extra_tokens", "acc_mean", "acc_sd", "n_seeds"]
     frames = [lengthgen_summary(layout.find_runs(d), lengthgen, intervention).assign(variant=name)
               for name, d in variants.items()]
@@ -392,40 +348,5 @@ def fig5b_curves(variants: Mapping[str, str | os.PathLike], lengthgen: str = lay
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
 
 
-def plot_pure_count_curves(curves: pd.DataFrame, labels: Mapping[str, str] | None = None):
-    """One row per task, one column per variant: pure positional and symbolic heads over training
-    (mean over seeds, ± sd band), Fig. 2C of every variant side by side on shared axes."""
-    import matplotlib.pyplot as plt
-
-    tasks = [t for t in ("number", "letter") if (curves["task"] == t).any()] or ["number"]
-    variants = list(dict.fromkeys(curves["variant"])) or ["—"]
-    fig, axes = plt.subplots(len(tasks), len(variants), figsize=(2.8 * len(variants) + 0.6, 2.6 * len(tasks) + 0.5),
-                             squeeze=False, sharex=True, sharey=True)
-    colors = {"positional": "#d95f02", "symbolic": "#1b9e77"}  # Fig. 2C's colours
-    for i, task in enumerate(tasks):
-        for j, v in enumerate(variants):
-            ax = axes[i][j]
-            c = curves[(curves["task"] == task) & (curves["variant"] == v)].sort_values("step")
-            if not len(c):
-                ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="grey")
-            for kind, color in (colors.items() if len(c) else ()):
-                m, s = c[f"{kind}_mean"].to_numpy(float), c[f"{kind}_sd"].to_numpy(float)
-                ax.plot(c["step"], m, color=color, lw=1.4, label=kind)
-                if np.isfinite(s).any():
-                    ax.fill_between(c["step"], m - np.nan_to_num(s), m + np.nan_to_num(s), color=color, alpha=0.15, lw=0)
-            n = int(c["n_seeds"].max()) if len(c) else 0
-            ax.set_title(f"{(labels or {}).get(v, v)}\n{task} ({n} seed{'s' if n != 1 else ''})", fontsize=8)
-            if i == len(tasks) - 1:
-                ax.set_xlabel("step")
-            if j == 0:
-                ax.set_ylabel(f"pure heads (γ = {GAMMA:g})")
-    axes[0][0].legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    return fig
-
-
-__all__ = ["BASELINE_PE", "COLUMNS", "GAMMA", "GOAL_ACCURACY", "GOAL_FACTOR", "Q_DOMINANT", "Q_DOMINANT_POSITIONAL",
-           "Q_INTERVENTION", "Q_REACH", "Q_SEEDS", "Q_TEST", "Q_UNROTATED", "check_variants", "dominant_ids",
-           "dominant_text", "fig5b_curves", "goal_line",
-           "plot_pure_count_curves", "pure_count_curves", "q_accuracy", "q_milestone", "q_pure", "seed_reaches",
-           "study_markdown", "study_rows", "study_table", "unrotated_share", "variant_pe", "variant_rows"]
+__all__ = ["check_variants", "dominant_ids", "dominant_text", "fig5b_curves", "goal_line", "pure_count_curves",
+           "seed_reaches", "study_markdown", "study_rows", "study_table", "unrotated_share", "variant_pe", "variant_rows"]

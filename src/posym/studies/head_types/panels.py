@@ -1,5 +1,5 @@
 """One figure of the head-type planes of several prompt sources (``posym head-types``): a panel per
-source, each :func:`posym.report.head_types_figures.plot_head_type_plane` (s_POS vs s_SYM coloured
+source, each :func:`posym.studies.head_types.figures.plot_head_type_plane` (s_POS vs s_SYM coloured
 by classic type)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from posym.errors import PosymError
-from posym.report.head_types_figures import plot_head_type_plane
+from posym.studies.head_types.figures import plot_head_type_plane
 
 #: Panel titles of the prompt sources.
 SOURCE_TITLES = {"repeated": "random sequences repeated twice", "binding": "binding prompts",

@@ -22,8 +22,8 @@ hold others (the ``intervention`` column of the tables).
   pairs it with the largest added length at which the model's accuracy stays >= 0.9 (Fig. 5B).
   :func:`rank_correlation` is Spearman's rho with an exact permutation p-value (Monte Carlo above 8
   models).
-* :func:`variant_curves` / :func:`plot_variant_curves` — Fig. 5B of every variant side by side (one
-  panel per task, Paper A's points as markers).
+* :func:`variant_curves` — Fig. 5B of every variant side by side (drawn by
+  :func:`posym.studies._figures.plot_variant_curves`: one panel per task, Paper A's points as markers).
 """
 
 from __future__ import annotations
@@ -37,9 +37,14 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from posym import checks
+from posym.constants import GAMMA
 from posym.errors import PosymError
+from posym.report.aggregate import (SUMMARY_REMEDY, check_one_curve, fig5b_rows, largest_length_above,
+                                    read_lengthgen_summary, read_untouched, shown_note)
 from posym.runs import layout
 from posym.runs.tables import INTERVENTION, NO_INTERVENTION, RUN_TABLES, check_rows
+from posym.studies._kit import cell, check_variant_paths
 
 #: The rows of the paper-vs-posym table the study compares (sections and quantity prefixes).
 STUDY_ROWS: tuple[tuple[str, str], ...] = (
@@ -81,14 +86,24 @@ def check_table_list(name: str, tables: list[Path]) -> None:
         seen[key] = p
 
 
+def check_variants(variants: Mapping[str, str | os.PathLike]) -> dict[str, str | os.PathLike]:
+    """``variants`` checked: no table listed twice in one variant (:func:`check_table_list`), then
+    :func:`posym.studies._kit.check_variant_paths` (every folder and ``lengthgen`` table present, none
+    given under two names)."""
+    what = "reproduction directory or lengthgen table(s)"
+    for name, value in checks.check_variants(variants, what).items():
+        listed = lengthgen_tables(value)
+        if listed is not None:
+            check_table_list(name, listed)
+    return check_variant_paths(variants, what, lengthgen_tables)
+
+
 def _lengthgen_curve(name: str, path: Path, intervention: str = NO_INTERVENTION
                      ) -> tuple[str, pd.DataFrame, str, list[str]]:
     """Task, Fig. 5B curve of ``intervention`` (``X_summary.csv``, one model: n_seeds = 1), the model's
     weights digest ("" if the table has none) and every intervention the summary holds, of one table of
     a Fig. 5B-only variant; both files value-checked (``posym.runs.tables.check_rows``); PosymError
     naming the variant when a file is missing, holds several tasks or no rows of ``intervention``."""
-    from posym.report.aggregate import SUMMARY_REMEDY, read_lengthgen_summary
-
     summary = layout.summary_path(path)
     if not (path.is_file() and summary.is_file()):
         raise PosymError(f"variant {name}: no lengthgen table {path} with its {summary.name} (run posym "
@@ -112,8 +127,6 @@ def _lengthgen_curves(name: str, tables: list[Path], intervention: str = NO_INTE
     """Per task of a Fig. 5B-only variant: its Fig. 5B curve (one model per table: mean ± sd over the
     tables of the task, ``n_seeds`` the tables with the point), each table's reach, and every
     intervention the tables hold. PosymError for one table twice or two tables of one model."""
-    from posym.report.aggregate import check_one_curve, largest_length_above
-
     check_table_list(name, tables)
     by_task: dict[str, list[pd.DataFrame]] = {}
     reaches: dict[str, list[float]] = {}
@@ -143,8 +156,6 @@ def _lengthgen_curves(name: str, tables: list[Path], intervention: str = NO_INTE
 
 def _lengthgen_rows(name: str, tables: list[Path], intervention: str = NO_INTERVENTION) -> pd.DataFrame:
     """The Fig. 5B rows of a Fig. 5B-only variant: one model per table (n = the tables of the task)."""
-    from posym.report.aggregate import fig5b_rows, shown_note
-
     curves, reaches, present = _lengthgen_curves(name, tables, intervention)
     note = shown_note(intervention, present)
     rows = [r for task, curve in curves.items() for r in fig5b_rows(task, curve, reaches[task], note)]
@@ -155,8 +166,6 @@ def intervention_notes(variants: Mapping[str, str | os.PathLike], intervention: 
                        ) -> dict[str, str]:
     """Per Fig. 5B-only variant whose tables hold other interventions than the one shown (or when that
     is not ``none``): which intervention its Fig. 5B rows show (:func:`posym.report.aggregate.shown_note`)."""
-    from posym.report.aggregate import shown_note
-
     notes = {}
     for name, value in variants.items():
         tables = lengthgen_tables(value)
@@ -191,8 +200,6 @@ def variant_curves(variants: Mapping[str, str | os.PathLike], intervention: str 
     """Fig. 5B of every variant: variant, task, intervention, extra_tokens, acc_mean, acc_sd, n_seeds (a
     reproduction's ``aggregate/lengthgen.csv``, mean ± sd over its seeds, untouched model; a Fig. 5B-only
     variant's tables, one model per table, ``intervention``'s rows)."""
-    from posym.report.aggregate import read_untouched
-
     dirs = _variant_dirs(variants)
     frames = []
     for name, value in variants.items():
@@ -208,44 +215,9 @@ def variant_curves(variants: Mapping[str, str | os.PathLike], intervention: str 
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
 
 
-def plot_variant_curves(curves: pd.DataFrame):
-    """One panel per task: accuracy vs added tokens of every variant (± sd over seeds where there are
-    several), Paper A's Fig. 5B points as black markers, the 0.9 line dotted."""
-    import matplotlib.pyplot as plt
-
-    from posym.report import paper
-
-    tasks = [t for t in ("number", "letter") if (curves["task"] == t).any()]
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    colors = {v: palette[i % len(palette)] for i, v in enumerate(dict.fromkeys(curves["variant"]))}  # same in every panel
-    fig, axes = plt.subplots(1, max(1, len(tasks)), figsize=(5.2 * max(1, len(tasks)), 3.8), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
-        for name, g in curves[curves["task"] == task].groupby("variant", sort=False):
-            g = g.sort_values("extra_tokens")
-            line, = ax.plot(g["extra_tokens"], g["acc_mean"], marker=".", ms=3, color=colors[name], label=str(name))
-            sd = g["acc_sd"].fillna(0)
-            if (g["n_seeds"] > 1).any() and (sd > 0).any():
-                ax.fill_between(g["extra_tokens"], g["acc_mean"] - sd, g["acc_mean"] + sd, color=line.get_color(),
-                                alpha=0.15, lw=0)
-        xs, ys = zip(*sorted(paper.LENGTHGEN[task].items()))
-        ax.plot(xs, ys, ls="none", marker="o", mfc="none", color="black", label="Paper A")
-        ax.axhline(0.9, color="grey", lw=0.5, ls=":")
-        ax.set_xscale("symlog", linthresh=100)
-        ax.set(xlabel="added target-window tokens", ylabel="accuracy", ylim=(-0.02, 1.02), xlim=(0, None),
-               title=f"Fig. 5B by variant: {task} task")
-        ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    return fig
-
-
 def _cell(mean: float, sd: float, n: int, quantity: str = "") -> str:
-    if not math.isfinite(mean):
-        return "—"
-    digits = 1 if "heads" in quantity else (0 if abs(mean) >= 10 else 2)
-    s = f"{mean:.{digits}f}"
-    if n > 1 and math.isfinite(sd):
-        s += f" ± {sd:.{digits}f}"
-    return s
+    """One variant's cell: head counts with one decimal, numbers >= 10 whole, else two decimals."""
+    return cell(mean, sd, n, 1 if "heads" in quantity else (0 if abs(mean) >= 10 else 2))
 
 
 def sensitivity_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
@@ -273,21 +245,12 @@ def sensitivity_markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def largest_length(summary: pd.DataFrame, threshold: float = 0.9) -> float:
-    """Largest added length with accuracy >= threshold there and at every shorter grid point (NaN if none)."""
-    from posym.report.aggregate import largest_length_above
-
-    return largest_length_above(summary, threshold)
-
-
-def extrapolation_prediction(variants: Mapping[str, str | os.PathLike], gamma: float = 0.1, n: int = 256,
+def extrapolation_prediction(variants: Mapping[str, str | os.PathLike], gamma: float = GAMMA, n: int = 256,
                              progress: bool = True) -> pd.DataFrame:
     """One row per model: variant, task, seed, delta_positional, delta_symbolic (mean Δ at +0 over the
     model's pure heads of each kind; NaN without such heads), n_positional, n_symbolic, largest_09."""
-    from posym.runs.resolve import resolve_model
+    from posym.runs.resolve import resolve_model  # looked up at call time (tests replace it)
     from posym.theory.trained import trained_discrepancy
-
-    from posym.report.aggregate import read_lengthgen_summary
 
     models = [(name, task, seed, run, run / layout.purity(gamma), layout.summary_path(run / layout.LENGTHGEN))
               for name, d in _variant_dirs(variants).items()
@@ -296,7 +259,7 @@ def extrapolation_prediction(variants: Mapping[str, str | os.PathLike], gamma: f
     for *_, run, purity_path, lg_path in models:  # every model checked before the first is loaded
         if not (purity_path.is_file() and lg_path.is_file()):
             raise PosymError(f"{run} lacks {purity_path.name} or {lg_path.name} (run its analyses first)")
-        reach[run] = largest_length(read_lengthgen_summary(lg_path))  # the untouched model's reach, value-checked
+        reach[run] = largest_length_above(read_lengthgen_summary(lg_path))  # the untouched model's reach, value-checked
     rows = []
     for name, task, seed, run, purity_path, lg_path in models:
         purity = pd.read_csv(purity_path)
@@ -380,32 +343,6 @@ def prediction_findings(pred: pd.DataFrame, correlations: Mapping[str, list[str]
             for kind, parts in correlations.items()]
 
 
-def plot_prediction(table: pd.DataFrame, ax=None, correlations: Mapping[str, list[str]] | None = None):
-    """Scatter of Δ at training length vs the largest added length with accuracy >= 0.9, per kind
-    (``correlations``: :func:`prediction_correlations` of ``table``, computed here if not given)."""
-    import matplotlib.pyplot as plt
-
-    correlations = correlations or prediction_correlations(table)
-
-    if ax is None:
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    else:
-        fig, axes = ax.figure, [ax, ax]
-    for a, kind in zip(axes, ("positional", "symbolic")):
-        col = f"delta_{kind}"
-        for (variant, task), g in table.groupby(["variant", "task"]):
-            a.scatter(g[col], g["largest_09"], label=f"{variant} ({task})",
-                      marker="o" if task == "letter" else "s")
-        m = int(table[col].notna().sum())
-        a.set_title(f"{kind} heads, Spearman: " + "\n".join(correlations[kind]).replace("rho", "ρ")
-                    if m >= 3 else f"{kind} heads: {m} model(s) with such heads", fontsize=9)
-        a.set_xlabel(f"mean Δ of pure {kind} heads at training length")
-        a.set_ylabel("largest added length with accuracy ≥ 0.9")
-    axes[-1].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-__all__ = ["STUDY_ROWS", "check_table_list", "extrapolation_prediction", "intervention_notes", "lengthgen_tables",
-           "plot_prediction", "plot_variant_curves", "prediction_correlations", "prediction_findings",
-           "rank_correlation", "sensitivity_markdown", "sensitivity_table", "variant_curves"]
+__all__ = ["STUDY_ROWS", "check_table_list", "check_variants", "extrapolation_prediction", "intervention_notes",
+           "lengthgen_tables", "p_text", "prediction_correlations", "prediction_findings", "rank_correlation",
+           "sensitivity_markdown", "sensitivity_rows", "sensitivity_table", "variant_curves"]

@@ -13,9 +13,10 @@ import pytest
 
 from posym.cli import main
 from posym.errors import PosymError
-from posym.report.pe_study import (Q_DOMINANT, Q_DOMINANT_POSITIONAL, Q_INTERVENTION, Q_REACH, Q_SEEDS, Q_TEST,
-                                   Q_UNROTATED, dominant_ids, dominant_text, goal_line, pure_count_curves, q_accuracy, q_milestone, q_pure, seed_reaches,
-                                   study_markdown, study_table, unrotated_share, variant_pe)
+from posym.studies.encodings.tables import (Q_DOMINANT, Q_DOMINANT_POSITIONAL, Q_INTERVENTION, Q_REACH, Q_SEEDS, Q_TEST,
+                                            Q_UNROTATED, dominant_ids, dominant_text, goal_line, pure_count_curves,
+                                            q_accuracy, q_milestone, q_pure, seed_reaches, study_markdown, study_table,
+                                            unrotated_share, variant_pe)
 from posym.runs import layout
 
 HOPS = [f"acc_hop{h}" for h in range(1, 5)]
@@ -250,8 +251,8 @@ def test_pe_study_beside_an_interventions_study_makes_one_page(study, tmp_path):
     (its own table and figures stay); rebuilding the interventions page keeps it."""
     import json
 
-    from posym.report.interventions import study_summary
-    from posym.verbs.interventions import write_page
+    from posym.studies.intervention_study import study_summary
+    from posym.studies._page import write_page
 
     out = tmp_path / "iv"
     out.mkdir()

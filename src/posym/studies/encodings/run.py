@@ -1,5 +1,5 @@
 """``posym pe-study``: reproductions trained with different positional encodings side by side
-(:mod:`posym.report.pe_study`; docs/interventions.md, "Training-time encodings")."""
+(:mod:`posym.studies.encodings.tables`; docs/interventions.md, "Training-time encodings")."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from typing import Mapping
 
 from posym.errors import PosymError
 from posym.report.aggregate import lengthgen_interventions, shown_note
-from posym.report.html import pe_study_page
-from posym.report.pe_study import (check_variants, fig5b_curves, goal_line, plot_pure_count_curves,
-                                   pure_count_curves, study_markdown, study_rows, study_table)
-from posym.report.sensitivity import plot_variant_curves
 from posym.runs import layout
 from posym.runs.tables import NO_INTERVENTION
+from posym.studies._figures import plot_variant_curves
+from posym.studies._page import ENCODINGS_FIG2C, write_page
+from posym.studies.encodings.figures import plot_pure_count_curves
+from posym.studies.encodings.page import pe_study_page
+from posym.studies.encodings.tables import (check_variants, fig5b_curves, goal_line, pure_count_curves, study_markdown,
+                                            study_rows, study_table)
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
@@ -74,16 +76,15 @@ def pe_study(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, 
     outputs.figure(plot_variant_curves(curves.assign(variant=curves["variant"].map(labels))),
                    out / layout.FIG_VARIANT_CURVES)
     header, rows = study_rows(table)
-    figures = {"Fig. 2C of every variant: pure heads over training (γ = 0.1)": out / f"{layout.FIG_PE_PURE_COUNTS}.png",
+    figures = {ENCODINGS_FIG2C: out / f"{layout.FIG_PE_PURE_COUNTS}.png",
                f"Fig. 5B of every variant ({lengthgen} of each run{', ' + shown if shown else ''}), "
                "Paper A's points as circles":
                    out / f"{layout.FIG_VARIANT_CURVES}.png"}
     outputs.text(pe_study_page(out, {k: str(v) for k, v in variants.items()}, header, rows, goal, figures),
                  out / layout.PE_STUDY_HTML)
     if (out / layout.INTERVENTIONS_JSON).is_file():  # an interventions study in the same folder: one page
-        from posym.verbs.interventions import write_page
         outputs.written.append(write_page(out))
     return VerbResult(table, outputs.written, "\n".join([md, f"wrote {out}"]), {"goal": goal, "pe": pes})
 
 
-__all__ = ["pe_study"]
+__all__ = ["check_lengthgen_table", "pe_study"]

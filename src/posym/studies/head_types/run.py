@@ -21,34 +21,22 @@ token, ``bos``, by default here: real LLMs' attention sinks; docs/llm.md argues 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
+from posym.checks import check_gamma, check_taus
+from posym.constants import GAMMA
 from posym.errors import PosymError
 from posym.runs import layout
+from posym.studies.head_types.panels import plot_head_type_planes
+from posym.studies.head_types.study import DEFAULT_REPEAT_LENGTH, DEFAULT_SWAP_EXCLUDE, HEAD_TYPES_OUT_ROOT, PROMPT_SOURCES
+from posym.studies.head_types.tables import _fmt_corr, _pure_line, _sink_line, headline_rho
 from posym.verbs import Outputs, VerbResult, figure_paths
-
-if TYPE_CHECKING:
-    from posym.heads.scores import HeadScores
-
-#: Prompt sources of ``posym head-types`` (module doc), in table order.
-PROMPT_SOURCES: tuple[str, ...] = ("repeated", "binding", "number", "letter")
-#: Default swap exclusion of ``posym head-types`` (real LLMs; docs/llm.md, "Head types side by side").
-DEFAULT_SWAP_EXCLUDE = "bos"
-#: Default length of the random sequence that each ``repeated`` prompt repeats (``1 + 2·64`` tokens).
-DEFAULT_REPEAT_LENGTH = 64
-#: Root of the default output folders: ``runs/head-types/<model>/``.
-HEAD_TYPES_OUT_ROOT = "runs/head-types"
-#: Longest line of the printed summary.
-WIDTH = 100
-
-
 def parse_sources(prompts: str | Sequence[str]) -> tuple[str, ...]:
     """``"all"`` | a comma list / sequence of :data:`PROMPT_SOURCES` -> the sources in canonical order."""
     from posym.heads.llm_heads import parse_choices
@@ -63,121 +51,10 @@ def head_types_out(model: Any = None, gguf: str | os.PathLike | None = None) -> 
     return Path(HEAD_TYPES_OUT_ROOT) / heads_out(model, gguf).name
 
 
-def repeated_ids(tokenizer: Any, vocab: int, n: int, length: int, seed: int) -> np.ndarray:
-    """``[n, 1 + 2·length]`` repeated random sequences for a model with ``vocab`` embedding rows: the
-    tokenizer's start token first (when it has one), the other tokens drawn from the ids both the
-    tokenizer and the model know, special tokens left out."""
-    from posym.tasks.repeated import repeated_random_sequences
-
-    size = min(int(vocab), len(tokenizer))
-    bos = tokenizer.bos_token_id
-    special = [int(i) for i in getattr(tokenizer, "all_special_ids", []) if int(i) < size and i != bos]
-    return repeated_random_sequences(size, n, length, seed=seed, bos_id=bos if bos is not None and bos < size else None,
-                                     exclude_ids=special)
-
-
-def _concat(parts: Sequence["HeadScores"]) -> "HeadScores":
-    """One :class:`posym.heads.scores.HeadScores` of several (prompts stacked in order)."""
-    if len(parts) == 1:
-        return parts[0]
-    first = parts[0]
-    cat = lambda name: np.concatenate([getattr(p, name) for p in parts])  # noqa: E731
-    blocks = {}
-    for p in parts:
-        blocks.update(p.blocks)
-    return dataclasses.replace(first, s_pos=cat("s_pos"), s_sym=cat("s_sym"), entropy=cat("entropy"),
-                               swap_mass=cat("swap_mass"), query_pos=cat("query_pos"), blocks=blocks)
-
-
-def source_scores(lm: Any, source: str, ids: np.ndarray | None, prompts: Sequence[Any] | None, tau: float,
-                  exclude: tuple[int, ...], batch_size: int) -> "HeadScores":
-    """Per-prompt scores of one source: token swaps on ``ids`` (``repeated``), else block swaps over the
-    exact blocks of ``prompts`` (prompts sharing length and blocks scored together)."""
-    import torch
-
-    from posym.heads.scores import scores_blocks_fast, scores_fast
-    from posym.tasks.llm_prompts import group_prompts
-
-    dev = next(lm.parameters()).device
-    with torch.no_grad():
-        if source == "repeated":
-            return scores_fast(lm, torch.as_tensor(ids, device=dev), tau, batch_size=batch_size, exclude_keys=exclude)
-        parts, order = [], []
-        for (_, blocks), idx in group_prompts(prompts).items():
-            batch = torch.tensor([prompts[i].input_ids for i in idx], device=dev)
-            parts.append(scores_blocks_fast(lm, batch, blocks=list(blocks), taus=tau, batch_size=batch_size,
-                                            exclude_keys=exclude))
-            order.extend(idx)
-    res = _concat(parts)
-    inv = np.argsort(np.asarray(order))  # back to the prompts' own order
-    return dataclasses.replace(res, s_pos=res.s_pos[inv], s_sym=res.s_sym[inv], entropy=res.entropy[inv],
-                               swap_mass=res.swap_mass[inv], query_pos=res.query_pos[inv])
-
-
-def correlations(join: pd.DataFrame, min_mass: float, *, n_boot: int, n_null: int, seed: int) -> pd.DataFrame:
-    """:func:`posym.heads.head_types.type_correlations` over all heads (``heads = "all"``) and over
-    the heads with ``swap_mass >= min_mass`` (``"informative"``: scored on enough attention)."""
-    from posym.heads.head_types import mass_column, type_correlations
-
-    kept = join[join[mass_column(join)] >= min_mass]
-    parts = [type_correlations(j, n_boot=n_boot, n_null=n_null, seed=seed).assign(heads=h)
-             for h, j in (("all", join), ("informative", kept))]
-    out = pd.concat(parts, ignore_index=True)
-    return out[["detector", "heads", *[c for c in out.columns if c not in ("detector", "heads")]]]
-
-
-def _fmt_corr(corr: pd.DataFrame) -> str:
-    from posym.heads.head_types import format_p
-
-    t = corr.assign(ci=[f"[{lo:+.2f}, {hi:+.2f}]" for lo, hi in zip(corr["rho_lo"], corr["rho_hi"])],
-                    p=[format_p(p, b, f) for p, b, f in zip(corr["p_value"], corr["n_null"], corr["p_at_floor"])])
-    t = t[["detector", "heads", "n_heads", "rho", "ci", "p"]].rename(columns={"n_heads": "n"})
-    return t.to_string(index=False, formatters={"rho": "{:+.2f}".format})
-
-
-def headline_rho(corr: pd.DataFrame, heads: str = "informative") -> str:
-    """The headline of the printed summary: Spearman ρ(detector, s_SYM − s_POS) with its 95 %
-    percentile-bootstrap CI over heads, one column per prompt set (``prompt_set`` of the stacked
-    correlation table), the detectors as rows, over ``heads`` (``informative``: swap mass >= the
-    floor), and the number of heads per set."""
-    t = corr[corr["heads"] == heads]
-    sets = list(dict.fromkeys(t["prompt_set"]))
-    dets = list(dict.fromkeys(t["detector"]))
-    cell = {(r.prompt_set, r.detector): (f"{r.rho:+.2f} [{r.rho_lo:+.2f},{r.rho_hi:+.2f}]" if np.isfinite(r.rho_lo)
-                                         else f"{r.rho:+.2f}") for r in t.itertuples()}
-    table = pd.DataFrame({s: [cell.get((s, d), "") for d in dets] for s in sets}, index=dets)
-    n = ", ".join(f"{s} {int(t[t['prompt_set'] == s]['n_heads'].max())}" for s in sets)
-    return f"{table.to_string()}\nheads ({heads}): {n}"
-
-
-def _pure_line(s: str, counts: dict[str, Any], pure_fraction: float) -> list[str]:
-    def part(kind: str) -> str:
-        k = counts[kind]
-        pf = "" if k["purity_mean"] is None else \
-            f": pure on {k['purity_mean']:.0%} of the prompts on average, >= {k['purity_min']:.0%} each"
-        return f"  {kind} {k['heads']}{pf}"
-
-    rule = (f"on the mean and on >= {pure_fraction:.0%} of the prompts; --pure-fraction {pure_fraction:g}"
-            if pure_fraction > 0 else "on the mean over prompts; --pure-fraction 0")
-    lines = [f"{s}: pure heads ({rule}):", part("positional"), part("symbolic")]
-    if pure_fraction > 0:
-        lines.append(f"  pure on the mean only (typed mixed): positional {counts['positional']['mean_only']}, "
-                     f"symbolic {counts['symbolic']['mean_only']}")
-    return lines
-
-
-def _sink_line(s: str, k: dict[str, Any], sink_share: float) -> list[str]:
-    by = k["sink_typed_pattern"]
-    pat = ", ".join(f"{t.replace('_', '-')} {n}" for t, n in by.items())
-    return [f"{s}: {k['sink_heads']} sink heads (first-token share >= {sink_share:g}): {k['sink_typed_sink']} "
-            f"typed sink, {sum(by.values())} typed by their pattern", *([f"  by pattern: {pat}"] if pat else []),
-            f"  of them {k['sink_pure_symbolic']} read pure symbolic, {k['sink_pure_positional']} pure positional"]
-
-
 def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, tokenizer: Any = None,
                prompts: str | Sequence[str] = PROMPT_SOURCES, swap_exclude: str = DEFAULT_SWAP_EXCLUDE,
                n: int = 32, length: int = DEFAULT_REPEAT_LENGTH, seed: int = 0, tau: float | None = None,
-               gamma: float = 0.1, min_mass: float | None = None, pure_fraction: float | None = None,
+               gamma: float = GAMMA, min_mass: float | None = None, pure_fraction: float | None = None,
                n_boot: int = 1000, n_null: int = 1000,
                window_length: int | None = None, n_entities: int | None = None, n_examples: int | None = None,
                device: str | None = None, dtype: Any = None, batch_size: int = 8, threads: int | None = None,
@@ -201,23 +78,23 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
     import torch
     from tqdm.auto import tqdm
 
-    from posym.checks import check_gamma
     from posym.heads.detectors import detector_scores
-    from posym.heads.head_types import SINK_SHARE, check_pure_fraction, contingency, format_contingency, \
-        join_head_types, pure_counts, sink_counts
-    from posym.heads.llm_heads import _load, check_min_mass
+    from posym.heads.head_types import (SINK_SHARE, check_pure_fraction, contingency, format_contingency,
+                                        informative_correlations, join_head_types, pure_counts, sink_counts,
+                                        source_scores)
+    from posym.heads.llm_heads import check_min_mass, load_lm
     from posym.heads.prompt_readings import per_prompt_kinds
     from posym.heads.reading import MIN_MASS, READ_POINTER
-    from posym.heads.scores import DEFAULT_TAU, _taus
+    from posym.heads.scores import DEFAULT_TAU, vocab_size
     from posym.heads.swaps import parse_swap_exclude, positive_int
-    from posym.report.head_types_panels import plot_head_type_planes
     from posym.tasks.llm_prompts import DEFAULT_LENGTH, DEFAULT_N_ENTITIES, DEFAULT_N_EXAMPLES, build_prompts
+    from posym.tasks.repeated import repeated_ids
 
     # ---- every check before any load or write
     sources = parse_sources(prompts)
     n, length, batch_size = positive_int(n, "n"), positive_int(length, "length"), positive_int(batch_size, "batch_size")
     n_boot, n_null = positive_int(n_boot, "n_boot"), positive_int(n_null, "n_null")
-    tau = _taus(DEFAULT_TAU if tau is None else tau)
+    tau = check_taus(DEFAULT_TAU if tau is None else tau)
     if len(tau) != 1:
         raise PosymError("head types take one tau")
     tau = tau[0]
@@ -242,9 +119,7 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
         print(f"head types: output folder {out}{os.sep}", file=sys.stderr, flush=True)
 
     # ---- inputs
-    lm, tok, label = _load(model, gguf, tokenizer, device, dtype)
-    from posym.heads.scores import vocab_size
-
+    lm, tok, label = load_lm(model, gguf, tokenizer, device, dtype)
     rep = repeated_ids(tok, vocab_size(lm) or len(tok), n, length, seed)
     built = {s: (None if s == "repeated" else build_prompts(tok, s, n, seed, length=window_length,
                                                             n_entities=n_entities, n_examples=n_examples))
@@ -263,7 +138,7 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
             join = join_head_types(sc.to_frame(), det, readings, gamma=gamma, min_mass=min_mass,
                                    pure_fraction=pure_fraction)
             joins.append(join.assign(prompt_set=s))
-            corrs.append(correlations(join, min_mass, n_boot=n_boot, n_null=n_null, seed=seed).assign(prompt_set=s))
+            corrs.append(informative_correlations(join, min_mass, n_boot=n_boot, n_null=n_null, seed=seed).assign(prompt_set=s))
             conts.append(contingency(join))
             bar.update(1)
     lead = lambda df: df[["prompt_set", *[c for c in df.columns if c != "prompt_set"]]]  # noqa: E731
@@ -310,5 +185,4 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
     return VerbResult(table, outputs.written, text, {"correlations": corr_t, "contingency": cont_t, "meta": meta})
 
 
-__all__ = ["DEFAULT_REPEAT_LENGTH", "DEFAULT_SWAP_EXCLUDE", "HEAD_TYPES_OUT_ROOT", "PROMPT_SOURCES", "correlations",
-           "head_types", "head_types_out", "headline_rho", "parse_sources", "repeated_ids", "source_scores"]
+__all__ = ["head_types", "head_types_out", "parse_sources"]

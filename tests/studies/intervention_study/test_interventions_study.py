@@ -9,9 +9,9 @@ import pytest
 
 from posym.cli import main
 from posym.errors import PosymError
-from posym.report.interventions import (PREDICTION, as_setting, best_settings, drop_lowest, family, for_model,
-                                        model_reach, study_grid, study_settings, study_summary, summary_markdown)
-from posym.verbs.interventions import interventions
+from posym.studies.intervention_study import (PREDICTION, as_setting, best_settings, drop_lowest, family, for_model,
+                                              model_reach, study_grid, study_settings, study_summary, summary_markdown)
+from posym.studies.intervention_study import interventions
 
 TINY = ["--steps", "4", "--eval-every", "2", "--checkpoint-every", "2", "--set", "n_layer=2", "--set", "n_embd=16",
         "--set", "n_inner=32", "--set", "rotary_dim=8", "--track-prompts", "4"]
@@ -44,7 +44,7 @@ def test_the_study_writes_tables_figures_page_and_continues(runs, tmp_path, monk
     html = (out / "interventions.html").read_text()
     assert "data:image/png;base64" in html and "written before anything was measured" in html
     import posym.lengthgen.trained as trained
-    import posym.verbs.interventions as verb
+    import posym.studies.intervention_study.run as verb
     monkeypatch.setattr(trained, "evaluate_length", lambda *a, **k: pytest.fail("re-measured a point"))
     monkeypatch.setattr(verb, "_head_rows", lambda *a, **k: pytest.fail("re-measured heads"))
     again = interventions([runs / "number", runs / "letter"], out, **args).table
@@ -119,7 +119,7 @@ def test_layers_index_is_each_models_own_index_layers():
 
 @pytest.mark.integration
 def test_the_study_resolves_layers_index_per_model(runs, tmp_path, monkeypatch):
-    import posym.report.interventions as rep
+    import posym.studies.intervention_study.tables as rep
     layers_of = {"verb": [1]}  # the Index layers the verb finds on the model it measures
 
     def fake(t):
@@ -172,7 +172,7 @@ def test_a_head_readout_of_another_prompt_count_is_refused_not_mixed(runs, tmp_p
 def test_layers_index_is_explicit_and_a_layer_number_stays_a_layer_number():
     """Item 7: ``layers=1000000`` was the stand-in for ``layers=index``, so that literal became
     ``layers=index``; now the keyword is kept apart and a layer list is a layer list."""
-    from posym.verbs.interventions import _settings
+    from posym.studies.intervention_study.run import _settings
 
     assert _settings(["freq-mask:keep=1,layers=1000000"]) == ["freq-mask:keep=1,layers=1000000"]
     assert _settings(["temperature:beta=1,layers=1000000"]) == ["temperature:beta=1,n_train=17,floor=1,layers=1000000"]
@@ -220,7 +220,7 @@ def test_heads_n_zero_is_refused_as_the_cli_does(tmp_path):
 
 
 def test_settings_display_shows_each_models_settings_when_they_differ():
-    from posym.report.interventions import settings_display
+    from posym.studies.intervention_study import settings_display
 
     a = {"runs": {"number-s0": "r/n"}, "grid": [0, 10], "n": 16}
     b = {"runs": {"letter-s0": "r/l"}, "grid": [0, 20], "n": 8}

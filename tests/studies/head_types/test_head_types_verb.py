@@ -20,7 +20,9 @@ from posym.heads.scores import scores_blocks_fast, scores_fast
 from posym.tasks.llm_prompts import LLMPrompt, group_prompts
 from posym.model import save_model
 from posym.tasks.llm_prompts import ATTRIBUTES, ENTITIES
-from posym.verbs.head_types import head_types, headline_rho, parse_sources, repeated_ids, source_scores
+from posym.heads.head_types import source_scores
+from posym.studies.head_types import head_types, headline_rho, parse_sources
+from posym.tasks.repeated import repeated_ids
 from family_models import build_family
 from tiny_tokenizer import start_token_tokenizer
 
@@ -196,7 +198,7 @@ def test_pure_fraction_zero_types_on_the_mean(tiny, tmp_path):
 def test_printed_p_at_the_floor_of_the_shuffles():
     """A p no shuffle reached is printed '< 0.001' for 1,000 shuffles, not as the floor 0.000999."""
     from posym.heads.head_types import type_correlations
-    from posym.verbs.head_types import _fmt_corr
+    from posym.studies.head_types.tables import _fmt_corr
 
     z = np.random.default_rng(0).random(60)
     t = pd.DataFrame({"s_pos": 1 - z, "s_sym": z, "induction": z, "previous_token": 1 - z,
@@ -206,7 +208,8 @@ def test_printed_p_at_the_floor_of_the_shuffles():
 
 
 def test_sink_lines_stay_narrow_and_name_the_pattern_types():
-    from posym.verbs.head_types import WIDTH, _sink_line
+    from posym.studies.head_types.study import WIDTH
+    from posym.studies.head_types.tables import _sink_line
 
     k = {"sink_heads": 277, "sink_typed_sink": 274, "sink_pure_symbolic": 173, "sink_pure_positional": 109,
          "sink_typed_pattern": {"previous_token": 1, "induction": 1, "duplicate_token": 1}}

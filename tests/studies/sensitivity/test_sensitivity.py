@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from posym.cli import main
-from posym.report.sensitivity import p_text, rank_correlation, sensitivity_markdown, sensitivity_table
+from posym.studies.sensitivity.tables import p_text, rank_correlation, sensitivity_markdown, sensitivity_table
 
 
 def test_rank_correlation_exact_and_permutation():
@@ -32,7 +32,7 @@ def test_prediction_findings_pooled_and_within_each_task():
     """rho over all models and within each task: here the tasks' correlations are opposite (+1, -1), the
     pooled one 1 - 6*8/(6*35) = 0.77; with 3 models |rho| = 1 has exact p = 2/6; a kind with too few
     finite pairs in a task is left out of it."""
-    from posym.report.sensitivity import prediction_findings
+    from posym.studies.sensitivity.tables import prediction_findings
 
     pred = pd.DataFrame({"task": ["number"] * 3 + ["letter"] * 3, "delta_symbolic": [1, 2, 3, 4, 5, 6],
                          "delta_positional": [1, 2, 3, np.nan, np.nan, np.nan],
@@ -121,7 +121,7 @@ def test_prediction_checks_every_model_before_loading_one(repro_copy, monkeypatc
     """A model without its analyses (e.g. a run still in progress) is named before any model is loaded."""
     import posym.runs.resolve as resolve
     from posym.errors import PosymError
-    from posym.report.sensitivity import extrapolation_prediction
+    from posym.studies.sensitivity.tables import extrapolation_prediction
     from posym.runs import layout
 
     missing = repro_copy / "letter" / "seed1" / layout.summary_path(layout.LENGTHGEN)

@@ -13,8 +13,8 @@ import pytest
 
 from posym.errors import PosymError
 from posym.report.figures import save_figure
-from posym.report.head_types_figures import TYPE_COLOURS, head_type_caption, plot_head_type_plane, pure_legend_labels
-from posym.report.head_types_panels import plot_head_type_planes
+from posym.studies.head_types.figures import TYPE_COLOURS, head_type_caption, plot_head_type_plane, pure_legend_labels
+from posym.studies.head_types.panels import plot_head_type_planes
 
 
 def _join(n=40, seed=0):

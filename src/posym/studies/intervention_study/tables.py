@@ -1,49 +1,23 @@
-"""The interventions study (docs/interventions.md): which inference-time change to attention or RoPE
-lifts which task's length generalization, and which heads stay pure under it.
-
-Compute-and-draw helpers over saved tables: the study's default grid, the summary table
-(intervention × task → largest added length with accuracy ≥ 0.9, accuracy at +0 / +100 / +1,000 /
-+5,000, pure heads on lengthened inputs, the theory's prediction), the rule that picks each family's
-best setting, and the figures (Fig. 5B per intervention family, the head readout).
+"""The interventions study's compute over saved tables (docs/interventions.md): the default grid,
+the summary table (intervention × task → largest added length with accuracy ≥ 0.9, accuracy at +0 /
++100 / +1,000 / +5,000, pure heads on lengthened inputs, the theory's prediction), the rule that picks
+each family's best setting and the ``layers=index`` settings (each model's own Index layers).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 
+from posym.constants import GAMMA, REACH_THRESHOLD, TASKS
 from posym.heads.dynamics import classify
 from posym.lengthgen.trained import largest_length_above, summarize_lengthgen
+from posym.report.format import fmt_ms, mean_sd
 from posym.runs.tables import short_intervention
-
-#: Accuracy at +0 an intervention must keep to count as a rescue (the issue's cost bound).
-MIN_ACC_AT_ZERO = 0.99
-#: The added lengths the summary reports accuracy at.
-REPORT_LENGTHS: tuple[int, ...] = (0, 100, 1000, 5000)
-#: The added lengths of the cheap parameter-search grid (Paper A's grid is the full one).
-SEARCH_GRID: tuple[int, ...] = (0, 10, 20, 30, 40, 60, 100, 200, 300, 500, 1000)
-#: Added lengths of the head readout.
-HEAD_LENGTHS: tuple[int, ...] = (0, 100, 1000)
-GAMMA = 0.1  # purity threshold (SPEC §3)
-
-#: The prediction written before the study measured anything (docs/interventions.md, "Prediction"),
-#: per intervention family and task: what the theory (Δ(n) of the Index and Retrieval constructions
-#: under the intervention) says the family does to the task's reach.
-PREDICTION: dict[tuple[str, str], str] = {
-    ("temperature", "number"): "small lift +30..+100 at most; β = 2 may cost at +0 (early queries flipped)",
-    ("temperature", "letter"): "lifts +100..+300 (dilution), not past the slow angle's crossing; reach ≈ +300",
-    ("ntk", "number"): "costs at +0: the Index heads' stored offsets are detuned; no rescue",
-    ("ntk", "letter"): "reach grows ≈ 1/r (κ = 8: ≈ +500), little cost at +0",
-    ("interpolate", "number"): "fixed: breaks at +0; dynamic: exact at +0, breaks beyond",
-    ("interpolate", "letter"): "dynamic: the only candidate for ≥ +1,000; fixed: a cost at +0",
-    ("freq-mask", "number"): "−25 %: no change; −50/75 %: removes ID ≈ 38, costs at +0",
-    ("freq-mask", "letter"): "−25 %: no change; −50/75 %: removes the slow IDs, collapses at +0",
-    ("freq-mask@index", "number"): "as freq-mask: the Index layers use the removed IDs",
-    ("freq-mask@index", "letter"): "no Index layers: not measured",
-}
+from posym.studies.intervention_study.study import (HEAD_LENGTHS, INDEX_LAYERS, MIN_ACC_AT_ZERO, PREDICTION,
+                                                    REPORT_LENGTHS)
 
 
 def family(intervention: str) -> str:
@@ -53,10 +27,6 @@ def family(intervention: str) -> str:
     if name == "freq-mask" and "layers=" in rest:
         return "freq-mask@index"
     return name
-
-
-#: The display form of a canonical string (``freq-mask:keep=1+2+…+48`` → ``freq-mask:keep=1–48``).
-short = short_intervention
 
 
 def drop_lowest(n_pairs: int, fraction: float) -> list[int]:
@@ -98,7 +68,7 @@ def model_reach(lengthgen: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def pure_heads(heads: pd.DataFrame, gamma: float = GAMMA) -> pd.DataFrame:
+def pure_head_counts(heads: pd.DataFrame, gamma: float = GAMMA) -> pd.DataFrame:
     """Per (task, model, intervention, extra_tokens): the number of pure positional and pure symbolic
     heads (SPEC §3 rule at ``gamma``) of a head-readout table (columns s_pos, s_sym per head)."""
     rows = []
@@ -109,28 +79,21 @@ def pure_heads(heads: pd.DataFrame, gamma: float = GAMMA) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _mean_sd(x: pd.Series) -> tuple[float, float]:
-    x = x.dropna().astype(float)
-    if x.empty:
-        return math.nan, math.nan
-    return float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else 0.0
-
-
 def study_summary(lengthgen: pd.DataFrame, heads: pd.DataFrame | None = None) -> pd.DataFrame:
     """The study table: one row per (task, intervention) with the number of models, the reach (mean,
     sd; a model that never reaches 0.9 at +0 counts as −1), accuracy at each report length (mean,
     sd), the mean accuracy over the grid, the pure heads at each head-readout length (mean over
     models, "positional/symbolic") and the prediction (:data:`PREDICTION`)."""
     per = model_reach(lengthgen)
-    pure = pure_heads(heads) if heads is not None and len(heads) else None
+    pure = pure_head_counts(heads) if heads is not None and len(heads) else None
     rows = []
     for (task, interv), g in per.groupby(["task", "intervention"], sort=False):
         reach = g["reach"].map(lambda r: -1.0 if r is None or (isinstance(r, float) and math.isnan(r)) else float(r))
-        m, sd = _mean_sd(reach)
+        m, sd, _ = mean_sd(reach)
         row = {"task": task, "intervention": interv, "family": family(interv), "n_models": len(g),
                "reach_mean": m, "reach_sd": sd, "reach_each": ",".join(str(int(r)) for r in reach)}
         for e in REPORT_LENGTHS:
-            row[f"acc_{e}_mean"], row[f"acc_{e}_sd"] = _mean_sd(g[f"acc_{e}"])
+            row[f"acc_{e}_mean"], row[f"acc_{e}_sd"], _ = mean_sd(g[f"acc_{e}"])
         row["acc_grid_mean"] = float(g["acc_grid_mean"].mean())
         row["grid_max"] = int(g["grid_max"].min())
         if pure is not None:
@@ -142,8 +105,8 @@ def study_summary(lengthgen: pd.DataFrame, heads: pd.DataFrame | None = None) ->
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    order = {"number": 0, "letter": 1}
-    return out.sort_values("task", key=lambda t: t.map(lambda x: order.get(x, 2)), kind="stable").reset_index(drop=True)
+    order = {t: i for i, t in enumerate(TASKS)}
+    return out.sort_values("task", key=lambda t: t.map(lambda x: order.get(x, len(TASKS))), kind="stable").reset_index(drop=True)
 
 
 def best_settings(summary: pd.DataFrame, min_acc0: float = MIN_ACC_AT_ZERO) -> dict[tuple[str, str], str]:
@@ -160,27 +123,21 @@ def best_settings(summary: pd.DataFrame, min_acc0: float = MIN_ACC_AT_ZERO) -> d
     return out
 
 
-def _fmt(m: float, sd: float, digits: int = 2) -> str:
-    if m is None or (isinstance(m, float) and math.isnan(m)):
-        return "—"
-    return f"{m:.{digits}f} ± {sd:.{digits}f}" if sd and not math.isnan(sd) else f"{m:.{digits}f}"
-
-
 def summary_rows(summary: pd.DataFrame, prediction: bool = True) -> tuple[list[str], list[list[str]]]:
     """The study table as text cells (header, rows) for Markdown and HTML (``prediction``: with the
     prediction column; the HTML page shows the predictions in a table of their own)."""
     pure_cols = [e for e in HEAD_LENGTHS if f"pure_{e}" in summary]
-    header = ["task", "intervention", "models", "reach ≥ 0.9", *[f"acc +{e:,}" for e in REPORT_LENGTHS],
+    header = ["task", "intervention", "models", f"reach ≥ {REACH_THRESHOLD:g}", *[f"acc +{e:,}" for e in REPORT_LENGTHS],
               *[f"pure pos/sym +{e:,}" for e in pure_cols], *(["prediction"] if prediction else [])]
     rows = []
     for _, r in summary.iterrows():
-        reach = "never" if r["reach_mean"] < 0 and r["reach_sd"] == 0 else (
+        reach = "never" if r["reach_mean"] < 0 and not r["reach_sd"] > 0 else (  # every model: never
             f"+{r['reach_mean']:.0f}" + (f" ± {r['reach_sd']:.0f}" if r["n_models"] > 1 else "")
             + (f" ({r['reach_each']})" if r["n_models"] > 1 else ""))
         if r["reach_mean"] >= r["grid_max"]:
             reach += " (grid end)"
-        rows.append([r["task"], short(r["intervention"]), str(r["n_models"]), reach,
-                     *[_fmt(r[f"acc_{e}_mean"], r[f"acc_{e}_sd"]) for e in REPORT_LENGTHS],
+        rows.append([r["task"], short_intervention(r["intervention"]), str(r["n_models"]), reach,
+                     *[fmt_ms(r[f"acc_{e}_mean"], r[f"acc_{e}_sd"], None, 2) for e in REPORT_LENGTHS],
                      *[str(r[f"pure_{e}"]) for e in pure_cols], *([str(r["prediction"])] if prediction else [])])
     return header, rows
 
@@ -199,107 +156,10 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-FAMILY_ORDER: tuple[str, ...] = ("temperature", "ntk", "rope-base", "interpolate", "freq-mask", "freq-mask@index")
-
-
-def plot_intervention_curves(lengthgen: pd.DataFrame, task: str, paper: Mapping[int, float] | None = None):
-    """Fig. 5B of ``task`` under each intervention: one panel per family, every setting of the family
-    as a curve (mean over models and data seeds; band: sd over models) beside the untouched model
-    (black) and Paper A's points (circles). x: added target-window tokens (symlog), y: accuracy."""
-    import matplotlib.pyplot as plt
-
-    t = lengthgen[lengthgen["task"] == task]
-    fams = [f for f in FAMILY_ORDER if any(family(i) == f for i in t["intervention"].unique())]
-    ncol = min(3, max(1, len(fams)))
-    nrow = max(1, math.ceil(len(fams) / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.2 * nrow), squeeze=False, sharey=True)
-
-    def curve(g: pd.DataFrame) -> pd.DataFrame:
-        per_model = [summarize_lengthgen(m.drop(columns="intervention"))[["extra_tokens", "acc_mean"]]
-                     for _, m in g.groupby("model")]
-        allm = pd.concat(per_model)
-        return allm.groupby("extra_tokens")["acc_mean"].agg(["mean", "std"]).fillna(0.0).reset_index()
-
-    base = t[t["intervention"] == "none"]
-    base_curve = curve(base) if len(base) else None
-    for ax, fam in zip(axes.flat, fams):
-        if base_curve is not None:
-            ax.plot(base_curve["extra_tokens"], base_curve["mean"], color="black", lw=1.6, label="none")
-        settings = [i for i in t["intervention"].unique() if family(i) == fam]
-        colors = plt.cm.viridis(np.linspace(0.05, 0.85, max(1, len(settings))))
-        for c, interv in zip(colors, settings):
-            cv = curve(t[t["intervention"] == interv])
-            label = short(interv).split(":", 1)[1] if ":" in interv else interv
-            if len(label) > 34:
-                label = label[:31] + "…"
-            ax.plot(cv["extra_tokens"], cv["mean"], color=c, lw=1.2, label=label)
-            if (cv["std"] > 0).any():
-                ax.fill_between(cv["extra_tokens"], cv["mean"] - cv["std"], cv["mean"] + cv["std"], color=c,
-                                alpha=0.15, lw=0)
-        if paper:
-            xs, ys = zip(*sorted(paper.items()))
-            ax.plot(xs, ys, ls="none", marker="o", mfc="none", color="grey", label="Paper A")
-        ax.axhline(0.9, color="grey", lw=0.5, ls=":")
-        ax.set_xscale("symlog", linthresh=100)
-        ax.set_xlim(left=0)
-        ax.set(title=f"{task} task · {fam}", xlabel="added target-window tokens", ylim=(-0.02, 1.02))
-        ax.legend(fontsize=6.5, loc="lower left")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("accuracy (mean over models)")
-    for ax in list(axes.flat)[len(fams):]:
-        ax.set_visible(False)
-    fig.tight_layout()
-    return fig
-
-
-def plot_head_readout(heads: pd.DataFrame, task: str):
-    """The heads under each intervention on lengthened inputs (``task``): left, mean s_POS of the heads
-    that are pure positional on the untouched model at +0 (the Index heads); right, mean s_SYM of the
-    heads pure symbolic there; one line per intervention (mean over models), x: added tokens."""
-    import matplotlib.pyplot as plt
-
-    t = heads[heads["task"] == task]
-    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4), sharex=True)
-    base = t[(t["intervention"] == "none") & (t["extra_tokens"] == 0)]
-    kinds = pd.Series(classify(base["s_pos"].to_numpy(), base["s_sym"].to_numpy(), GAMMA),
-                      index=list(zip(base["model"], base["layer"], base["head"])))
-    groups = [("positional", "s_pos", "s_POS of the Index (pure positional) heads"),
-              ("symbolic", "s_sym", "s_SYM of the pure symbolic heads")]
-    intervs = list(t["intervention"].unique())
-    colors = dict(zip(intervs, plt.cm.tab20(np.linspace(0, 1, max(1, len(intervs))))))
-    for ax, (kind, col, title) in zip(axes, groups):
-        chosen = set(kinds[kinds == kind].index)
-        for interv in intervs:
-            g = t[t["intervention"] == interv]
-            g = g[[k in chosen for k in zip(g["model"], g["layer"], g["head"])]]
-            if g.empty:
-                continue
-            m = g.groupby("extra_tokens")[col].mean()
-            ax.plot(m.index, m.to_numpy(), marker="o", ms=3, lw=1.6 if interv == "none" else 1.0,
-                    color="black" if interv == "none" else colors[interv], label=short(interv))
-        if not chosen:
-            ax.text(0.5, 0.5, f"no {kind} head at +0", ha="center", va="center", transform=ax.transAxes)
-        ax.set_xscale("symlog", linthresh=100)
-        ax.set_xlim(left=0)
-        ax.set(title=f"{task} task: {title}", xlabel="added target-window tokens", ylim=(-1.02, 1.02))
-    axes[0].set_ylabel("score (mean over heads and models)")
-    handles, labels = axes[0].get_legend_handles_labels()
-    if not handles:
-        handles, labels = axes[1].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.tight_layout()
-    return fig
-
-
 def index_layers(heads_at_zero: pd.DataFrame, gamma: float = GAMMA) -> list[int]:
     """The layers holding a pure positional head (SPEC §3 rule) in a head table of one model at +0."""
     kinds = classify(heads_at_zero["s_pos"].to_numpy(), heads_at_zero["s_sym"].to_numpy(), gamma)
     return sorted({int(l) for l, k in zip(heads_at_zero["layer"], kinds) if k == "positional"})
-
-
-#: ``layers=index`` in a study setting: the model's own Index layers (:func:`index_layers`), so one
-#: setting means the same thing on every seed although their Index layers differ.
-INDEX_LAYERS = "index"
 
 
 def _join(layers: Sequence[int]) -> str:
@@ -366,12 +226,6 @@ def settings_display(record: Mapping) -> dict:
             **shown}
 
 
-def check_grid_names(names: Iterable[str]) -> list[str]:
-    """The list with duplicates removed, order kept."""
-    return list(dict.fromkeys(names))
-
-
-__all__ = ["short", "prediction_rows", "MIN_ACC_AT_ZERO", "REPORT_LENGTHS", "SEARCH_GRID", "HEAD_LENGTHS", "PREDICTION", "family", "drop_lowest",
-           "study_grid", "model_reach", "pure_heads", "study_summary", "best_settings", "summary_rows",
-           "summary_markdown", "plot_intervention_curves", "plot_head_readout", "index_layers", "check_grid_names",
-           "INDEX_LAYERS", "for_model", "as_setting", "study_settings", "settings_display"]
+__all__ = ["as_setting", "best_settings", "drop_lowest", "family", "for_model", "index_layers", "model_reach",
+           "prediction_rows", "pure_head_counts", "study_grid", "study_settings", "study_summary", "summary_markdown",
+           "summary_rows", "settings_display"]

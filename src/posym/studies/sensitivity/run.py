@@ -1,5 +1,5 @@
 """``posym sensitivity``: reproduction variants side by side, and whether head discrepancy predicts
-length extrapolation (:mod:`posym.report.sensitivity`)."""
+length extrapolation (:mod:`posym.studies.sensitivity.tables`)."""
 
 from __future__ import annotations
 
@@ -7,34 +7,16 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from posym.checks import check_variants as check_variants_mapping
 from posym.errors import PosymError
-from posym.report.html import sensitivity_page
-from posym.report.sensitivity import (check_table_list, extrapolation_prediction, intervention_notes, lengthgen_tables,
-                                      plot_prediction, plot_variant_curves, prediction_correlations,
-                                      prediction_findings, sensitivity_markdown, sensitivity_rows, sensitivity_table,
-                                      variant_curves)
 from posym.runs import layout
 from posym.runs.tables import NO_INTERVENTION
+from posym.studies._figures import plot_variant_curves
+from posym.studies.sensitivity.figures import plot_prediction
+from posym.studies.sensitivity.page import sensitivity_page
+from posym.studies.sensitivity.tables import (check_variants, extrapolation_prediction, intervention_notes,
+                                              lengthgen_tables, prediction_correlations, prediction_findings,
+                                              sensitivity_markdown, sensitivity_rows, sensitivity_table, variant_curves)
 from posym.verbs import Outputs, VerbResult, figure_paths
-
-
-def check_variants(variants: Mapping[str, str | os.PathLike]) -> None:
-    """PosymError for a variant folder (or ``lengthgen`` table) that does not exist, for one given
-    under two names, or for a table listed twice in one variant."""
-    seen: dict[tuple[Path, ...], str] = {}
-    for name, value in check_variants_mapping(variants, "reproduction directory or lengthgen table(s)").items():
-        tables = lengthgen_tables(value)
-        if tables is not None:
-            check_table_list(name, tables)
-        paths = tables if tables is not None else [Path(value)]
-        for p in paths:
-            if not p.exists():
-                raise PosymError(f"variant {name!r}: no such {'file' if tables is not None else 'directory'}: {p}")
-        key = tuple(sorted(p.resolve() for p in paths))
-        if key in seen:
-            raise PosymError(f"variants {seen[key]!r} and {name!r} are the same ({value}); give each once")
-        seen[key] = name
 
 
 def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, *, predict: bool = True,
@@ -78,4 +60,4 @@ def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLik
     return VerbResult(table, outputs.written, "\n".join(lines), {"prediction": pred})
 
 
-__all__ = ["check_variants", "sensitivity"]
+__all__ = ["sensitivity"]

@@ -19,11 +19,25 @@ from typing import Sequence
 
 import pandas as pd
 
+from posym.constants import TASKS
 from posym.errors import PosymError
+from posym.heads.tracking import lengthened_score_table
+from posym.interventions import FreqMask, Temperature, check_interventions, describe, intervened, parse_intervention
+from posym.lengthgen.trained import parse_grid
+from posym.model.adapters import get_adapter
+from posym.report.paper import LENGTHGEN
 from posym.runs import layout
 from posym.runs.lock import DirLock, refuse_live_outputs
+from posym.runs.resolve import check_model_folder, model_architecture, resolve_model, show_architecture
 from posym.runs.tables import INTERVENTION, NO_INTERVENTION, RUN_TABLES, TableSchema, check_rows, read_table
+from posym.studies._page import write_page
+from posym.studies.intervention_study import tables
+from posym.studies.intervention_study.figures import plot_head_readout, plot_intervention_curves
+from posym.studies.intervention_study.study import HEAD_LENGTHS, INDEX_LAYERS, SEARCH_GRID
+from posym.studies.intervention_study.tables import best_settings, for_model, study_grid, study_settings, study_summary, \
+    summary_markdown
 from posym.verbs import Outputs, VerbResult, figure_paths
+from posym.verbs.lengthgen import lengthgen
 
 #: ``intervention_heads.csv`` of a model folder: one row per (intervention, added length, head); read
 #: back (resumed, collected) only after these checks.
@@ -65,8 +79,6 @@ def _label(run: Path, task: str | None = None) -> tuple[str, str, tuple]:
     """``(task, label, architecture)`` of one model of the study, checked before any model loads
     (:func:`posym.runs.resolve.check_model_folder`): a posym run is ``{task}-s{seed}``, any other
     model folder (an HF Trainer output_dir, a ``checkpoint-N/``, a model folder) ``{task}-{folder name}``."""
-    from posym.runs.resolve import check_model_folder, model_architecture
-
     ckpt, task = check_model_folder(run, task)
     cfg = layout.read_meta(run).get("config")
     if layout.is_run_dir(run) and isinstance(cfg, dict):
@@ -80,8 +92,6 @@ def _check_one_architecture(out: Path, archs: dict[str, tuple]) -> None:
     """One study, one architecture: the models given now and those an earlier call measured into
     ``out`` (its record, ``interventions.json``) must share ``(model_type, layers, heads, width)``, since
     the study table averages models over seeds; a one-line PosymError otherwise."""
-    from posym.runs.resolve import show_architecture
-
     seen: dict[tuple, str] = {}
     path = out / layout.INTERVENTIONS_JSON
     if path.is_file():
@@ -97,21 +107,14 @@ def _check_one_architecture(out: Path, archs: dict[str, tuple]) -> None:
 
 
 def _grid(grid: str | Sequence[int]) -> list[int]:
-    from posym.lengthgen.trained import parse_grid
-    from posym.report.interventions import SEARCH_GRID
-
     return list(SEARCH_GRID) if grid == "search" else parse_grid(grid)
 
 
 def _head_rows(model, task: str, interv: str, extra: int, n: int, seed: int) -> pd.DataFrame:
-    """Scores of every head (mean over ``n`` lengthened test-layout prompts) under ``interv``."""
-    from posym.heads.tracking import score_table
-    from posym.interventions import intervened
-    from posym.tasks import generate
-
-    ids = generate(task, n, 2_000_000 + seed, extra_tokens=extra).input_ids
+    """Scores of every head (mean over ``n`` lengthened test-layout prompts,
+    :func:`posym.heads.tracking.lengthened_score_table`) under ``interv``."""
     with intervened(model, interv):
-        t = score_table(model, ids, batch_size=2 if extra >= 500 else 16)
+        t = lengthened_score_table(model, task, n, extra, seed)
     t.insert(0, "extra_tokens", extra)
     t.insert(0, "intervention", interv)
     t["n_prompts"] = n
@@ -160,8 +163,6 @@ def _collect(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _best_of(search: Path) -> dict[str, list[str]]:
-    from posym.report.interventions import best_settings
-
     path = search / layout.INTERVENTIONS
     if not path.is_file():
         raise PosymError(f"--best-of {search}: no {layout.INTERVENTIONS} there; run the search first "
@@ -185,13 +186,10 @@ def _best_of(search: Path) -> dict[str, list[str]]:
 
 def _settings(intervene: Sequence[str]) -> list[str]:
     """The canonical strings of ``intervene``, checked; ``layers=index`` (a mask or temperature in each
-    model's own Index layers, :data:`~posym.report.interventions.INDEX_LAYERS`) is taken out before the
+    model's own Index layers, :data:`~posym.studies.intervention_study.study.INDEX_LAYERS`) is taken out before the
     rest is parsed and written back after it (``layers`` is the last key of a canonical string), so
     no layer number stands in for it: an explicit layer list (``layers=1000000`` too) stays a layer
     list, checked against each model before any work."""
-    from posym.interventions import FreqMask, Temperature, describe, parse_intervention
-    from posym.report.interventions import INDEX_LAYERS
-
     out: dict[str, str] = {}
     for text in intervene:
         name, colon, rest = str(text).partition(":")
@@ -214,8 +212,6 @@ def _settings(intervene: Sequence[str]) -> list[str]:
 def _checkable(setting: str) -> str:
     """``setting`` with ``layers=index`` dropped (every layer): what can be checked against a model
     before its Index layers are known."""
-    from posym.report.interventions import INDEX_LAYERS
-
     name, colon, rest = setting.partition(":")
     return f"{name}{colon}{','.join(i for i in rest.split(',') if i != f'layers={INDEX_LAYERS}')}" if colon else setting
 
@@ -246,53 +242,6 @@ def _no_force(exc: PosymError, folder: Path) -> PosymError:
     return PosymError(text)
 
 
-def write_page(out: str | os.PathLike, outputs: Outputs | None = None) -> Path:
-    """``OUT/interventions.html`` from the study's saved tables and figures (``interventions.csv``,
-    ``interventions.json``: the settings of every call, per model where they differ,
-    :func:`~posym.report.interventions.settings_display`; the figures present) and, when ``OUT`` also holds a
-    training-time encodings
-    study (``posym pe-study --out OUT``), its table, goal line and figures as a section of the same page."""
-    from posym.report.html import interventions_page
-    from posym.report.interventions import prediction_rows, settings_display, summary_rows
-
-    out = Path(out)
-    summary = read_table(out / layout.INTERVENTIONS)
-    try:
-        settings = settings_display(json.loads((out / layout.INTERVENTIONS_JSON).read_text()))
-    except (OSError, ValueError):
-        raise PosymError(f"{out / layout.INTERVENTIONS_JSON} is not a study record (not JSON); run the study "
-                         "again into this folder to rebuild it") from None
-    tasks = [t for t in ("number", "letter") if t in set(summary["task"])]
-    figs = {}
-    for t in tasks:
-        for caption, name in ((f"Fig. 5B of the {t} task under each intervention", layout.FIG_INTERVENTIONS),
-                              (f"the {t} task's heads under each intervention", layout.FIG_INTERVENTION_HEADS)):
-            png = out / f"{name.format(task=t)}.png"
-            if png.is_file():
-                figs[caption] = png
-    header, rows = summary_rows(summary, prediction=False)
-    page = interventions_page(out, header, rows, prediction_rows(tasks), figs, settings, encodings=_encodings(out))
-    path = out / layout.INTERVENTIONS_HTML
-    (outputs or Outputs([path], True).check()).text(page, path)
-    return path
-
-
-def _encodings(out: Path) -> tuple | None:
-    """The training-time encodings study saved in ``out`` (header, rows, goal, figures), or None."""
-    from posym.report.pe_study import goal_line, study_rows
-
-    if not (out / layout.PE_STUDY).is_file():
-        return None
-    table = pd.read_csv(out / layout.PE_STUDY)
-    table["cell"] = table["cell"].fillna("")
-    header, rows = study_rows(table)
-    figs = {caption: out / f"{stem}.png" for caption, stem in (
-        ("Fig. 2C of every variant: pure heads over training (γ = 0.1)", layout.FIG_PE_PURE_COUNTS),
-        ("Fig. 5B of every variant, Paper A's points as circles", layout.FIG_VARIANT_CURVES))
-        if (out / f"{stem}.png").is_file()}
-    return header, rows, goal_line(table), figs
-
-
 def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *, task: str | None = None,
                   intervene: Sequence[str] | None = None, best_of: str | os.PathLike | None = None,
                   grid: str | Sequence[int] = "search", n: int = 200, seeds: int = 1,
@@ -305,23 +254,15 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *, 
     do not say theirs.
 
     ``intervene``: the interventions (canonical strings; default: the study grid of
-    :func:`posym.report.interventions.study_grid` for each model, its frequency masks sized to the
+    :func:`posym.studies.intervention_study.tables.study_grid` for each model, its frequency masks sized to the
     model's rotary dim and the Index layers found on the untouched model; ``layers=index`` in a string
     means each model's own Index layers, and the study tables write a model's Index layers so, one
     setting over seeds); ``best_of``: instead, each
     family's best setting per task in an earlier study directory (the rule of
-    :func:`~posym.report.interventions.best_settings`). ``grid``: ``"search"`` (the cheap grid,
-    :data:`~posym.report.interventions.SEARCH_GRID`), ``"paper"`` or added lengths; ``n`` samples per
+    :func:`~posym.studies.intervention_study.tables.best_settings`). ``grid``: ``"search"`` (the cheap grid,
+    :data:`~posym.studies.intervention_study.study.SEARCH_GRID`), ``"paper"`` or added lengths; ``n`` samples per
     point and data seed; ``heads_lengths`` / ``heads_n``: the head readout (default +0, +100, +1,000 on
     16 prompts; ``[]`` for none)."""
-    from posym.interventions import check_interventions
-    from posym.report.interventions import (HEAD_LENGTHS, INDEX_LAYERS, for_model, index_layers, plot_head_readout,
-                                            plot_intervention_curves, study_grid, study_settings, study_summary,
-                                            summary_markdown)
-    from posym.report.paper import LENGTHGEN
-    from posym.runs.resolve import resolve_model
-    from posym.verbs.lengthgen import lengthgen
-
     if not runs:
         raise PosymError("give at least one run directory")
     if intervene and best_of:
@@ -374,9 +315,9 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *, 
                 found: list[int] = []
                 if plan is None or any(f"layers={INDEX_LAYERS}" in p for p in plan):  # the model's Index layers
                     base = _measure_heads(model, task, folder, ["none"], [0], heads_n, progress, label)
-                    found = index_layers(base[(base["intervention"] == "none") & (base["extra_tokens"] == 0)])
+                    at_zero = base[(base["intervention"] == "none") & (base["extra_tokens"] == 0)]
+                    found = tables.index_layers(at_zero)  # tables.index_layers: looked up at call time
                 if plan is None:
-                    from posym.model.adapters import get_adapter
                     plan = study_grid(get_adapter(model).rotary_dim // 2, found if task == "number" else [])
                 resolved = [for_model(p, found) for p in plan]
                 skipped = [p for p, r in zip(plan, resolved) if r is None]
@@ -400,7 +341,7 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *, 
                           + (f"; no Index layers, not measured: {', '.join(skipped)}" if skipped else ""))
     lg, hd = study_settings(*_collect(out))
     summary = study_summary(lg, hd if len(hd) else None)
-    task_list = [t for t in ("number", "letter") if t in set(lg["task"])]
+    task_list = [t for t in TASKS if t in set(lg["task"])]
     files = [out / layout.INTERVENTIONS, out / layout.INTERVENTIONS_MD, out / layout.INTERVENTIONS_HTML,
              out / layout.INTERVENTIONS_JSON, out / layout.INTERVENTIONS_LENGTHGEN]
     for t in task_list:
@@ -424,4 +365,4 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *, 
     return VerbResult(summary, outputs.written, text, {"lengthgen": lg, "heads": hd})
 
 
-__all__ = ["interventions", "write_page"]
+__all__ = ["BEST_OF_COLUMNS", "HEADS_SCHEMA", "interventions"]

@@ -1,0 +1,19 @@
+"""The head-types study's fixed choices (SPEC §7; docs/llm.md, "Head types side by side"): the prompt
+sources, the default swap exclusion and repeated-sequence length, the default output folder and the
+width of the printed summary."""
+
+from __future__ import annotations
+
+#: Prompt sources of ``posym head-types`` (module doc), in table order.
+PROMPT_SOURCES: tuple[str, ...] = ("repeated", "binding", "number", "letter")
+#: Default swap exclusion of ``posym head-types`` (real LLMs; docs/llm.md, "Head types side by side").
+DEFAULT_SWAP_EXCLUDE = "bos"
+#: Default length of the random sequence that each ``repeated`` prompt repeats (``1 + 2·64`` tokens).
+DEFAULT_REPEAT_LENGTH = 64
+#: Root of the default output folders: ``runs/head-types/<model>/``.
+HEAD_TYPES_OUT_ROOT = "runs/head-types"
+#: Longest line of the printed summary.
+WIDTH = 100
+
+
+__all__ = ["DEFAULT_REPEAT_LENGTH", "DEFAULT_SWAP_EXCLUDE", "HEAD_TYPES_OUT_ROOT", "PROMPT_SOURCES", "WIDTH"]
