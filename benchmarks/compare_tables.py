@@ -25,7 +25,7 @@ for fa in sorted(a.rglob("*.csv")):
     num = ta.select_dtypes("number").columns
     d = float(np.nanmax(np.abs(ta[num].to_numpy(float) - tb[num].to_numpy(float)))) if len(num) and len(ta) else 0.0
     same_nan = bool((ta[num].isna().to_numpy() == tb[num].isna().to_numpy()).all())
-    same_text = all((ta[c].astype(str) == tb[c].astype(str)).all() for c in ta.columns if c not in num)
+    same_text = all((ta[c].fillna("").astype(str) == tb[c].fillna("").astype(str)).all() for c in ta.columns if c not in num)
     worst = max(worst, d if same_nan and same_text else np.inf)
     print(f"{str(rel):58s} rows {len(ta):5d}  max|Δ| {d:.3g}  NaNs alike {same_nan}  text alike {same_text}")
 for fb in sorted(b.rglob("*.csv")):

@@ -13,7 +13,8 @@ import pytest
 from posym.errors import PosymError
 from posym.report.aggregate import (aggregate, find_runs, lengthgen_summary, mean_sd, paper_vs_posym,
                                     purity_counts, training_summary)
-from posym.report.html import fmt_ms, quantity_format, write_report
+from posym.report.format import fmt_ms
+from posym.report.html import quantity_format, write_report
 
 HOPS = ["acc_hop1", "acc_hop2", "acc_hop3", "acc_hop4"]
 

@@ -617,6 +617,6 @@ def write_report(out_dir: str | os.PathLike, path: str | os.PathLike | None = No
     return target
 
 
-__all__ = ["CSS", "PNG_SIGNATURE", "escape", "figure_html", "fmt_ms", "how_to_read_html", "note_html", "page_html",
+__all__ = ["CSS", "PNG_SIGNATURE", "escape", "figure_html", "how_to_read_html", "note_html", "page_html",
            "paper_steps_caption", "quantity_format", "summary_markdown", "summary_rows", "table_html", "write_report",
            "written_at"]

@@ -22,7 +22,7 @@ import pandas as pd
 from posym.constants import TASKS
 from posym.errors import PosymError
 from posym.heads.tracking import lengthened_score_table
-from posym.interventions import FreqMask, Temperature, check_interventions, describe, intervened, parse_intervention
+from posym.interventions import check_interventions, describe, intervened, parse_intervention
 from posym.lengthgen.trained import parse_grid
 from posym.model.adapters import get_adapter
 from posym.report.paper import LENGTHGEN
@@ -198,7 +198,7 @@ def _settings(intervene: Sequence[str]) -> list[str]:
         spec = parse_intervention(f"{name}{colon}{','.join(i for i in items if i not in index)}" if index else text)
         canon = describe(spec)
         if index:
-            if not isinstance(spec, (Temperature, FreqMask)):
+            if spec is None or not spec.per_layer:
                 raise PosymError(f"{text!r}: layers={INDEX_LAYERS} applies to temperature and freq-mask only")
             if spec.layers is not None:
                 raise PosymError(f"{text!r}: layers given twice; write layers={INDEX_LAYERS} or a layer list, not both")
