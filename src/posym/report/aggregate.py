@@ -527,7 +527,7 @@ def paper_vs_posym(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] |
                     agree = "agrees" if abs(bound - pv) <= V.TOL_DISCREPANCY else "does not agree"
                     verdict = V.upper_bound(delta, bound)
                     off = ("; SPEC's length convention (query at n − 1) puts the Retrieval bound off by one: "
-                           "exceeded by up to 2θ·sin ω at small n (docs/reproduction.md, Fig. 5A)"
+                           "exceeded by up to 2θ·sin ω at small n (docs/results/reproduction.md, Fig. 5A)"
                            if verdict == V.VIOLATES_BOUND and mech == "retrieval" else "")
                     add("Fig. 5A (discrepancy)", mech, f"Δ(n = {n_})", bound, delta, n=1,
                         paper_text=f"≤ {bound:.4f} (Theorem 3.2 bound)", verdict=verdict,

@@ -5,7 +5,7 @@ and its constants (goal, prediction, grids) as data beside them.
 * :mod:`posym.studies.intervention_study` — ``posym interventions``: inference-time interventions on
   trained models (docs/interventions.md);
 * :mod:`posym.studies.encodings` — ``posym pe-study``: training-time positional encodings side by side
-  (docs/interventions.md, "Training-time encodings"; SPEC §2.1);
+  (docs/encodings.md; SPEC §2.1);
 * :mod:`posym.studies.sensitivity` — ``posym sensitivity``: Paper A's numbers under training choices;
 * :mod:`posym.studies.head_types` — ``posym head-types``: positional/symbolic scores beside the classic
   head detectors on real LLMs (SPEC §7).

@@ -1,4 +1,4 @@
-"""The training-time encodings study's HTML page (docs/interventions.md, "Training-time encodings"):
+"""The training-time encodings study's HTML page (docs/encodings.md):
 the variants, the table, the goal line and the figures (self-contained: figures embedded, CSS inline)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``posym pe-study``: reproductions trained with different positional encodings side by side
-(:mod:`posym.studies.encodings.tables`; docs/interventions.md, "Training-time encodings")."""
+(:mod:`posym.studies.encodings.tables`; docs/encodings.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The training-time encodings study's fixed choices (docs/interventions.md, "Training-time encodings"):
+"""The training-time encodings study's fixed choices (docs/encodings.md):
 its goal (reach ≥ 10 × the ``rope`` variant's with test accuracy ≥ 0.99 on the number task), the
 baseline variant and the names of the quantities in its table."""
 

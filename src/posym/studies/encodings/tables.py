@@ -1,4 +1,4 @@
-"""Training-time positional encodings side by side (docs/interventions.md, "Training-time encodings";
+"""Training-time positional encodings side by side (docs/encodings.md;
 the variants are defined in SPEC §2.1).
 
 A *variant* is a reproduction directory (``posym reproduce --set train.pe=…``) all of whose runs were

@@ -39,7 +39,7 @@ def interventions_page(out_dir: str | os.PathLike, header: Sequence[str], rows: 
         e_header, e_rows, goal, e_figs = encodings
         body += ["<h2>Training-time encodings (posym pe-study)</h2>",
                  note_html("The other way round: models trained with another positional encoding (SPEC §2.1); "
-                       "mean ± sd over each variant's seeds (docs/interventions.md, “Training-time encodings”)."),
+                       "mean ± sd over each variant's seeds (docs/encodings.md)."),
                  table_html(e_header, e_rows), f"<p><b>{escape(goal)}</b></p>",
                  *[figure_html(path, caption, out) for caption, path in e_figs.items()]]
     return page_html("posym — interventions study", body)
