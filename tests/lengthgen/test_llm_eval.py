@@ -130,7 +130,6 @@ def test_figure(tmp_path):
     both = pd.concat([table, table.assign(model="other", mean=table["mean"] / 2)])
     fig = plot_llm_lengthgen(both)
     assert isinstance(fig, matplotlib.figure.Figure) and len(fig.axes[0].lines) == 4
-    matplotlib.pyplot.close(fig)
     with pytest.raises(PosymError):
         plot_llm_lengthgen(pd.DataFrame({"task": ["number"]}))
 

@@ -632,18 +632,10 @@ def _run_config(run_dir: Path) -> dict:
 def plot_accuracy_bands(curves: pd.DataFrame, task: str, ax=None, paper_steps: dict | None = None):
     """Validation accuracy per hop over training: mean over seeds with a ± sd band (Fig. 2A over
     seeds); Paper A's 0.9-crossing steps as open markers when ``paper_steps`` is given."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from posym.report.figures import HOP_COLORS
+    from posym.report.figures import HOP_COLORS, fig_ax
 
     c = curves[curves["task"] == task].sort_values("step")
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    else:
-        fig = ax.figure
+    fig, ax = fig_ax(ax, (5.5, 3.6))
     n = int(c["n_seeds"].max()) if len(c) else 0
     if paper_steps and (not len(c) or c["step"].max() < max(paper_steps.values())):
         paper_steps = None  # a shorter run (quick preset): Paper A's steps would only stretch the axis
@@ -718,8 +710,6 @@ def llm_models_table(out_dir: str | os.PathLike) -> pd.DataFrame:
 
 
 def _write_figures(fig_dir: Path, tables: dict[str, pd.DataFrame], runs: dict) -> None:
-    import matplotlib.pyplot as plt
-
     from posym.report.figures import plot_lengthgen, save_figure
 
     curves = tables["accuracy_curves"]
@@ -727,7 +717,6 @@ def _write_figures(fig_dir: Path, tables: dict[str, pd.DataFrame], runs: dict) -
         if len(curves) and (curves["task"] == task).any():
             fig = plot_accuracy_bands(curves, task, paper_steps=paper.HOP_09_STEP.get(task))
             save_figure(fig, fig_dir / layout.accuracy_figure(task))
-            plt.close(fig)
     lg = tables["lengthgen"]
     if len(lg):
         summaries = {task: g for task, g in lg.groupby("task", sort=False)}
@@ -737,14 +726,12 @@ def _write_figures(fig_dir: Path, tables: dict[str, pd.DataFrame], runs: dict) -
         shown = "untouched model, " if len(lengthgen_interventions(runs)) > 1 else ""
         fig.axes[0].set_title(f"length generalization ({shown}{seeds_text(n)})")
         save_figure(fig, fig_dir / layout.FIG_LENGTHGEN_SEEDS)
-        plt.close(fig)
     llm = tables["llm_models"]
     if len(llm) and (llm["model"].nunique() > 1 or llm["protocol"].nunique() > 1):
         from posym.report.llm_figures import plot_llm_protocols
 
         fig = plot_llm_protocols(llm)
         save_figure(fig, fig_dir / layout.FIG_LLM_MODELS)
-        plt.close(fig)
 
 
 __all__ = ["PAPER_DISCREPANCY", "PAPER_HEADS", "PAPER_TABLE3", "ablation_summary", "accuracy_curves", "aggregate",

@@ -1,7 +1,9 @@
-"""Matplotlib figures drawn from saved tables (DESIGN "Figures"); each returns a Figure.
+"""Matplotlib figures drawn from saved tables (Paper A's figures, SPEC §5); each returns a Figure.
 
 ``plot_<figure>(table, ax=None)`` style: inputs are the tidy tables of a run (metrics.csv,
-scores.csv, purity tables), never models.
+scores.csv, purity tables), never models. Every figure of posym is a ``matplotlib.figure.Figure``
+made by :func:`new_figure` (an Agg canvas of its own): no pyplot, no backend switch, so importing
+or drawing leaves a notebook's backend and pyplot's figure list alone.
 """
 
 from __future__ import annotations
@@ -9,40 +11,69 @@ from __future__ import annotations
 import os
 import textwrap
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from posym.files import write_atomic
 
 HOP_COLORS = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a"]
 
+#: Size (inches) of a one-panel figure made by :func:`fig_ax`.
+DEFAULT_FIGSIZE = (5.0, 3.5)
 
-def save_figure(fig: plt.Figure, path: str | os.PathLike) -> list[Path]:
-    """Write ``path.png`` and ``path.pdf`` (suffix of ``path`` ignored); returns both paths."""
+
+def _blank_figure(figsize: tuple[float, float], layout: str | None = None) -> Figure:
+    """An empty Figure on its own Agg canvas (``fig.canvas.draw()`` renders; pyplot never sees it)."""
+    fig = Figure(figsize=figsize, layout=layout)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def new_figure(figsize: tuple[float, float] = DEFAULT_FIGSIZE, nrows: int = 1, ncols: int = 1, *,
+               layout: str | None = None, **subplot_kw: Any) -> tuple[Figure, Any]:
+    """``(fig, axes)`` as ``pyplot.subplots`` returns them, without pyplot: a ``Figure`` of ``figsize``
+    inches (``layout``: ``"constrained"``, ``"tight"`` or None) and ``fig.subplots(nrows, ncols,
+    **subplot_kw)`` (``sharex``, ``sharey``, ``squeeze``, ``gridspec_kw``, ...)."""
+    fig = _blank_figure(figsize, layout)
+    return fig, fig.subplots(nrows, ncols, **subplot_kw)
+
+
+def fig_ax(ax: Axes | None, figsize: tuple[float, float] = DEFAULT_FIGSIZE, *,
+           layout: str | None = None) -> tuple[Figure, Axes]:
+    """``(ax.figure, ax)`` when an Axes is given, else a new one-panel figure of ``figsize``: the
+    ``ax=None`` rule of every ``plot_<figure>(table, ax=None)``."""
+    if ax is None:
+        return new_figure(figsize, layout=layout)
+    return ax.figure, ax
+
+
+def save_figure(fig: Figure, path: str | os.PathLike) -> list[Path]:
+    """Write ``path.png`` and ``path.pdf`` (suffix of ``path`` ignored) at 150 dpi, each atomically;
+    returns both paths."""
     base = Path(path)
     base = base.with_suffix("") if base.suffix in (".png", ".pdf") else base
-    base.parent.mkdir(parents=True, exist_ok=True)
     out = []
     for suffix in (".png", ".pdf"):
         p = base.with_name(base.name + suffix)
-        fig.savefig(p, dpi=150, bbox_inches="tight")
+        write_atomic(p, lambda tmp, fmt=suffix[1:]: fig.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight"))
         out.append(p)
     return out
 
 
-def close_figure(fig: plt.Figure) -> None:
-    """Release a figure drawn by one of the ``plot_*`` functions (pyplot keeps them otherwise)."""
-    plt.close(fig)
+def close_figure(fig: Figure) -> None:
+    """Kept for callers: a figure of :func:`new_figure` is not registered with pyplot, so dropping
+    the last reference frees it; nothing to do."""
 
 
-def plot_accuracy(metrics: pd.DataFrame, ax: plt.Axes | None = None, title: str | None = None) -> plt.Figure:
+def plot_accuracy(metrics: pd.DataFrame, ax: Axes | None = None, title: str | None = None) -> Figure:
     """Fig. 2A: validation accuracy per hop (and global) over training steps."""
-    fig, ax = _fig_ax(ax)
+    fig, ax = fig_ax(ax)
     val = metrics[metrics["split"] == "val"].sort_values("step")
     for h, c in zip(range(1, 5), HOP_COLORS):
         col = f"acc_hop{h}"
@@ -92,8 +123,8 @@ def _edges(steps: np.ndarray) -> np.ndarray:
     return np.concatenate([[steps[0] - (mid[0] - steps[0])], mid, [steps[-1] + (steps[-1] - mid[-1])]])
 
 
-def plot_score_heatmaps(scores: pd.DataFrame, axes: Sequence[plt.Axes] | None = None,
-                        layers: Sequence[int] | None = None) -> plt.Figure:
+def plot_score_heatmaps(scores: pd.DataFrame, axes: Sequence[Axes] | None = None,
+                        layers: Sequence[int] | None = None) -> Figure:
     """Fig. 2B for any number of heads: one heat map per quantity of :data:`SCORE_PANELS` (s_POS,
     s_SYM, attention entropy H / ln n as stored in ``scores.csv``), rows = every head
     (``L{layer}H{head}``) of ``layers`` (default all), x = step, colour 0 … 1 (s_SYM < 0 drawn as 0).
@@ -104,13 +135,13 @@ def plot_score_heatmaps(scores: pd.DataFrame, axes: Sequence[plt.Axes] | None = 
     panels = [p for p in SCORE_PANELS if p[0] in scores.columns]
     if axes is None:
         n_rows = len(score_matrix(scores, panels[0][0], layers)[1])
-        with plt.rc_context(READABLE):
-            fig, axes = plt.subplots(1, len(panels), figsize=(12, heatmap_height(n_rows)), squeeze=False)
+        with matplotlib.rc_context(READABLE):
+            fig, axes = new_figure((12, heatmap_height(n_rows)), 1, len(panels), squeeze=False)
         axes = list(axes[0])
     fig = axes[0].figure
     if len(axes) != len(panels):
         raise ValueError(f"plot_score_heatmaps: {len(panels)} quantities need {len(panels)} axes, got {len(axes)}")
-    cmap = plt.get_cmap("viridis").with_extremes(bad="#dddddd")
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
     for ax, (col, title, cbar_label) in zip(axes, panels):
         mat, keys, steps = score_matrix(scores, col, layers)
         mesh = ax.pcolormesh(_edges(steps), np.arange(len(keys) + 1), np.ma.masked_invalid(mat), cmap=cmap,
@@ -142,11 +173,11 @@ def heatmap_height(n_rows: int) -> float:
     return max(2.6, min(0.2 * n_rows, 14.0) + 1.2)
 
 
-def plot_eval_history(history: pd.DataFrame, ax: plt.Axes | None = None, acc_keys: Sequence[str] = ()) -> plt.Figure:
+def plot_eval_history(history: pd.DataFrame, ax: Axes | None = None, acc_keys: Sequence[str] = ()) -> Figure:
     """Fig. 2A for a run of the HF ``Trainer``: its own evaluation metrics over steps
     (:func:`posym.heads.dynamics.trainer_eval_history`): ``eval_loss`` (left axis) and each of
     ``acc_keys`` (right axis, 0 … 1)."""
-    fig, ax = _fig_ax(ax)
+    fig, ax = fig_ax(ax)
     lines = []
     if "eval_loss" in history:
         lines += ax.plot(history["step"], history["eval_loss"], color="k", marker=".", label="eval_loss")
@@ -162,7 +193,7 @@ def plot_eval_history(history: pd.DataFrame, ax: plt.Axes | None = None, acc_key
 
 
 def plot_fig2(metrics: pd.DataFrame, scores: pd.DataFrame, counts: pd.DataFrame, layers: Sequence[int] | None = None,
-              title: str = "", eval_history: pd.DataFrame | None = None) -> plt.Figure:
+              title: str = "", eval_history: pd.DataFrame | None = None) -> Figure:
     """Paper A Fig. 2 for one run: (A) accuracy per hop (posym's ``metrics.csv``) or, without it, the HF
     ``Trainer``'s evaluation metrics (``eval_history``); (B) s_POS, s_SYM and attention entropy of
     every head over training (:func:`plot_score_heatmaps`); (C) cumulative pure heads.
@@ -173,8 +204,8 @@ def plot_fig2(metrics: pd.DataFrame, scores: pd.DataFrame, counts: pd.DataFrame,
     has_hist = eval_history is not None and len(eval_history) and len(eval_history.columns) > 1
     panels = [p for p in SCORE_PANELS if p[0] in scores.columns]
     n_rows = len(score_matrix(scores, panels[0][0], layers)[1])
-    with plt.rc_context(READABLE):
-        fig = plt.figure(figsize=(12, 3.6 + heatmap_height(n_rows)))
+    with matplotlib.rc_context(READABLE):
+        fig = _blank_figure((12, 3.6 + heatmap_height(n_rows)))
         grid = fig.add_gridspec(2, 6, height_ratios=[3.6, heatmap_height(n_rows)])
         ax_a, ax_c = fig.add_subplot(grid[0, :3]), fig.add_subplot(grid[0, 3:])
         if len(val):
@@ -198,9 +229,9 @@ def plot_fig2(metrics: pd.DataFrame, scores: pd.DataFrame, counts: pd.DataFrame,
     return fig
 
 
-def plot_pure_counts(counts: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Figure:
+def plot_pure_counts(counts: pd.DataFrame, ax: Axes | None = None) -> Figure:
     """Fig. 2C: cumulative number of pure positional and pure symbolic heads."""
-    fig, ax = _fig_ax(ax)
+    fig, ax = fig_ax(ax)
     ax.step(counts["step"], counts["positional"], where="post", color="#d95f02", label="positional")
     ax.step(counts["step"], counts["symbolic"], where="post", color="#1b9e77", label="symbolic")
     top = int(max(counts["positional"].max(), counts["symbolic"].max(), 1))
@@ -215,22 +246,16 @@ NO_ACCURACY_NOTE = ("this run has no metrics.csv (posym) and no trainer_state.js
                     "(HF Trainer), so there is no accuracy over training to draw.")
 
 
-def _fig_ax(ax: plt.Axes | None) -> tuple[plt.Figure, plt.Axes]:
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        return fig, ax
-    return ax.figure, ax
+__all__ = ["DEFAULT_FIGSIZE", "NO_ACCURACY_NOTE", "SCORE_PANELS", "close_figure", "fig_ax", "head_label", "new_figure",
+           "plot_accuracy", "plot_eval_history", "plot_fig2", "plot_lengthgen", "plot_pure_counts", "plot_score_heatmaps",
+           "save_figure", "score_matrix"]
 
 
-__all__ = ["NO_ACCURACY_NOTE", "SCORE_PANELS", "head_label", "plot_accuracy", "plot_eval_history", "plot_fig2",
-           "plot_lengthgen", "plot_pure_counts", "plot_score_heatmaps", "save_figure", "score_matrix"]
-
-
-def plot_lengthgen(summaries: dict[str, pd.DataFrame], ax: plt.Axes | None = None,
-                   paper: dict[str, dict[int, float]] | None = None) -> plt.Figure:
+def plot_lengthgen(summaries: dict[str, pd.DataFrame], ax: Axes | None = None,
+                   paper: dict[str, dict[int, float]] | None = None) -> Figure:
     """Fig. 5B: accuracy vs added target-window tokens per task (mean ± sd band over seeds); Paper A's
     digitised points as markers when ``paper`` is given."""
-    fig, ax = _fig_ax(ax)
+    fig, ax = fig_ax(ax)
     colors = {"number": "#d95f02", "letter": "#1b9e77"}
     for task, s in summaries.items():
         s = s.sort_values("extra_tokens")

@@ -8,18 +8,15 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection
+from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.collections import LineCollection  # noqa: E402
-from matplotlib.colors import to_rgba  # noqa: E402
-
-from posym.errors import PosymError  # noqa: E402
-
-from posym.report.figures import save_figure  # noqa: E402  (re-exported)
+from posym.errors import PosymError
+from posym.report.figures import fig_ax, new_figure, save_figure  # save_figure re-exported
 
 #: Font sizes (pt) of a flow diagram: the report shows one diagram per row, ≈ 0.8 of its size.
 FLOW_FONT = {"ticks": 11, "label": 12, "title": 12.5}
@@ -32,8 +29,8 @@ def _chain_pairs(chain: Sequence[int]) -> set[tuple[int, int]]:
     return {(int(a), int(b)) for a, b in zip(chain[:-1], chain[1:])}
 
 
-def plot_flow(edges: pd.DataFrame, tokens: Sequence[str], chain: Sequence[int] = (), ax: plt.Axes | None = None,
-              title: str | None = None) -> plt.Figure:
+def plot_flow(edges: pd.DataFrame, tokens: Sequence[str], chain: Sequence[int] = (), ax: Axes | None = None,
+              title: str | None = None) -> Figure:
     """Information-flow diagram of one prompt (Paper A Fig. 3 left).
 
     x: token positions (tokens labelled at the bottom); y: residual-stream level, ``ℓ`` = input of layer
@@ -48,10 +45,7 @@ def plot_flow(edges: pd.DataFrame, tokens: Sequence[str], chain: Sequence[int] =
     T = len(tokens)
     n_layer = int(edges.attrs.get("n_layer", int(edges["layer"].max()) + 1 if len(edges) else 1))
     n_head = int(edges.attrs.get("n_head", int(edges["head"].max()) + 1 if len(edges) else 1))
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * T + 1.5), max(3.0, 0.55 * n_layer + 1.5)))
-    else:
-        fig = ax.figure
+    fig, ax = fig_ax(ax, (max(6.0, 0.45 * T + 1.5), max(3.0, 0.55 * n_layer + 1.5)))
     pairs = _chain_pairs(chain)
 
     # background grid of nodes; chain positions in red at every level
@@ -111,8 +105,8 @@ def _mode_matrix(table: pd.DataFrame, mode: str, cols: list[str]) -> tuple[np.nd
     return sub[cols].to_numpy(dtype=float), labels
 
 
-def plot_ablation(table: pd.DataFrame, ax: plt.Axes | Sequence[plt.Axes] | None = None,
-                  modes: Sequence[str] | None = None) -> plt.Figure:
+def plot_ablation(table: pd.DataFrame, ax: Axes | Sequence[Axes] | None = None,
+                  modes: Sequence[str] | None = None) -> Figure:
     """Heat maps of accuracy with one head ablated (rows: layer, or layer/head) x hop count
     (columns: 1..4 hops and "all"), one panel per ablation mode, values annotated. The baseline row
     (``mode="none"``) of the table, if present, is drawn as the top row "none".
@@ -131,11 +125,10 @@ def plot_ablation(table: pd.DataFrame, ax: plt.Axes | Sequence[plt.Axes] | None 
         raise PosymError("ablation table has no ablation rows (only the baseline)")
     if ax is None:
         n_rows = int((table["mode"] == modes[0]).sum()) + 1
-        fig, axes = plt.subplots(1, len(modes), figsize=(3.2 * len(modes) + 0.8, 0.32 * n_rows + 1.6),
-                                 squeeze=False)
+        fig, axes = new_figure((3.2 * len(modes) + 0.8, 0.32 * n_rows + 1.6), 1, len(modes), squeeze=False)
         axes = list(axes[0])
     else:
-        axes = [ax] if isinstance(ax, plt.Axes) else list(ax)
+        axes = [ax] if isinstance(ax, Axes) else list(ax)
         if len(axes) != len(modes):
             raise PosymError(f"plot_ablation: {len(modes)} modes need {len(modes)} axes, got {len(axes)}")
         fig = axes[0].figure

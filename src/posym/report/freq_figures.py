@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 
 import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from posym.errors import PosymError  # noqa: E402
+from posym.errors import PosymError
+from posym.report.figures import fig_ax, new_figure
 
 #: Width (inches) of a figure drawn for the report's page: its content is 1,124 px wide, and a figure is
 #: saved at 150 dpi (:func:`posym.report.figures.save_figure`), so 7.5 in is shown at its own size.
@@ -43,8 +43,8 @@ def _rotary(use_df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def plot_freq_use(use_df: pd.DataFrame, ax: plt.Axes | None = None, max_cols: int = 4,
-                  title: str | None = None) -> plt.Figure:
+def plot_freq_use(use_df: pd.DataFrame, ax: Axes | None = None, max_cols: int = 4,
+                  title: str | None = None) -> Figure:
     """Fig. 8: share of frequency use ``use_frac`` vs frequency ID (1 = fastest), per layer.
 
     Without ``ax``: one small panel per layer (``max_cols`` panels a row, at most
@@ -58,7 +58,7 @@ def plot_freq_use(use_df: pd.DataFrame, ax: plt.Axes | None = None, max_cols: in
     if df.empty:
         raise PosymError("frequency-use table has no rotary rows to plot")
     layers = sorted(df["layer"].unique())
-    cmap = plt.get_cmap("viridis", max(2, len(layers)))
+    cmap = matplotlib.colormaps["viridis"].resampled(max(2, len(layers)))
     if ax is not None:
         for i, layer in enumerate(layers):
             for head, g in df[df["layer"] == layer].groupby("head"):
@@ -71,10 +71,10 @@ def plot_freq_use(use_df: pd.DataFrame, ax: plt.Axes | None = None, max_cols: in
     ncols = max(1, min(int(max_cols), len(layers)))
     nrows = math.ceil(len(layers) / ncols)
     width = min(3.0 * ncols, PAGE_WIDTH_IN)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width, nrows * min(2.2, 0.75 * width / ncols + 0.6)),
-                             sharex=True, squeeze=False)
+    fig, axes = new_figure((width, nrows * min(2.2, 0.75 * width / ncols + 0.6)), nrows, ncols,
+                           sharex=True, squeeze=False)
     heads = sorted(df["head"].unique())
-    hcolors = plt.get_cmap("tab10")
+    hcolors = matplotlib.colormaps["tab10"]
     for i, layer in enumerate(layers):
         a = axes[i // ncols][i % ncols]
         ids = []
@@ -105,8 +105,8 @@ def plot_freq_use(use_df: pd.DataFrame, ax: plt.Axes | None = None, max_cols: in
     return fig
 
 
-def plot_qk_geometry(points_df: pd.DataFrame, ax: plt.Axes | None = None, rotated: bool | None = None,
-                     normalize: bool = True) -> plt.Figure:
+def plot_qk_geometry(points_df: pd.DataFrame, ax: Axes | None = None, rotated: bool | None = None,
+                     normalize: bool = True) -> Figure:
     """Fig. 4B: queries and keys in one RoPE plane.
 
     ``rotated=True`` plots ``(x, y)`` (each vector rotated by its own position: keys fan out by
@@ -120,7 +120,7 @@ def plot_qk_geometry(points_df: pd.DataFrame, ax: plt.Axes | None = None, rotate
     if rotated is None:
         if ax is None:
             _need(points_df, {"kind", "value", "x", "y", "x_pre", "y_pre"}, "geometry")
-            fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH_IN, 0.55 * PAGE_WIDTH_IN))  # page width
+            fig, axes = new_figure((PAGE_WIDTH_IN, 0.55 * PAGE_WIDTH_IN), 1, 2)  # page width
             plot_qk_geometry(points_df, axes[0], rotated=True, normalize=normalize)
             plot_qk_geometry(points_df, axes[1], rotated=False, normalize=normalize)
             fig.tight_layout()
@@ -128,10 +128,7 @@ def plot_qk_geometry(points_df: pd.DataFrame, ax: plt.Axes | None = None, rotate
         rotated = True
     _need(points_df, {"kind", "value", "x", "y"} | ({"x_pre", "y_pre"} if not rotated else set()), "geometry")
     xc, yc = ("x", "y") if rotated else ("x_pre", "y_pre")
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(5.2, 4.6))
-    else:
-        fig = ax.figure
+    fig, ax = fig_ax(ax, (5.2, 4.6))
     keys = points_df[points_df["kind"] == "key"]
     queries = points_df[points_df["kind"] == "query"]
 

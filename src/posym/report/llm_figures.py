@@ -12,30 +12,25 @@ The verb ``posym llm eval`` saves it as ``<out>/figures/llm_lengthgen`` (PNG + P
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from posym.errors import PosymError  # noqa: E402
+from posym.errors import PosymError
+from posym.report.figures import fig_ax, new_figure
 
 TASK_COLORS = {"number": "#d95f02", "letter": "#1b9e77"}
 _STYLES = ["-", "--", ":", "-."]
 
 
-def plot_llm_lengthgen(table: pd.DataFrame, ax: plt.Axes | None = None, title: str | None = None,
-                       logx: bool = True) -> plt.Figure:
+def plot_llm_lengthgen(table: pd.DataFrame, ax: Axes | None = None, title: str | None = None,
+                       logx: bool = True) -> Figure:
     """Accuracy (mean over runs, ± sd band) vs target-window length for each task (and model)."""
     missing = {"task", "length", "mean"} - set(table.columns)
     if missing:
         raise PosymError(f"LLM table lacks column(s) {sorted(missing)}")
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(4.8, 3.2))
-    else:
-        fig = ax.figure
+    fig, ax = fig_ax(ax, (4.8, 3.2))
     models = list(dict.fromkeys(table["model"])) if "model" in table else [None]
     chance_drawn: set[str] = set()
     for mi, model in enumerate(models):
@@ -68,13 +63,13 @@ def plot_llm_lengthgen(table: pd.DataFrame, ax: plt.Axes | None = None, title: s
     return fig
 
 
-def plot_llm_protocols(table: pd.DataFrame) -> plt.Figure:
+def plot_llm_protocols(table: pd.DataFrame) -> Figure:
     """One :func:`plot_llm_lengthgen` panel per ``protocol`` of ``table`` (generate first), every model
     in each; the y axes are shared."""
     if "protocol" not in table:
         raise PosymError("LLM table lacks column 'protocol'")
     protocols = sorted(dict.fromkeys(table["protocol"]), key=lambda p: (p != "generate", p))
-    fig, axes = plt.subplots(1, len(protocols), figsize=(5.2 * len(protocols), 3.6), sharey=True, squeeze=False)
+    fig, axes = new_figure((5.2 * len(protocols), 3.6), 1, len(protocols), sharey=True, squeeze=False)
     for ax, protocol in zip(axes[0], protocols):
         sub = table[table["protocol"] == protocol]
         how = "greedy generation" if protocol == "generate" else "log-likelihood choice, chance dotted"

@@ -10,14 +10,14 @@ layers. Save with :func:`posym.report.figures.save_figure`.
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.collections import PathCollection
+from matplotlib.figure import Figure
 
 from posym.errors import PosymError
+from posym.report.figures import new_figure
 
 SET_TITLES = {"binding": "entity–attribute binding", "number": "1-hop number", "letter": "1-hop letter"}
 
@@ -45,7 +45,7 @@ def _low(table: pd.DataFrame) -> float:
     return -1.03 if table[["s_pos", "s_sym"]].min().min() < 0 else -0.03
 
 
-def _panel(ax: plt.Axes, g: pd.DataFrame, vmax: int, title: str, ylabel: bool = True, lo: float = -0.03):
+def _panel(ax: Axes, g: pd.DataFrame, vmax: int, title: str, ylabel: bool = True, lo: float = -0.03) -> PathCollection:
     sc = ax.scatter(g["s_pos"], g["s_sym"], c=g["layer"], cmap="viridis", vmin=0, vmax=vmax, s=14,
                     edgecolors="k", linewidths=0.2, alpha=0.9)
     ax.plot([0, 1], [1, 0], color="grey", lw=0.5, ls=":")
@@ -54,7 +54,7 @@ def _panel(ax: plt.Axes, g: pd.DataFrame, vmax: int, title: str, ylabel: bool = 
     return sc
 
 
-def plot_llm_heads_plane(table: pd.DataFrame, ax: plt.Axes | None = None, title: str | None = None) -> plt.Figure:
+def plot_llm_heads_plane(table: pd.DataFrame, ax: Axes | None = None, title: str | None = None) -> Figure:
     """s_POS vs s_SYM of every head, coloured by layer.
 
     ``table``: columns ``layer, s_pos, s_sym`` and optionally ``prompt_set``. Without ``ax``: one
@@ -70,7 +70,7 @@ def plot_llm_heads_plane(table: pd.DataFrame, ax: plt.Axes | None = None, title:
         sc = _panel(ax, table, vmax, title or SET_TITLES.get(sets[0], str(sets[0] or "heads")), lo=_low(table))
         fig.colorbar(sc, ax=ax, label="layer")
         return fig
-    fig, axes = plt.subplots(1, len(sets), figsize=(3.4 * len(sets) + 1.0, 3.6), squeeze=False, layout="constrained")
+    fig, axes = new_figure((3.4 * len(sets) + 1.0, 3.6), 1, len(sets), squeeze=False, layout="constrained")
     for i, (a, s) in enumerate(zip(axes[0], sets)):
         g = table if s is None else table[table["prompt_set"] == s]
         sc = _panel(a, g, vmax, SET_TITLES.get(s, str(s or "heads")), ylabel=i == 0, lo=_low(table))
@@ -80,15 +80,15 @@ def plot_llm_heads_plane(table: pd.DataFrame, ax: plt.Axes | None = None, title:
     return fig
 
 
-def plot_llm_heads_layers(layers: pd.DataFrame, title: str | None = None) -> plt.Figure:
+def plot_llm_heads_layers(layers: pd.DataFrame, title: str | None = None) -> Figure:
     """Median s_POS, s_SYM (solid) and block mass (dotted, when present) per layer, one panel per
     prompt set (SPEC §6). ``layers``: columns ``layer, s_pos, s_sym`` and optionally ``prompt_set``,
     ``layer_type`` (layers of type ``"global"`` are shaded when other types exist), ``block_mass``.
     The y axis spans [-1, 1] when a score is negative (centred scores), else [0, 1]."""
     sets = _sets(layers, "layer-medians table")
     lo = _low(layers)
-    fig, axes = plt.subplots(1, len(sets), figsize=(3.3 * len(sets) + 1.2, 2.9), squeeze=False, sharey=True,
-                             layout="constrained")
+    fig, axes = new_figure((3.3 * len(sets) + 1.2, 2.9), 1, len(sets), squeeze=False, sharey=True,
+                           layout="constrained")
     for i, (ax, s) in enumerate(zip(axes[0], sets)):
         g = (layers if s is None else layers[layers["prompt_set"] == s]).sort_values("layer")
         if "layer_type" in g and g["layer_type"].nunique() > 1:

@@ -1,4 +1,4 @@
-"""Figures of the theory part, drawn from saved tables (DESIGN "Figures"): each returns a Figure.
+"""Figures of the theory part (SPEC §4), drawn from saved tables: each returns a Figure.
 
 * :func:`plot_discrepancy` — Fig. 5A, ``Δ(n)`` vs ``n`` for Index and Retrieval with the Theorem 3.2
   bounds dashed (table of :func:`posym.theory.discrepancy.discrepancy_table`).
@@ -12,12 +12,12 @@
 from __future__ import annotations
 
 import matplotlib
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from posym.errors import PosymError  # noqa: E402
+from posym.errors import PosymError
+from posym.report.figures import fig_ax, new_figure
 
 MECH_COLORS = {"index": "#d95f02", "retrieval": "#1b9e77"}
 BAND_COLORS = {"high": "#d95f02", "low": "#1b9e77", "all": "#7570b3"}
@@ -33,13 +33,10 @@ def _need(table: pd.DataFrame, cols: set[str], what: str) -> None:
         raise PosymError(f"{what} table is empty")
 
 
-def plot_discrepancy(table: pd.DataFrame, ax: plt.Axes | None = None, log: bool = True) -> plt.Figure:
+def plot_discrepancy(table: pd.DataFrame, ax: Axes | None = None, log: bool = True) -> Figure:
     """Fig. 5A: exact worst-case discrepancy ``Δ(n)`` (solid) and the Theorem 3.2 bound (dashed)."""
     _need(table, {"mechanism", "n", "delta", "bound"}, "discrepancy")
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(5, 3.4))
-    else:
-        fig = ax.figure
+    fig, ax = fig_ax(ax, (5, 3.4))
     for mech, df in table.groupby("mechanism", sort=False):
         df = df.sort_values("n")
         c = MECH_COLORS.get(str(mech), None)
@@ -55,15 +52,14 @@ def plot_discrepancy(table: pd.DataFrame, ax: plt.Axes | None = None, log: bool 
     return fig
 
 
-def plot_restricted(table: pd.DataFrame, axes=None) -> plt.Figure:
+def plot_restricted(table: pd.DataFrame, axes=None) -> Figure:
     """Accuracy vs answer position: one panel per task (rows: restriction ``mode`` if present),
     one line per frequency band."""
     _need(table, {"task", "band", "answer_pos", "acc"}, "restricted")
     tasks = list(dict.fromkeys(table["task"]))
     modes = list(dict.fromkeys(table["mode"])) if "mode" in table else [None]
     if axes is None:
-        fig, axes = plt.subplots(len(modes), len(tasks), figsize=(4.2 * len(tasks), 3.0 * len(modes)),
-                                 squeeze=False)
+        fig, axes = new_figure((4.2 * len(tasks), 3.0 * len(modes)), len(modes), len(tasks), squeeze=False)
     else:
         import numpy as np
 
@@ -89,7 +85,7 @@ def plot_restricted(table: pd.DataFrame, axes=None) -> plt.Figure:
     return fig
 
 
-def plot_trained_discrepancy(table: pd.DataFrame, axes=None) -> plt.Figure:
+def plot_trained_discrepancy(table: pd.DataFrame, axes=None) -> Figure:
     """Median ``Δ`` of trained heads vs added tokens: one panel per task, one line per layer (the median
     over the layer's heads of each head's median ``Δ`` over prompts; table of
     :func:`posym.theory.trained.trained_discrepancy`)."""
@@ -98,13 +94,13 @@ def plot_trained_discrepancy(table: pd.DataFrame, axes=None) -> plt.Figure:
     _need(table, {"task", "extra_tokens", "layer", "head", "delta_median"}, "trained discrepancy")
     tasks = list(dict.fromkeys(table["task"]))
     if axes is None:
-        fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 3.4), squeeze=False)
+        fig, axes = new_figure((4.6 * len(tasks), 3.4), 1, len(tasks), squeeze=False)
         axes = axes[0]
     else:
         axes = np.atleast_1d(axes)
         fig = axes[0].figure
     n_layers = int(table["layer"].max()) + 1
-    cmap = plt.get_cmap("viridis")
+    cmap = matplotlib.colormaps["viridis"]
     for ax, task in zip(axes, tasks):
         df = table[table["task"] == task]
         per_layer = df.groupby(["layer", "extra_tokens"])["delta_median"].median().reset_index()
@@ -135,7 +131,7 @@ def _family_styles(names: list[str]) -> dict[str, dict]:
         if fam == "none":
             styles["none"] = dict(color="black", lw=2.2, ls="-", zorder=5)
             continue
-        cmap = plt.get_cmap(FAMILY_CMAPS.get(fam, "Greys"))
+        cmap = matplotlib.colormaps[FAMILY_CMAPS.get(fam, "Greys")]
         for i, name in enumerate(members):
             shade = 0.45 + 0.5 * (i + 1) / len(members)
             styles[name] = dict(color=cmap(shade), lw=1.5, ls=_DASHES[i % len(_DASHES)])
@@ -159,7 +155,7 @@ def short_label(name: str) -> str:
     return re.sub(r"\d+(?:\+\d+){2,}", runs, name)
 
 
-def plot_intervened(table: pd.DataFrame, axes=None) -> plt.Figure:
+def plot_intervened(table: pd.DataFrame, axes=None) -> Figure:
     """Worst-case ``Δ(n)`` (top, symlog: negative = a wrong key can win) and worst-case softmax weight on
     the correct key (bottom) vs ``n`` for Index (left) and Retrieval (right), one line per intervention."""
     import numpy as np
@@ -170,7 +166,7 @@ def plot_intervened(table: pd.DataFrame, axes=None) -> plt.Figure:
     names = list(dict.fromkeys(table["intervention"]))
     styles = _family_styles(names)
     if axes is None:
-        fig, axes = plt.subplots(2, len(mechs), figsize=(6.0 * len(mechs), 7.4), squeeze=False, sharex=True)
+        fig, axes = new_figure((6.0 * len(mechs), 7.4), 2, len(mechs), squeeze=False, sharex=True)
     else:
         axes = np.asarray(axes).reshape(2, len(mechs))
         fig = axes[0, 0].figure

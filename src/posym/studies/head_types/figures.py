@@ -14,15 +14,14 @@ key exclusion. Save with :func:`posym.report.figures.save_figure`.
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib.lines import Line2D
 import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from posym.errors import PosymError
 from posym.heads.head_types import CLASSIC_TYPES
+from posym.report.figures import fig_ax
 
 #: Colour of each classic type (colour-blind-safe Okabe–Ito; ``none`` grey, drawn first).
 TYPE_COLOURS = {"previous_token": "#0072B2", "induction": "#D55E00", "duplicate_token": "#009E73",
@@ -69,9 +68,9 @@ def pure_legend_labels(join: pd.DataFrame, pure_fraction: float | None = None) -
     return out
 
 
-def plot_head_type_plane(join: pd.DataFrame, ax: plt.Axes | None = None, title: str | None = None, *,
+def plot_head_type_plane(join: pd.DataFrame, ax: Axes | None = None, title: str | None = None, *,
                          model: str | None = None, prompts: str | None = None, tau: float | None = None,
-                         exclude: str | None = None, pure_fraction: float | None = None) -> plt.Figure:
+                         exclude: str | None = None, pure_fraction: float | None = None) -> Figure:
     """s_POS vs s_SYM of every head, coloured by classic type (module doc).
 
     ``join``: columns ``s_pos, s_sym, classic_type`` (``posym_type``, ``is_sink``, ``mean_type``,
@@ -87,7 +86,7 @@ def plot_head_type_plane(join: pd.DataFrame, ax: plt.Axes | None = None, title: 
     unknown = set(join["classic_type"]) - set(CLASSIC_TYPES)
     if unknown:
         raise PosymError(f"unknown classic type(s) {sorted(map(str, unknown))}")
-    fig, ax = (plt.subplots(figsize=(9.0, 5.4), layout="constrained") if ax is None else (ax.figure, ax))
+    fig, ax = fig_ax(ax, (9.0, 5.4), layout="constrained")
     lo = -1.03 if join[["s_pos", "s_sym"]].min().min() < 0 else -0.03
     silent = (join["posym_type"] == "uninformative") if "posym_type" in join else pd.Series(False, index=join.index)
     handles = []

@@ -4,13 +4,11 @@ by classic type)."""
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.figure import Figure
 
 from posym.errors import PosymError
+from posym.report.figures import new_figure
 from posym.studies.head_types.figures import plot_head_type_plane
 
 #: Panel titles of the prompt sources.
@@ -19,7 +17,7 @@ SOURCE_TITLES = {"repeated": "random sequences repeated twice", "binding": "bind
 
 
 def plot_head_type_planes(table: pd.DataFrame, title: str | None = None, ncols: int | None = None,
-                          pure_fraction: float | None = None) -> plt.Figure:
+                          pure_fraction: float | None = None) -> Figure:
     """One plane per ``prompt_set`` of the stacked head-type join ``table`` (in table order), ``ncols``
     per row (default: all in one row); ``title`` above them; ``pure_fraction``: the purity threshold
     of the types, named in each panel's pure-head legend."""
@@ -28,7 +26,7 @@ def plot_head_type_planes(table: pd.DataFrame, title: str | None = None, ncols: 
     sets = list(dict.fromkeys(table["prompt_set"]))
     ncols = len(sets) if ncols is None else max(1, min(int(ncols), len(sets)))
     nrows = -(-len(sets) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(9.0 * ncols, 5.6 * nrows), squeeze=False, layout="constrained")
+    fig, axes = new_figure((9.0 * ncols, 5.6 * nrows), nrows, ncols, squeeze=False, layout="constrained")
     for ax, s in zip(axes.ravel(), sets):
         plot_head_type_plane(table[table["prompt_set"] == s], ax=ax, title=SOURCE_TITLES.get(s, str(s)),
                              pure_fraction=pure_fraction)
