@@ -14,7 +14,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src" / "posym"
 
 #: Modules still drawing with pyplot while they move to ``posym.studies``; converted after that move.
-PENDING = ("report/interventions.py", "report/pe_study.py", "report/sensitivity.py", "studies/")
+PENDING: tuple[str, ...] = ()
 
 
 def pyplot_uses(source: str) -> list[tuple[int, str]]:
@@ -63,8 +63,8 @@ import matplotlib
 matplotlib.use("svg")
 import pandas as pd
 import posym.report.figures as figures
-import posym.report.flow_figures, posym.report.freq_figures, posym.report.head_types_figures  # noqa: E401
-import posym.report.head_types_panels, posym.report.llm_figures, posym.report.llm_heads_figures  # noqa: E401
+import posym.report.flow_figures, posym.report.freq_figures, posym.studies.head_types.figures  # noqa: E401
+import posym.studies.head_types.panels, posym.studies._figures, posym.report.llm_figures, posym.report.llm_heads_figures  # noqa: E401
 import posym.report.theory_figures  # noqa: F401
 counts = pd.DataFrame({"step": [0, 10, 20], "positional": [0, 1, 1], "symbolic": [0, 0, 2]})
 fig = figures.plot_pure_counts(counts)

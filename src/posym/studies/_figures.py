@@ -3,22 +3,22 @@
 
 from __future__ import annotations
 
+import matplotlib
 import pandas as pd
 
 from posym.constants import REACH_THRESHOLD, TASKS
+from posym.report.figures import new_figure
 
 
 def plot_variant_curves(curves: pd.DataFrame):
     """One panel per task: accuracy vs added tokens of every variant (± sd over seeds where there are
     several), Paper A's Fig. 5B points as black markers, the 0.9 line dotted."""
-    import matplotlib.pyplot as plt
-
     from posym.report import paper
 
     tasks = [t for t in TASKS if (curves["task"] == t).any()]
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    palette = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     colors = {v: palette[i % len(palette)] for i, v in enumerate(dict.fromkeys(curves["variant"]))}  # same in every panel
-    fig, axes = plt.subplots(1, max(1, len(tasks)), figsize=(5.2 * max(1, len(tasks)), 3.8), squeeze=False)
+    fig, axes = new_figure((5.2 * max(1, len(tasks)), 3.8), 1, max(1, len(tasks)), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         for name, g in curves[curves["task"] == task].groupby("variant", sort=False):
             g = g.sort_values("extra_tokens")

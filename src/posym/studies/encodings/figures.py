@@ -9,16 +9,15 @@ import numpy as np
 import pandas as pd
 
 from posym.constants import GAMMA, TASKS
+from posym.report.figures import new_figure
 
 
 def plot_pure_count_curves(curves: pd.DataFrame, labels: Mapping[str, str] | None = None):
     """One row per task, one column per variant: pure positional and symbolic heads over training
     (mean over seeds, ± sd band), Fig. 2C of every variant side by side on shared axes."""
-    import matplotlib.pyplot as plt
-
     tasks = [t for t in TASKS if (curves["task"] == t).any()] or ["number"]
     variants = list(dict.fromkeys(curves["variant"])) or ["—"]
-    fig, axes = plt.subplots(len(tasks), len(variants), figsize=(2.8 * len(variants) + 0.6, 2.6 * len(tasks) + 0.5),
+    fig, axes = new_figure((2.8 * len(variants) + 0.6, 2.6 * len(tasks) + 0.5), len(tasks), len(variants),
                              squeeze=False, sharex=True, sharey=True)
     colors = {"positional": "#d95f02", "symbolic": "#1b9e77"}  # Fig. 2C's colours
     for i, task in enumerate(tasks):

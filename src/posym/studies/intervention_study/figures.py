@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+import matplotlib
 import numpy as np
 import pandas as pd
 
@@ -15,19 +16,18 @@ from posym.lengthgen.trained import summarize_lengthgen
 from posym.runs.tables import short_intervention
 from posym.studies.intervention_study.study import FAMILY_ORDER
 from posym.studies.intervention_study.tables import family
+from posym.report.figures import new_figure
 
 
 def plot_intervention_curves(lengthgen: pd.DataFrame, task: str, paper: Mapping[int, float] | None = None):
     """Fig. 5B of ``task`` under each intervention: one panel per family, every setting of the family
     as a curve (mean over models and data seeds; band: sd over models) beside the untouched model
     (black) and Paper A's points (circles). x: added target-window tokens (symlog), y: accuracy."""
-    import matplotlib.pyplot as plt
-
     t = lengthgen[lengthgen["task"] == task]
     fams = [f for f in FAMILY_ORDER if any(family(i) == f for i in t["intervention"].unique())]
     ncol = min(3, max(1, len(fams)))
     nrow = max(1, math.ceil(len(fams) / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.2 * nrow), squeeze=False, sharey=True)
+    fig, axes = new_figure((4.2 * ncol, 3.2 * nrow), nrow, ncol, squeeze=False, sharey=True)
 
     def curve(g: pd.DataFrame) -> pd.DataFrame:
         per_model = [summarize_lengthgen(m.drop(columns="intervention"))[["extra_tokens", "acc_mean"]]
@@ -41,7 +41,7 @@ def plot_intervention_curves(lengthgen: pd.DataFrame, task: str, paper: Mapping[
         if base_curve is not None:
             ax.plot(base_curve["extra_tokens"], base_curve["mean"], color="black", lw=1.6, label="none")
         settings = [i for i in t["intervention"].unique() if family(i) == fam]
-        colors = plt.cm.viridis(np.linspace(0.05, 0.85, max(1, len(settings))))
+        colors = matplotlib.colormaps["viridis"](np.linspace(0.05, 0.85, max(1, len(settings))))
         for c, interv in zip(colors, settings):
             cv = curve(t[t["intervention"] == interv])
             label = short_intervention(interv).split(":", 1)[1] if ":" in interv else interv
@@ -71,17 +71,15 @@ def plot_head_readout(heads: pd.DataFrame, task: str):
     """The heads under each intervention on lengthened inputs (``task``): left, mean s_POS of the heads
     that are pure positional on the untouched model at +0 (the Index heads); right, mean s_SYM of the
     heads pure symbolic there; one line per intervention (mean over models), x: added tokens."""
-    import matplotlib.pyplot as plt
-
     t = heads[heads["task"] == task]
-    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4), sharex=True)
+    fig, axes = new_figure((9.5, 3.4), 1, 2, sharex=True)
     base = t[(t["intervention"] == "none") & (t["extra_tokens"] == 0)]
     kinds = pd.Series(classify(base["s_pos"].to_numpy(), base["s_sym"].to_numpy(), GAMMA),
                       index=list(zip(base["model"], base["layer"], base["head"])))
     groups = [("positional", "s_pos", "s_POS of the Index (pure positional) heads"),
               ("symbolic", "s_sym", "s_SYM of the pure symbolic heads")]
     intervs = list(t["intervention"].unique())
-    colors = dict(zip(intervs, plt.cm.tab20(np.linspace(0, 1, max(1, len(intervs))))))
+    colors = dict(zip(intervs, matplotlib.colormaps["tab20"](np.linspace(0, 1, max(1, len(intervs))))))
     for ax, (kind, col, title) in zip(axes, groups):
         chosen = set(kinds[kinds == kind].index)
         for interv in intervs:

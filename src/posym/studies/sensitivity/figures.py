@@ -9,17 +9,16 @@ from typing import Mapping
 import pandas as pd
 
 from posym.studies.sensitivity.tables import prediction_correlations
+from posym.report.figures import new_figure
 
 
 def plot_prediction(table: pd.DataFrame, ax=None, correlations: Mapping[str, list[str]] | None = None):
     """Scatter of Δ at training length vs the largest added length with accuracy >= 0.9, per kind
     (``correlations``: :func:`prediction_correlations` of ``table``, computed here if not given)."""
-    import matplotlib.pyplot as plt
-
     correlations = correlations or prediction_correlations(table)
 
     if ax is None:
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        fig, axes = new_figure((10, 4), 1, 2)
     else:
         fig, axes = ax.figure, [ax, ax]
     for a, kind in zip(axes, ("positional", "symbolic")):
