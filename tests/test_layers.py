@@ -17,6 +17,7 @@ FLOORS: dict[str, int] = {
     "__init__": 1, "resources": 1, "checks": 1,  # the posym package itself (PosymError, __version__); size and value checks
     "progress": 1,  # progress bars on a terminal, plain lines in a log file
     "files": 1, "constants": 1,  # the one atomic writer; the paper's fixed numbers and posym's named conventions
+    "reading": 1,  # how to read s_POS / s_SYM: the text of --help, the report and the printed tables
     "tasks": 2, "model": 2,
     "runs": 3,
     "train": 4,
