@@ -6,7 +6,7 @@ import argparse
 
 from posym.cli.common import (LLM_MODEL_OPTIONS, SUPPRESS, TASK_CHOICES, OneLineParser, add_force, add_intervene_args,
                               add_llm_model_options, add_swap_exclude, call, not_, show)
-from posym.cli.types import (bounded_int, device_type, finite_float, nonneg_int, positive_float, positive_int,
+from posym.cli.types import (bounded_int, finite_float, nonneg_int, positive_float, positive_int,
                              positive_int_list, str_list)
 
 #: Options of ``posym llm heads`` and ``posym head-types`` that take prompts (posym.heads.llm_heads).
