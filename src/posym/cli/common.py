@@ -9,8 +9,10 @@ import importlib
 import inspect
 from typing import Any, Callable
 
+from posym.constants import TASKS
+
 SUPPRESS = argparse.SUPPRESS
-TASK_CHOICES = ("number", "letter")  # posym.constants.TASKS (tests/cli/test_cli_defaults.py keeps them equal)
+TASK_CHOICES = TASKS  # the tasks of Paper A (SPEC §1)
 
 STEP_HELP = ("checkpoint of a run or HF Trainer output_dir: a step, 'last' or 'best' (default: the model the run "
              "stands for; an output_dir's saved model, else its newest checkpoint-N/)")
