@@ -18,6 +18,7 @@ FLOORS: dict[str, int] = {
     "progress": 1,  # progress bars on a terminal, plain lines in a log file
     "files": 1, "constants": 1,  # the one atomic writer; the paper's fixed numbers and posym's named conventions
     "presets": 1,  # one record per preset: model, training and reproduction settings
+    "reading": 1,  # how to read s_POS / s_SYM: the text of --help, the report and the printed tables
     "tasks": 2, "model": 2,
     "runs": 3,
     "train": 4,

@@ -392,7 +392,7 @@ def test_cli_llm_heads_end_to_end(tmp_path, capsys, monkeypatch):
     import json
 
     from posym.heads.llm_heads import DEFAULT_MIN_MASS
-    from posym.heads.reading import READ_POINTER
+    from posym.reading import READ_POINTER
 
     d = tmp_path / "models" / "tiny-llama"
     _llama().save_pretrained(d)
@@ -485,13 +485,13 @@ def _quoted_reading(path: Path) -> str:
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/llm.md"])
 def test_docs_quote_how_to_read_verbatim(doc):
-    from posym.heads.reading import HOW_TO_READ
+    from posym.reading import HOW_TO_READ
 
     assert _quoted_reading(ROOT / doc) == HOW_TO_READ
 
 
 def test_help_of_scores_and_llm_heads_shows_how_to_read(capsys):
-    from posym.heads.reading import HEADS_RECIPE, HOW_TO_READ, MIN_MASS
+    from posym.reading import HEADS_RECIPE, HOW_TO_READ, MIN_MASS
     from posym.verbs.llm import HEADS_OUT_ROOT
 
     assert main(["scores", "--help"]) == 0
@@ -512,7 +512,7 @@ def test_parser_with_the_reading_does_not_import_torch():
 
 
 def test_scores_summary_points_to_the_reading(tmp_path, capsys):
-    from posym.heads.reading import READ_POINTER
+    from posym.reading import READ_POINTER
 
     d = tmp_path / "llama"
     torch.manual_seed(0)

@@ -64,7 +64,8 @@ matplotlib.use("svg")
 import pandas as pd
 import posym.report.figures as figures
 import posym.report.flow_figures, posym.report.freq_figures, posym.studies.head_types.figures  # noqa: E401
-import posym.studies.head_types.panels, posym.studies._figures, posym.report.llm_figures, posym.report.llm_heads_figures  # noqa: E401
+import posym.studies.head_types.panels, posym.studies._figures  # noqa: E401
+import posym.report.llm_figures, posym.report.llm_heads_figures  # noqa: E401
 import posym.report.theory_figures  # noqa: F401
 counts = pd.DataFrame({"step": [0, 10, 20], "positional": [0, 1, 1], "symbolic": [0, 0, 2]})
 fig = figures.plot_pure_counts(counts)

@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from posym.heads.reading import HOW_TO_READ
+from posym.reading import HOW_TO_READ
 from posym.report import verdict as V
 from posym.report.aggregate import paper_vs_posym
 from posym.report.html import write_report

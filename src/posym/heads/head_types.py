@@ -57,7 +57,7 @@ from posym.errors import PosymError
 from posym.heads.detectors import DETECTORS
 from posym.heads.dynamics import classify
 from posym.heads.llm_heads import check_min_mass
-from posym.heads.reading import MIN_MASS
+from posym.reading import MIN_MASS
 
 if TYPE_CHECKING:
     from posym.heads.scores import HeadScores

@@ -71,7 +71,7 @@ from posym.tasks.llm_prompts import (
     build_prompts,
     group_prompts,
 )
-from posym.heads.reading import MIN_MASS
+from posym.reading import MIN_MASS
 from posym.heads.scores import DEFAULT_COSINE, DEFAULT_TAU, _check_centred, _taus, swap_attention
 from posym.heads.swaps import parse_swap_exclude
 from posym.model.adapters import RopeAdapter, get_adapter

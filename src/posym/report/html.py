@@ -25,7 +25,7 @@ import pandas as pd
 
 from posym.errors import PosymError
 from posym.files import write_text_atomic
-from posym.heads.reading import HOW_TO_READ
+from posym.reading import HOW_TO_READ
 from posym.report import paper
 from posym.report.aggregate import PAPER_DISCREPANCY, PAPER_HEADS, aggregate, paper_vs_posym, run_arch, seeds_text
 from posym.report.format import fmt_ms, fmt_num, is_finite
@@ -219,7 +219,7 @@ def _verdict(t: dict[str, pd.DataFrame]) -> str:
 
 
 def how_to_read_html() -> str:
-    """:data:`posym.heads.reading.HOW_TO_READ` as HTML: its first paragraph, then its points as a list."""
+    """:data:`posym.reading.HOW_TO_READ` as HTML: its first paragraph, then its points as a list."""
     head, *points = HOW_TO_READ.split("\n- ")
     flat = [" ".join(x.split()) for x in (head, *points)]
     return (f'<div class="howto"><p>{escape(flat[0])}</p>'

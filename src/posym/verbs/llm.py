@@ -102,7 +102,7 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, out: 
     with ``block_mass < min_mass`` are left out of the medians and r of the three summary files
     (their count is reported); the heads table keeps them. The printed summary ends with
     :func:`posym.heads.llm_heads.reading_warnings` and a pointer to the reading of the scores
-    (:data:`posym.heads.reading.HOW_TO_READ`). ``intervene``: canonical intervention strings
+    (:data:`posym.reading.HOW_TO_READ`). ``intervene``: canonical intervention strings
     (docs/interventions.md), one scoring each (``layers`` for temperature / freq-mask), checked on the
     loaded model first; every CSV gets an ``intervention`` column and holds all of them, the figures
     are the first one's."""
@@ -111,7 +111,7 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, out: 
     from posym.heads.llm_heads import (check_min_mass, group_medians, layer_medians, reading_warnings,
                                        summarize_llm_heads)
     from posym.heads.llm_heads import llm_heads as score_llm
-    from posym.heads.reading import READ_POINTER
+    from posym.reading import READ_POINTER
     from posym.report.llm_heads_figures import plot_llm_heads_layers, plot_llm_heads_plane
 
     min_mass = check_min_mass(min_mass)

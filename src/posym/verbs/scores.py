@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 
 from posym.errors import PosymError
-from posym.heads.reading import READ_POINTER
+from posym.reading import READ_POINTER
 from posym.heads.scores import DEFAULT_TAU
 from posym.heads.tracking import score_table
 from posym.interventions import Intervention, check_interventions, intervened, plan_interventions
@@ -108,9 +108,9 @@ def score_checkpoints(path: str | os.PathLike, task: str | None = None, prompts:
     ``step`` column). Prompts: a JSONL file, else the first
     ``n_prompts`` validation prompts of the task (the set head tracking uses). ``device``: where the
     models run (e.g. "cuda"); scores are float32/float64 on every device. ``swap_exclude``: keys kept
-    out of the swaps, ``none`` (SPEC §3) | ``bos`` | ``first:K`` (docs/spec.md §3). ``intervene``: canonical intervention strings (docs/interventions.md), one
-    measurement each, in order, with ``layers`` for temperature / freq-mask; the ``intervention`` column
-    holds the canonical string (``none``: the untouched model, the default)."""
+    out of the swaps, ``none`` (SPEC §3) | ``bos`` | ``first:K`` (docs/spec.md §3). ``intervene``: canonical
+    intervention strings (docs/interventions.md), one measurement each, in order, with ``layers`` for
+    temperature / freq-mask; the ``intervention`` column holds the canonical string (``none``: the untouched model, the default)."""
     specs = plan_interventions(intervene, layers)
     path = Path(path)
     if not path.is_dir():
@@ -311,4 +311,24 @@ def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.P
     return VerbResult(df, outputs.written, text)
 
 
-__all__ = ["check_targets", "default_out", "score_checkpoints", "score_sequences", "score_series", "scores"]
+def scores_command(run_dir: str | os.PathLike | None = None, *, model: str | os.PathLike | None = None,
+                   series: Sequence[str | os.PathLike] | None = None, **options) -> VerbResult:
+    """``posym scores``: :func:`scores` of exactly one source — a run directory ``run_dir`` (RUN_DIR), one
+    model folder ``model`` (--model) or a checkpoint ``series`` (--series). ``text=`` / ``ids=`` (the
+    model's own sequences, docs/llm.md "Scoring your own sequences") score one ``model`` and take no task
+    prompts (``task``, ``prompts``, ``steps``; ``n_prompts`` and ``seed`` are ignored); ``blocks`` applies
+    to them only, and ``batch_size`` is ignored without them."""
+    if sum(map(bool, (model, run_dir, series))) != 1:
+        raise PosymError("give exactly one of RUN_DIR, --model MODEL_DIR or --series DIR [DIR ...]")
+    if options.get("text") or options.get("ids"):
+        clash = [o for o, v in (("RUN_DIR", run_dir), ("--series", series), ("--task", options.get("task")),
+                                ("--prompts", options.get("prompts")), ("--steps", options.get("steps"))) if v]
+        if not model or clash:
+            raise PosymError(f"--text / --ids score one model: give --model MODEL{f', not {clash[0]}' if clash else ''}")
+        return scores(model, **{k: v for k, v in options.items() if k not in ("n_prompts", "seed")})
+    if options.get("blocks") is not None:
+        raise PosymError("--blocks applies to --text / --ids (task prompts are scored with token swaps)")
+    return scores(model or run_dir, series=series, **{k: v for k, v in options.items() if k != "batch_size"})
+
+
+__all__ = ["check_targets", "default_out", "score_checkpoints", "score_sequences", "score_series", "scores", "scores_command"]

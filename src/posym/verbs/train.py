@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from posym.errors import PosymError
 from posym.runs import layout
-from posym.train.config import TrainConfig
+from posym.train.config import TrainConfig, make_config
 from posym.train.loop import EvalCallback, RunResult
 from posym.train.loop import train as train_loop
+from posym.verbs import VerbResult
 
 
 def head_tracker(config: TrainConfig):
@@ -60,4 +61,68 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
                       callbacks=cbs)
 
 
-__all__ = ["head_tracker", "train"]
+#: The options a resumed run ignores (it continues with its stored configuration), as the CLI names them.
+_IGNORED_ON_RESUME = ("model_overrides", "steps", "precision", "compile", "batch_size", "epochs", "final_model",
+                      "distractors", "log", "pe", "arch")
+
+
+def _shown(name: str, value: Any) -> str:
+    """``--name value`` as typed (``--set`` pairs as ``k=v``; a flag as nothing)."""
+    option = "--set" if name == "model_overrides" else f"--{name.replace('_', '-')}"
+    if isinstance(value, Mapping):
+        value = list(value.items())
+    if value is True:
+        text = ""
+    elif isinstance(value, (list, tuple)):
+        text = " ".join(f"{v[0]}={v[1]}" if isinstance(v, tuple) and len(v) == 2 else str(v) for v in value)
+    else:
+        text = str(value)
+    return f"{option} {text}".rstrip()
+
+
+def train_task(task: str, out: str | os.PathLike, *, preset: str = "quick", seed: int = 0,
+               data_seed: int | None = None, order_seed: int | None = None,
+               model_overrides: Mapping[str, Any] | Sequence[tuple[str, Any]] | None = None, resume: bool = False,
+               force: bool = False, device: str = "cpu", threads: int | None = None, progress: bool = True,
+               **options: Any) -> VerbResult:
+    """``posym train``: :func:`posym.train.make_config` of ``task`` and ``preset`` (``options``: further
+    :class:`~posym.train.config.TrainConfig` fields, None = the preset's; ``model_overrides``: model
+    config fields, a mapping or ``(key, value)`` pairs; the data and order seeds default to ``seed``,
+    SPEC §2), then :func:`train` into ``out``. With ``resume`` (and not ``force``) a note on stderr
+    names the given options the stored configuration overrides. The summary is the run's test
+    accuracy, empty on every rank but 0 under ``torchrun`` (only rank 0 reports)."""
+    import sys
+
+    from posym.train.distributed import is_main
+
+    overrides = dict(model_overrides.items() if isinstance(model_overrides, Mapping) else model_overrides or ())
+    config = make_config(task, preset, seed=seed, data_seed=seed if data_seed is None else data_seed,
+                         order_seed=seed if order_seed is None else order_seed, model_overrides=overrides or None,
+                         **options)
+    if resume and not force:  # with force: only the error
+        given = {"model_overrides": model_overrides, **options}
+        ignored = [_shown(k, given[k]) for k in _IGNORED_ON_RESUME if given.get(k) is not None]
+        if ignored:
+            print("posym: note: --resume continues with the run's stored configuration; ignored: "
+                  + ", ".join(ignored), file=sys.stderr)
+    result = train(config, out, resume=resume, force=force, device=device, threads=threads, progress=progress)
+    return VerbResult(None, [result.run_dir], result.summary if is_main() else "", {"result": result})
+
+
+def pe_name(text: str) -> str:
+    """A training-time positional encoding (SPEC §2.1, :func:`posym.model.pe.parse_pe`) in its
+    canonical form; PosymError otherwise."""
+    from posym.model.pe import parse_pe
+
+    return parse_pe(text).name
+
+
+def arch_name(text: str) -> str:
+    """A model family of ``posym train --arch`` (:data:`posym.model.arch.ARCHS`, any case); PosymError
+    listing them otherwise."""
+    from posym.model.arch import check_arch
+
+    return check_arch(text.strip().lower())
+
+
+__all__ = ["arch_name", "head_tracker", "pe_name", "train", "train_task"]

@@ -15,7 +15,7 @@ import torch
 
 from posym.cli import main
 from posym.heads.detectors import detector_scores
-from posym.heads.reading import READ_POINTER
+from posym.reading import READ_POINTER
 from posym.heads.scores import scores_blocks_fast, scores_fast
 from posym.tasks.llm_prompts import LLMPrompt, group_prompts
 from posym.model import save_model

@@ -84,7 +84,7 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
                                         source_scores)
     from posym.heads.llm_heads import check_min_mass, load_lm
     from posym.heads.prompt_readings import per_prompt_kinds
-    from posym.heads.reading import MIN_MASS, READ_POINTER
+    from posym.reading import MIN_MASS, READ_POINTER
     from posym.heads.scores import DEFAULT_TAU, vocab_size
     from posym.heads.swaps import parse_swap_exclude, positive_int
     from posym.tasks.llm_prompts import DEFAULT_LENGTH, DEFAULT_N_ENTITIES, DEFAULT_N_EXAMPLES, build_prompts

@@ -1,7 +1,8 @@
 """How to read s_POS and s_SYM (SPEC §3): the one text that posym prints with its scores, shows in
 ``--help``, puts in the report, and that the README and ``docs/llm.md`` quote (a test keeps them equal).
 
-This module imports nothing, so that the CLI can show the text in ``--help`` without loading torch.
+This module imports nothing (floor 1 of docs/architecture.md), so that the CLI can show the text in ``--help``
+without loading torch.
 """
 
 from __future__ import annotations

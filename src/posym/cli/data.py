@@ -1,0 +1,39 @@
+"""``posym data export`` / ``posym data show``: task data as JSONL or decoded examples (SPEC §1)."""
+
+from __future__ import annotations
+
+import argparse
+
+from posym.cli.common import SUPPRESS, TASK_CHOICES, OneLineParser, add_force, call, show
+from posym.cli.types import nonneg_int
+
+
+def _cmd_data_export(a: argparse.Namespace) -> None:
+    from posym.verbs.data import export
+    show(call(export, a, "task", "split", "n", "out", names=("seed", "extra_tokens", "ids", "force")))
+
+
+def _cmd_data_show(a: argparse.Namespace) -> None:
+    from posym.verbs.data import show as show_data
+    show(call(show_data, a, "task", names=("split", "n", "seed", "extra_tokens")))
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    data = sub.add_parser("data", help="generate, export and inspect task data (SPEC §1)")
+    dsub = data.add_subparsers(dest="data_verb", required=True, parser_class=OneLineParser)
+    for name, fn, helptext in [("export", _cmd_data_export, "write samples as JSONL"),
+                               ("show", _cmd_data_show, "print decoded examples")]:
+        export = name == "export"
+        d = dsub.add_parser(name, help=helptext)
+        d.add_argument("--task", required=True, choices=TASK_CHOICES)
+        # the export verb takes split and n as required arguments: the CLI's own defaults (OWN_DEFAULTS)
+        d.add_argument("--split", default="train" if export else SUPPRESS, choices=["train", "val", "test"])
+        d.add_argument("--n", type=nonneg_int, default=1000 if export else SUPPRESS, help="number of samples")
+        d.add_argument("--extra-tokens", type=nonneg_int, default=SUPPRESS, help="extra target-window tokens (SPEC §1.4)")
+        d.add_argument("--seed", type=nonneg_int, default=SUPPRESS, help="data seed (splits derive from it)")
+        if export:
+            d.add_argument("--out", required=True, help="output .jsonl file")
+            d.add_argument("--ids", action="store_true", default=SUPPRESS,
+                           help="also write token ids (input_ids, label_id) and the vocabulary OUT_STEM.vocab.json")
+            add_force(d)
+        d.set_defaults(func=fn)
