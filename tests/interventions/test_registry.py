@@ -91,7 +91,6 @@ def test_every_name_the_cli_help_lists_is_registered():
     assert _help_names() <= {"none", *REGISTRY}
 
 
-@pytest.mark.xfail(strict=True, reason="the CLI help does not list rope-base yet")
 def test_the_cli_help_lists_every_registered_name():
     assert _help_names() >= set(REGISTRY)
 
