@@ -99,3 +99,26 @@ def test_the_check_catches_an_upward_import(package, source):
 def test_the_check_allows_downward_and_own_imports():
     assert not violations("verbs", "from posym.heads.scores import scores_fast\nfrom posym.verbs import Outputs\n")
     assert not violations("heads", "def f():\n    from posym.runs.resolve import resolve_model\n")
+
+
+#: The most lines a module may hold (docs/architecture.md, "Module sizes"); a CLI module is argparse and
+#: one verb call per command, so it stays far smaller.
+MAX_LINES, MAX_CLI_LINES = 750, 500
+
+
+def test_no_module_outgrows_its_room():
+    sizes = {str(f.relative_to(SRC)): len(f.read_text(encoding="utf-8").splitlines()) for f in SRC.rglob("*.py")}
+    big = [f"{m}: {n} lines (at most {MAX_CLI_LINES if m.startswith('cli') else MAX_LINES})" for m, n in sorted(sizes.items())
+           if n > (MAX_CLI_LINES if m.startswith("cli") else MAX_LINES)]
+    assert not big, "split these modules by job:\n" + "\n".join(big)
+
+
+def test_every_study_is_one_folder_of_studies():
+    """A study's verb lives in ``studies/<study>/run.py``, not in ``verbs/`` or ``report/``."""
+    studies = {p.name for p in (SRC / "studies").iterdir() if p.is_dir() and not p.name.startswith("_")
+               and p.name != "__pycache__"}
+    assert studies >= {"intervention_study", "encodings", "sensitivity", "head_types"}, studies
+    assert all((SRC / "studies" / s / "run.py").is_file() for s in studies)
+    for gone in ("verbs/interventions.py", "verbs/pe_study.py", "verbs/sensitivity.py", "verbs/head_types.py",
+                 "report/interventions.py", "report/pe_study.py", "report/sensitivity.py", "cli.py"):
+        assert not (SRC / gone).exists(), gone
