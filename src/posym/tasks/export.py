@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from posym.errors import PosymError
-from posym.tasks._common import check_count
+from posym.checks import check_int
 from posym.tasks.dataset import SPLIT_SIZES, TaskBatch, generate, make_split, split_seed
 from posym.tasks.vocab import check_task
 
@@ -64,7 +64,7 @@ def export_jsonl(task: str, split: str, n: int | None, path: str | os.PathLike[s
         raise PosymError(f"{path} already exists (use force=True / --force to overwrite)")
     # validate task, split and layout before touching the file system
     make_split(task, split, seed, 0, extra_tokens=extra_tokens, **layout)
-    size = SPLIT_SIZES[split] if n is None else check_count("n", n)
+    size = SPLIT_SIZES[split] if n is None else check_int(n, "n")
     if size > SPLIT_SIZES[split]:
         raise PosymError(f"n={size} exceeds the {split} split size {SPLIT_SIZES[split]}")
     path.parent.mkdir(parents=True, exist_ok=True)
