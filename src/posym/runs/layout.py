@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Sequence
 
 from posym.errors import PosymError
+from posym.files import write_text_atomic
 from posym.model.gptj import HF_CONFIG, HF_WEIGHTS
 
 # ---- a run directory ------------------------------------------------------------------------------
@@ -421,12 +422,8 @@ def _json_default(o):
 
 
 def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it in place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
-    os.replace(tmp, path)
+    """Write ``data`` as indented JSON, atomically (:func:`posym.files.write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(data, indent=2, default=_json_default) + "\n")
 
 
 def read_json(path: str | os.PathLike) -> dict:

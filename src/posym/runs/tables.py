@@ -13,7 +13,6 @@ import csv
 import importlib.util
 import io
 import os
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
@@ -21,6 +20,7 @@ from typing import Iterable, Iterator, Mapping
 import pandas as pd
 
 from posym.errors import PosymError
+from posym.files import write_atomic
 from posym.runs import layout
 
 
@@ -349,15 +349,6 @@ def parquet_path(csv_path: str | os.PathLike) -> Path:
     return Path(csv_path).with_suffix(".parquet")
 
 
-def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def to_parquet(df: pd.DataFrame, path: str | os.PathLike) -> None:
     """``df.to_parquet`` of the rows and columns only (``df.attrs``, e.g. side tables, are not stored)."""
     plain = df.copy(deep=False)
@@ -370,14 +361,14 @@ def write_parquet_copy(df: pd.DataFrame, csv_path: str | os.PathLike) -> Path | 
     if not parquet_available():
         return None
     out = parquet_path(csv_path)
-    _atomic(out, lambda p: to_parquet(df, p))
+    write_atomic(out, lambda p: to_parquet(df, p), mkdir=False)
     return out
 
 
 def write_table(df: pd.DataFrame, path: str | os.PathLike) -> list[Path]:
     """Write a table as CSV (atomically) and, with pyarrow, as Parquet beside it; returns the paths."""
     path = Path(path)
-    _atomic(path, lambda p: df.to_csv(p, index=False))
+    write_atomic(path, lambda p: df.to_csv(p, index=False), mkdir=False)
     pq = write_parquet_copy(df, path)
     return [path] + ([pq] if pq else [])
 

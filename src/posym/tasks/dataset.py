@@ -14,11 +14,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from posym.checks import check_int
 from posym.errors import PosymError
 from posym.resources import require_memory
 from posym.tasks import letter as _letter
 from posym.tasks import number as _number
-from posym.checks import check_int
 from posym.tasks._common import Layout, check_seed, make_layout
 from posym.tasks.vocab import Vocab, check_task, get_vocab
 
