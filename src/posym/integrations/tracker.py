@@ -41,7 +41,8 @@ from posym.heads.tracking import COLUMNS, score_table
 from posym.model.adapters import get_adapter, unwrap_model
 from posym.runs import layout
 from posym.runs.tables import append_table, check_resumed, parquet_path, read_scores, write_table
-from posym.tasks import TASKS, get_vocab, make_split
+from posym.constants import TASKS
+from posym.tasks import get_vocab, make_split
 from posym.tasks.llm_prompts import LLMPrompt, group_prompts
 
 #: Purity tolerance of the logged pure-head counts (SPEC §3, Paper A's γ).

@@ -41,6 +41,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
+from posym.constants import TASKS
 from posym.errors import PosymError
 from posym.files import write_text_atomic
 from posym.model.gptj import HF_CONFIG, HF_WEIGHTS
@@ -367,7 +368,8 @@ def staging_dir(run_dir: str | os.PathLike) -> Path:
 
 # ---- reproduction directories ---------------------------------------------------------------------
 _SEED_DIR = re.compile(r"^seed(\d+)$")
-TASK_DIRS = ("number", "letter")
+#: The task folders of a reproduction directory: one per task (:data:`posym.constants.TASKS`).
+TASK_DIRS = TASKS
 
 
 def run_dir(out: str | os.PathLike, task: str, seed: int) -> Path:

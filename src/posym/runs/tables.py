@@ -19,6 +19,7 @@ from typing import Iterable, Iterator, Mapping
 
 import pandas as pd
 
+from posym.constants import TASKS
 from posym.errors import PosymError
 from posym.files import write_atomic
 from posym.runs import layout
@@ -173,7 +174,7 @@ def _cell_ok(kind: str, value: str) -> bool:
         return value.strip().lower() in ("", "nan") or _cell_ok(kind[:-1], value)
     v = value.strip()
     if kind == "task":
-        return v in ("number", "letter")
+        return v in TASKS
     if kind == "split":
         return v in ("val", "test")
     if kind == "hex":

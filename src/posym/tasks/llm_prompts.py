@@ -40,11 +40,11 @@ from typing import Any
 import numpy as np
 
 from posym.checks import check_int
+from posym.constants import TASKS as ONEHOP_TASKS
 from posym.errors import PosymError
-from posym.tasks.prompts import TASKS as ONEHOP_TASKS
 from posym.tasks.prompts import build_messages, make_sample, render_plain
 
-PROMPT_SETS: tuple[str, ...] = ("binding", "number", "letter")
+PROMPT_SETS: tuple[str, ...] = ("binding", *ONEHOP_TASKS)
 DEFAULT_N_ENTITIES = 6
 DEFAULT_LENGTH = 12  # target-window length of the 1-hop prompts (the shortest of SPEC §1.5's grid)
 DEFAULT_N_EXAMPLES = 3  # worked examples in the 1-hop prompts (as in ``posym llm eval``)

@@ -50,9 +50,9 @@ from typing import Sequence
 
 import numpy as np
 
+from posym.constants import TASKS
 from posym.errors import PosymError
 
-TASKS: tuple[str, ...] = ("number", "letter")
 DEFAULT_LENGTHS: tuple[int, ...] = (12, 16, 24, 32, 48, 64, 80, 100, 150, 200, 300)
 LETTERS: str = string.ascii_lowercase  # 26 window letters (both tasks)
 DIGITS: str = "123456789"  # right part of letter-task window tokens
