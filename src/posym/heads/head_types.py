@@ -52,6 +52,7 @@ import numpy as np
 import pandas as pd
 
 from posym.checks import check_gamma, check_int, check_positive_int
+from posym.constants import GAMMA
 from posym.errors import PosymError
 from posym.heads.detectors import DETECTORS
 from posym.heads.dynamics import classify
@@ -166,7 +167,7 @@ def _mean_types(table: pd.DataFrame, gamma: float, min_mass: float, max_entropy:
     return out
 
 
-def posym_types(table: pd.DataFrame, *, gamma: float = 0.1, min_mass: float = MIN_MASS,
+def posym_types(table: pd.DataFrame, *, gamma: float = GAMMA, min_mass: float = MIN_MASS,
                 max_entropy: float | None = DIFFUSE_ENTROPY, pure_fraction: float | None = PURE_FRACTION) -> np.ndarray:
     """The ``posym_type`` of each row of a scores table (module doc) -> object array.
 
@@ -189,7 +190,7 @@ def posym_types(table: pd.DataFrame, *, gamma: float = 0.1, min_mass: float = MI
 
 
 def join_head_types(scores_table: pd.DataFrame, detectors: pd.DataFrame, readings: pd.DataFrame | None = None, *,
-                    gamma: float = 0.1, min_mass: float = MIN_MASS, max_entropy: float | None = DIFFUSE_ENTROPY,
+                    gamma: float = GAMMA, min_mass: float = MIN_MASS, max_entropy: float | None = DIFFUSE_ENTROPY,
                     sink_share: float = SINK_SHARE, threshold: float = CLASSIC_THRESHOLD,
                     pure_fraction: float | None = PURE_FRACTION) -> pd.DataFrame:
     """One row per (layer, head): scores, detector scores, per-prompt fractions and the two labels.

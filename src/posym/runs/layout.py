@@ -8,7 +8,7 @@ A **run directory** (``posym train --out RUN``)::
     RUN/results.json          final test metrics, selected model, timing            RESULTS
     RUN/checkpoints/step-NNNNNN/   HF model.safetensors + config.json + posym.json  step_dir()
     RUN/checkpoints/best/     first checkpoint with the best validation accuracy    best_dir()
-    RUN/purity_gamma{γ}.csv, pure_counts_gamma{γ}.csv                              purity(), pure_counts()
+    RUN/purity_gamma{γ}.csv, pure_counts_gamma{γ}.csv                              purity(), pure_counts_csv()
     RUN/flow.json, RUN/figures/flow-<task>-<split>-<i>.csv                         FLOW_JSON, flow_name()
     RUN/ablation.csv, freq_use.csv, freq_table.csv, freq_scores.csv, qk_geometry_L{l}.csv
     RUN/lengthgen.csv, lengthgen_summary.csv                                       LENGTHGEN, summary_path()
@@ -174,7 +174,8 @@ def purity(gamma: float) -> str:
     return f"purity_gamma{gamma:g}.csv"
 
 
-def pure_counts(gamma: float) -> str:
+def pure_counts_csv(gamma: float) -> str:
+    """``pure_counts_gamma{γ}.csv``: the pure-head counts per step of ``posym dynamics`` at tolerance γ."""
     return f"pure_counts_gamma{gamma:g}.csv"
 
 
@@ -183,7 +184,7 @@ def fig2(gamma: float) -> str:
     return f"fig2_gamma{gamma:g}"
 
 
-def qk_geometry(layer: int) -> str:
+def qk_geometry_stem(layer: int) -> str:
     """Stem of the Fig. 4B q/k geometry of one layer (``.csv`` beside the run, figure under figures/)."""
     return f"qk_geometry_L{layer}"
 
@@ -479,11 +480,17 @@ def stage_table(out: str | os.PathLike) -> list[dict]:
     return rows
 
 
+# The old names of pure_counts_csv and qk_geometry_stem, still used by report/pe_study.py and report/html.py;
+# remove once they call the new ones (they shadowed heads.dynamics.pure_counts and heads.frequencies.qk_geometry).
+pure_counts = pure_counts_csv
+qk_geometry = qk_geometry_stem
+
+
 __all__ = [n for n in dir() if n.isupper() or n in (
     "accuracy_figure", "aggregate_table", "best_checkpoint", "best_dir", "figure", "fig2", "find_runs", "flow_name",
     "checkpoint_series", "enclosing_run", "hf_checkpoint_step", "hf_checkpoints",
     "is_checkpoint", "is_run_dir", "llm_dir", "llm_model_dirs", "llm_model_slug",
-    "list_checkpoints", "marker_path", "png", "pure_counts", "purity", "qk_geometry", "read_json", "read_marker",
+    "list_checkpoints", "marker_path", "png", "pure_counts_csv", "purity", "qk_geometry_stem", "read_json", "read_marker",
     "read_meta", "run_dir", "safe_name", "slurm_log", "slurm_script", "stage_table", "staging_dir", "step_dir",
     "step_of_name", "summary_path", "write_json_atomic",
     "write_meta")]

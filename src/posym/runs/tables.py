@@ -152,7 +152,8 @@ RUN_TABLES: dict[str, TableSchema] = {
             "extra_tokens": "count", "seed": "count", "n": "positive", "acc": "fraction",
             **{h: "fraction?" for h in _HOPS}, "seconds": "nonnegative", "peak_rss_mb": "nonnegative"}),
     "lengthgen_summary": TableSchema(layout.summary_path(layout.LENGTHGEN).name, "added length, over data seeds", {
-        INTERVENTION: _INTERVENTION_DOC, "extra_tokens": "added tokens", "acc_mean": "mean accuracy", "acc_sd": "sample sd over data seeds",
+        INTERVENTION: _INTERVENTION_DOC, "extra_tokens": "added tokens", "acc_mean": "mean accuracy",
+        "acc_sd": "sample sd over data seeds",
         **{f"acc_hop{h}_{s}": f"{'mean' if s == 'mean' else 'sd'} accuracy on {h}-hop samples"
            for h in range(1, 5) for s in ("mean", "sd")}, "n_seeds": "data seeds"}, "posym lengthgen",
         (INTERVENTION, "extra_tokens"), (INTERVENTION, *(f"acc_hop{h}_{s}" for h in range(1, 5) for s in ("mean", "sd"))),

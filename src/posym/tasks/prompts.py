@@ -282,6 +282,6 @@ def candidates(sample: PromptSample) -> list[str]:
     return list(dict.fromkeys(sample.tokens[:-1]))
 
 
-def chance_level(sample: PromptSample) -> float:
+def sample_chance_level(sample: PromptSample) -> float:
     """Accuracy of a uniform guess among :func:`candidates`: ``1 / number of distinct window tokens``."""
     return 1.0 / len(candidates(sample))
