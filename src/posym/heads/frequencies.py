@@ -61,7 +61,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from posym.checks import check_positive_int, check_taus
+from posym.checks import check_positive_int, check_taus, require_columns
 from posym.errors import PosymError
 from posym.heads.scores import DEFAULT_TAU, combine_scores
 from posym.heads.swaps import as_ids, block_inputs, query_position, rerun_swapped, token_perms, token_swaps
@@ -392,10 +392,7 @@ def weighted_frequency_id(use_df: pd.DataFrame) -> pd.DataFrame:
     ``dominant_angle`` that of the dominant ID; ``nonrotary_share = u_nr / (Σ u_k + u_nr)`` (0 for
     full rotary). A head whose rotary use is all zero gets NaN IDs.
     """
-    need = {"layer", "head", "freq_id", "angle", "use"}
-    missing = need - set(use_df.columns)
-    if missing:
-        raise PosymError(f"frequency-use table lacks column(s) {sorted(missing)}")
+    require_columns(use_df.columns, {"layer", "head", "freq_id", "angle", "use"}, "frequency-use table")
     rotary = use_df["rotary"].astype(bool) if "rotary" in use_df else pd.Series(True, index=use_df.index)
     rows = []
     for (layer, head), g in use_df.groupby(["layer", "head"], sort=True):

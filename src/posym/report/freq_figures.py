@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from posym.checks import require_columns  # noqa: E402
 from posym.errors import PosymError  # noqa: E402
 
 #: Width (inches) of a figure drawn for the report's page: its content is 1,124 px wide, and a figure is
@@ -25,9 +26,7 @@ PAGE_WIDTH_IN = 7.5
 
 
 def _need(df: pd.DataFrame, cols: set[str], what: str) -> None:
-    missing = cols - set(df.columns)
-    if missing:
-        raise PosymError(f"{what} table lacks column(s) {sorted(missing)}")
+    require_columns(df.columns, cols, f"{what} table")
 
 
 def _weighted_id(g: pd.DataFrame) -> float:

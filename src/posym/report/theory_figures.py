@@ -17,6 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from posym.checks import require_columns  # noqa: E402
 from posym.errors import PosymError  # noqa: E402
 
 MECH_COLORS = {"index": "#d95f02", "retrieval": "#1b9e77"}
@@ -26,9 +27,7 @@ BAND_STYLES = {"all": dict(ls=":", marker="s", lw=3.0), "high": dict(ls="-", mar
 
 
 def _need(table: pd.DataFrame, cols: set[str], what: str) -> None:
-    missing = cols - set(table.columns)
-    if missing:
-        raise PosymError(f"{what} table lacks column(s): {', '.join(sorted(missing))}")
+    require_columns(table.columns, cols, f"{what} table")
     if table.empty:
         raise PosymError(f"{what} table is empty")
 
