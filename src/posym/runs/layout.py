@@ -1,4 +1,4 @@
-"""Every file of a run or reproduction directory: its name here, nowhere else (DESIGN "Run directory").
+"""Every file of a run or reproduction directory: its name here, nowhere else (docs/architecture.md "runs/", docs/runs.md).
 
 A **run directory** (``posym train --out RUN``)::
 
