@@ -55,12 +55,9 @@ HOPS = [f"acc_hop{h}" for h in range(1, 5)]
 ACC_COLS = ["acc"] + HOPS
 
 KINDS = ("positional", "symbolic", "mixed")
-#: Old name of :data:`posym.constants.REACH_THRESHOLD`, still imported by ``report/pe_study.py`` and used by
-#: this module's figures; remove once they use the constant.
-THRESHOLD = REACH_THRESHOLD
+THRESHOLD = REACH_THRESHOLD  # old name, still used by report/pe_study.py and the figures below: to remove
 #: Heads of Paper A's model (12 layers × 1 head, SPEC §2): the total its pure-head counts are out of.
 PAPER_HEADS = 12
-
 
 
 # ------------------------------------------------------------------------------------------------
@@ -418,9 +415,8 @@ def lengthgen_summary(runs: dict[str, dict[int, Path]], table: str = layout.LENG
 
 
 def curve_reach(curve: pd.DataFrame, threshold: float = REACH_THRESHOLD) -> float:
-    """The reach of one curve (SPEC §5, Fig. 5B): :func:`posym.lengthgen.trained.largest_length_above` as a
-    float, NaN when no length qualifies (:func:`check_one_curve`: PosymError for a table that mixes
-    interventions)."""
+    """The reach of one curve (SPEC §5, Fig. 5B): :func:`posym.lengthgen.trained.largest_length_above`, NaN
+    when no length qualifies (:func:`check_one_curve`: PosymError for a table mixing interventions)."""
     v = _largest(check_one_curve(curve), threshold)
     return math.nan if v is None else float(v)
 
@@ -743,10 +739,7 @@ def _write_figures(fig_dir: Path, tables: dict[str, pd.DataFrame], runs: dict) -
         plt.close(fig)
 
 
-#: The old name of :func:`curve_reach`, still imported by ``report/pe_study.py``, ``report/sensitivity.py`` and
-#: ``docs/figures/beyond_gptj.py``; remove once they import :func:`curve_reach` (the one
-#: ``largest_length_above`` is :func:`posym.lengthgen.trained.largest_length_above`, ``int | None``).
-largest_length_above = curve_reach
+largest_length_above = curve_reach  # old name, still imported by report/pe_study, report/sensitivity: to remove
 
 
 __all__ = ["PAPER_DISCREPANCY", "PAPER_HEADS", "PAPER_TABLE3", "ablation_summary", "accuracy_curves", "aggregate",
