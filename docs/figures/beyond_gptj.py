@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from posym.report.aggregate import largest_length_above  # noqa: E402
+from posym.report.aggregate import curve_reach  # noqa: E402
 from posym.runs import layout  # noqa: E402
 
 ARCHS = ("llama", "qwen3")
@@ -67,7 +67,7 @@ def reach(t: pd.DataFrame | None) -> float:
     if t is None or t.empty:
         return np.nan
     s = t.groupby("extra_tokens", as_index=False)["acc"].mean().rename(columns={"acc": "acc_mean"})
-    r = largest_length_above(s, 0.9)
+    r = curve_reach(s, 0.9)
     return -1.0 if r is None or not np.isfinite(r) else float(r)
 
 

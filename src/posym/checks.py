@@ -90,6 +90,16 @@ def check_layer_list(layers: Any, name: str = "layers") -> list[int]:
     return [check_int(v, f"every layer index of {name}") for v in layers]
 
 
+def require_columns(columns: Iterable[str], needed: Iterable[str], what: str) -> None:
+    """PosymError "``what`` lacks column(s) a, b" unless every ``needed`` column is among ``columns`` (a
+    table's ``.columns``); a set of needed columns is named in sorted order, a sequence in its own. For a
+    run file with a documented schema use :func:`posym.runs.tables.check_columns`."""
+    have = set(columns)
+    missing = [c for c in (sorted(needed) if isinstance(needed, (set, frozenset)) else needed) if c not in have]
+    if missing:
+        raise PosymError(f"{what} lacks column(s) {', '.join(map(str, missing))}")
+
+
 #: The model-config attribute naming the task a posym model was trained on (written into every
 #: checkpoint's ``config.json`` by ``posym train``; set from ``posym.json`` when a run is resolved).
 MODEL_TASK_ATTR = "posym_task"
@@ -117,4 +127,4 @@ def warn_other_task(model: Any, task: str | None, what: str = "scored") -> bool:
 
 
 __all__ = ["MODEL_TASK_ATTR", "check_float", "check_gamma", "check_int", "check_layer_list", "check_positive_int", "check_taus",
-           "check_variants", "model_task", "warn_other_task"]
+           "check_variants", "require_columns", "model_task", "warn_other_task"]

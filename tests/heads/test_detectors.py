@@ -11,7 +11,7 @@ import torch
 from transformers import Gemma2Config, Gemma2ForCausalLM, GPTJConfig, GPTJForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from posym.errors import PosymError
-from posym.heads.detectors import DETECTORS, detection_patterns, detector_scores
+from posym.heads.detectors import DETECTORS, detection_patterns, detector_arrays, detector_scores
 from posym.heads.head_types import classic_types
 from posym.model.adapters import get_adapter
 from posym.tasks.repeated import repeated_random_sequences
@@ -51,6 +51,17 @@ def test_repeated_random_sequences_layout():
 def test_repeated_random_sequences_refuses(kwargs, match):
     with pytest.raises(PosymError, match=match):
         repeated_random_sequences(**kwargs)
+
+
+@pytest.mark.parametrize("bad", [2.5, "3", True, 0])
+def test_batch_size_must_be_a_positive_integer(bad):
+    """The former lax check (heads/swaps.positive_int) read 2.5 as 2 and "3" as 3: posym.checks refuses them."""
+    from posym.heads.swaps import positive_int
+
+    with pytest.raises(PosymError, match="batch_size must be an integer >= 1"):
+        detector_arrays(None, torch.zeros(1, 4, dtype=torch.long), batch_size=bad)  # refused before the model is read
+    with pytest.raises(PosymError, match="n must be an integer >= 1"):
+        positive_int(bad, "n")
 
 
 # ================================================================================================

@@ -24,7 +24,7 @@ from posym.tasks.prompts import (
     PromptSample,
     build_messages,
     candidates,
-    chance_level,
+    sample_chance_level,
     make_sample,
     solve_sequence,
 )
@@ -79,7 +79,7 @@ def test_cached_batched_scores_equal_reference(tiny_dirs, flavour):
 
 def test_chance_level_of_a_hand_made_sample_and_tables():
     s = PromptSample("number", 5, 0, 0, ("b", "a", "b", "c", "a", "3"), "b", 2)
-    assert candidates(s) == ["b", "a", "c"] and chance_level(s) == pytest.approx(1 / 3)
+    assert candidates(s) == ["b", "a", "c"] and sample_chance_level(s) == pytest.approx(1 / 3)
     recs = [{"task": "number", "length": 5, "run": r, "index": i, "correct": c, "chance": ch}
             for r, i, c, ch in ((0, 0, True, 1 / 3), (0, 1, False, 1 / 5), (1, 0, True, 1 / 2), (1, 1, True, 1 / 4))]
     runs, table = summarize(recs)
@@ -96,7 +96,7 @@ def test_choice_protocol_records_and_chance(tmp_path):
     res = run_protocol(oracle, "m", tmp_path, **GRID, protocol="choice", batch_size=3)
     assert res.protocol == "choice" and res.n_new == 2 * 3 * 2 * 4 and (res.table["mean"] == 1.0).all()
     for (task, length), g in res.table.groupby(["task", "length"]):
-        expect = sum(chance_level(make_sample(task, length, r, i)) for r in range(2) for i in range(4)) / 8
+        expect = sum(sample_chance_level(make_sample(task, length, r, i)) for r in range(2) for i in range(4)) / 8
         assert g["chance"].iloc[0] == pytest.approx(expect)
     t = pd.read_csv(tmp_path / "llm_table.csv")
     assert {"chance", "protocol", "model"} <= set(t.columns) and (t["protocol"] == "choice").all()

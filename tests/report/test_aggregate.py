@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from posym.errors import PosymError
-from posym.report.aggregate import (aggregate, find_runs, lengthgen_summary, mean_sd, paper_vs_posym,
+from posym.report.aggregate import (aggregate, find_runs, lengthgen_summary, paper_vs_posym,
                                     purity_counts, training_summary)
-from posym.report.format import fmt_ms
+from posym.report.format import fmt_ms, mean_sd
 from posym.report.html import quantity_format, write_report
 
 HOPS = ["acc_hop1", "acc_hop2", "acc_hop3", "acc_hop4"]
@@ -163,7 +163,7 @@ def mixed(tmp_path):
 
 def test_a_table_that_mixes_interventions_is_kept_apart(mixed):
     """Old code: +0 read 0.5 (mean of none and ntk) with an sd of 0.71 'over' one seed."""
-    from posym.report.aggregate import freq_summary, largest_length_above, lengthgen_per_seed_largest
+    from posym.report.aggregate import curve_reach, freq_summary, lengthgen_per_seed_largest
 
     runs = find_runs(mixed)
     lg = lengthgen_summary(runs)
@@ -179,7 +179,7 @@ def test_a_table_that_mixes_interventions_is_kept_apart(mixed):
     assert lengthgen_per_seed_largest(runs, "number") == [100.0]
     assert math.isnan(lengthgen_per_seed_largest(runs, "number", intervention="ntk:kappa=4")[0])  # 0.0 at +0
     with pytest.raises(PosymError, match="mixes the interventions none, ntk:kappa=4; select one"):
-        largest_length_above(both[both.task == "number"])
+        curve_reach(both[both.task == "number"])
     pv = paper_vs_posym(mixed)
     row = pv[(pv.task == "number") & (pv.quantity == "accuracy at +0 tokens")].iloc[0]
     assert row.posym_mean == 1.0 and row.n == 1

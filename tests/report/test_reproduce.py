@@ -237,7 +237,7 @@ def test_every_model_of_llm_models_gets_its_stages_folder_and_report_section(rep
 
     available = {"m-one": (True, "one.gguf"), "m-two": (True, "two.gguf"), "runs/m-three/": (False, "not here")}
     monkeypatch.setattr(rp, "llm_available", lambda model: available[model])
-    monkeypatch.setattr("posym.verbs.settings.check_llm_model", lambda model: None)  # stand-in models
+    monkeypatch.setattr("posym.verbs.settings.check_llm_model_setting", lambda model: None)  # stand-in models
     monkeypatch.setattr(le, "llm_eval", fake_llm_eval)
     _again(repro_copy, llm=True, overrides={"llm_choice": True, "llm_models": ["m-one", "m-two", "runs/m-three/"]})
     assert sorted(asked) == [("m-one", "choice", "llm/choice"), ("m-one", "generate", "llm"),

@@ -44,9 +44,10 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from posym.checks import check_positive_int
 from posym.errors import PosymError
 from posym.heads.scores import check_vocab
-from posym.heads.swaps import as_ids, positive_int
+from posym.heads.swaps import as_ids
 from posym.model.adapters import eval_mode, get_adapter
 
 #: The detectors, in table order.
@@ -108,7 +109,7 @@ def detector_arrays(model, input_ids, *, layers: Sequence[int] | None = None, ba
                     rows: str = "target") -> tuple[dict[str, np.ndarray], tuple[int, ...]]:
     """Per-prompt detector scores: ``({detector: float64 [B, L, H]}, layers)`` (module doc)."""
     _check_rows(rows)
-    batch_size = positive_int(batch_size, "batch_size")
+    batch_size = check_positive_int(batch_size, "batch_size")
     ad = get_adapter(model)
     ids = as_ids(input_ids, ad, min_len=2)
     check_vocab(ad, ids)

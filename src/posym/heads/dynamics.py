@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from posym.constants import GAMMA
 from posym.errors import PosymError
 from posym.runs import layout
 from posym.runs.tables import RUN_TABLES, check_unique_keys, read_table
@@ -44,7 +45,7 @@ def select_tau(scores: pd.DataFrame, tau: float | None = None) -> pd.DataFrame:
     return scores[np.isclose(scores["tau"], match[0], rtol=1e-6, atol=0)]
 
 
-def classify(s_pos: np.ndarray, s_sym: np.ndarray, gamma: float = 0.1) -> np.ndarray:
+def classify(s_pos: np.ndarray, s_sym: np.ndarray, gamma: float = GAMMA) -> np.ndarray:
     """Pure-head label per entry (SPEC §3, our rule): "positional" iff s_POS >= 1-γ and s_SYM <= γ;
     "symbolic" iff s_SYM >= 1-γ and s_POS <= γ; else "mixed"."""
     s_pos, s_sym = np.asarray(s_pos), np.asarray(s_sym)
@@ -54,7 +55,7 @@ def classify(s_pos: np.ndarray, s_sym: np.ndarray, gamma: float = 0.1) -> np.nda
     return out
 
 
-def purity_table(scores: pd.DataFrame, gamma: float = 0.1, tau: float | None = None) -> pd.DataFrame:
+def purity_table(scores: pd.DataFrame, gamma: float = GAMMA, tau: float | None = None) -> pd.DataFrame:
     """Per (layer, head): the kind at the last step and the step from which it stays pure to the end.
 
     A head is pure from the first tracked step after which the rule holds at every later tracked step

@@ -61,9 +61,10 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from posym.checks import check_positive_int, check_taus, require_columns
 from posym.errors import PosymError
-from posym.heads.scores import DEFAULT_TAU, _taus, combine_scores
-from posym.heads.swaps import as_ids, block_inputs, positive_int, query_position, rerun_swapped, token_perms, token_swaps
+from posym.heads.scores import DEFAULT_TAU, combine_scores
+from posym.heads.swaps import as_ids, block_inputs, query_position, rerun_swapped, token_perms, token_swaps
 from posym.model import rope
 from posym.model.adapters import RopeAdapter, eval_mode, get_adapter
 
@@ -85,7 +86,7 @@ def _prepare(model, input_ids, query_pos, layers, batch_size,
     ad = get_adapter(model)
     ids = as_ids(input_ids, ad, min_len=min_t + 1)
     t = query_position(query_pos, ids.shape[1], min_t=min_t)
-    return ad, ids, t, ad.check_layers(layers), positive_int(batch_size, "batch_size")
+    return ad, ids, t, ad.check_layers(layers), check_positive_int(batch_size, "batch_size")
 
 
 def n_terms(model) -> int:
@@ -262,7 +263,7 @@ def frequency_swap_attention(model, input_ids, query_pos: int | None = None, *,
     if method not in ("fast", "reference"):
         raise PosymError(f"method must be 'fast' or 'reference', got {method!r}")
     ad, ids, t, layers, bs = _prepare(model, input_ids, query_pos, layers, batch_size, min_t=2)
-    cs = positive_int(chunk_size, "chunk_size")
+    cs = check_positive_int(chunk_size, "chunk_size")
     parts = []
     with eval_mode(ad.model):
         for s in range(0, ids.shape[0], bs):
@@ -284,7 +285,7 @@ def frequency_scores(model, input_ids, taus: float | Sequence[float] = (DEFAULT_
     prompt, with a ``prompt`` column instead of ``n_prompts``). ``method="reference"`` runs the
     literal swaps (slow; for tests).
     """
-    taus = _taus(taus)
+    taus = check_taus(taus)
     d, dp_i, dp_j, pairs = frequency_swap_attention(model, input_ids, query_pos, layers=layers, method=method,
                                                     batch_size=batch_size, chunk_size=chunk_size)
     i, j = pairs[:, 0], pairs[:, 1]
@@ -391,10 +392,7 @@ def weighted_frequency_id(use_df: pd.DataFrame) -> pd.DataFrame:
     ``dominant_angle`` that of the dominant ID; ``nonrotary_share = u_nr / (Σ u_k + u_nr)`` (0 for
     full rotary). A head whose rotary use is all zero gets NaN IDs.
     """
-    need = {"layer", "head", "freq_id", "angle", "use"}
-    missing = need - set(use_df.columns)
-    if missing:
-        raise PosymError(f"frequency-use table lacks column(s) {sorted(missing)}")
+    require_columns(use_df.columns, {"layer", "head", "freq_id", "angle", "use"}, "frequency-use table")
     rotary = use_df["rotary"].astype(bool) if "rotary" in use_df else pd.Series(True, index=use_df.index)
     rows = []
     for (layer, head), g in use_df.groupby(["layer", "head"], sort=True):

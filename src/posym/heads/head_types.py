@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import pandas as pd
 
-from posym.checks import check_gamma, check_int, check_positive_int
+from posym.checks import check_gamma, check_int, check_positive_int, require_columns
+from posym.constants import GAMMA
 from posym.errors import PosymError
 from posym.heads.detectors import DETECTORS
 from posym.heads.dynamics import classify
@@ -91,12 +92,6 @@ def _share(v: Any, name: str) -> float:
     return float(v)
 
 
-def _need(table: pd.DataFrame, cols: Any, what: str) -> None:
-    missing = [c for c in cols if c not in table.columns]
-    if missing:
-        raise PosymError(f"{what} lacks column(s) {missing}")
-
-
 def _one_row_per_head(table: pd.DataFrame, what: str) -> None:
     if table.duplicated(_KEYS).any():
         raise PosymError(f"{what} has several rows per (layer, head); select one τ / prompt set first")
@@ -113,7 +108,7 @@ def mass_column(table: pd.DataFrame) -> str:
 def classic_types(detectors: pd.DataFrame, *, sink_share: float = SINK_SHARE,
                   threshold: float = CLASSIC_THRESHOLD) -> np.ndarray:
     """The ``classic_type`` of each row of a detector table (module doc) -> object array."""
-    _need(detectors, DETECTORS, "the detector table")
+    require_columns(detectors.columns, DETECTORS, "the detector table")
     sink_share, threshold = _share(sink_share, "sink_share"), _share(threshold, "threshold")
     scores = detectors[list(_PATTERN_TYPES)].to_numpy(float)
     filled = np.where(np.isnan(scores), -np.inf, scores)
@@ -134,7 +129,7 @@ def check_pure_fraction(v: Any) -> float:
 
 def sink_flags(detectors: pd.DataFrame, *, sink_share: float = SINK_SHARE) -> np.ndarray:
     """``is_sink`` of each row of a detector table: ``first_token >= sink_share`` (module doc) -> bool array."""
-    _need(detectors, ["first_token"], "the detector table")
+    require_columns(detectors.columns, ["first_token"], "the detector table")
     return detectors["first_token"].to_numpy(float) >= _share(sink_share, "sink_share")
 
 
@@ -151,13 +146,13 @@ def purity_fractions(table: pd.DataFrame, mean_type: Any) -> np.ndarray:
 
 
 def _mean_types(table: pd.DataFrame, gamma: float, min_mass: float, max_entropy: float | None) -> np.ndarray:
-    _need(table, ["s_pos", "s_sym"], "the scores table")
+    require_columns(table.columns, ["s_pos", "s_sym"], "the scores table")
     sp, ss = table["s_pos"].to_numpy(float), table["s_sym"].to_numpy(float)
     out = classify(sp, ss, gamma)
     diffuse = (sp >= 1 - gamma) & (ss >= 1 - gamma)
     if max_entropy is not None:
         max_entropy = _share(max_entropy, "max_entropy")
-        _need(table, ["entropy"], "the scores table")
+        require_columns(table.columns, ["entropy"], "the scores table")
         diffuse |= table["entropy"].to_numpy(float) >= max_entropy
     out[diffuse] = "diffuse"
     silent = np.isnan(sp) | np.isnan(ss)
@@ -170,7 +165,7 @@ def _mean_types(table: pd.DataFrame, gamma: float, min_mass: float, max_entropy:
     return out
 
 
-def posym_types(table: pd.DataFrame, *, gamma: float = 0.1, min_mass: float = MIN_MASS,
+def posym_types(table: pd.DataFrame, *, gamma: float = GAMMA, min_mass: float = MIN_MASS,
                 max_entropy: float | None = DIFFUSE_ENTROPY, pure_fraction: float | None = PURE_FRACTION) -> np.ndarray:
     """The ``posym_type`` of each row of a scores table (module doc) -> object array.
 
@@ -193,7 +188,7 @@ def posym_types(table: pd.DataFrame, *, gamma: float = 0.1, min_mass: float = MI
 
 
 def join_head_types(scores_table: pd.DataFrame, detectors: pd.DataFrame, readings: pd.DataFrame | None = None, *,
-                    gamma: float = 0.1, min_mass: float = MIN_MASS, max_entropy: float | None = DIFFUSE_ENTROPY,
+                    gamma: float = GAMMA, min_mass: float = MIN_MASS, max_entropy: float | None = DIFFUSE_ENTROPY,
                     sink_share: float = SINK_SHARE, threshold: float = CLASSIC_THRESHOLD,
                     pure_fraction: float | None = PURE_FRACTION) -> pd.DataFrame:
     """One row per (layer, head): scores, detector scores, per-prompt fractions and the two labels.
@@ -208,8 +203,8 @@ def join_head_types(scores_table: pd.DataFrame, detectors: pd.DataFrame, reading
     columns, ``classic_type``, ``is_sink``, ``mean_type``, ``purity_fraction``, ``posym_type``
     (module doc for the rules); sorted by layer and head.
     """
-    _need(scores_table, _KEYS + ["s_pos", "s_sym"], "the scores table")
-    _need(detectors, _KEYS + list(DETECTORS), "the detector table")
+    require_columns(scores_table.columns, _KEYS + ["s_pos", "s_sym"], "the scores table")
+    require_columns(detectors.columns, _KEYS + list(DETECTORS), "the detector table")
     _one_row_per_head(scores_table, "the scores table")
     _one_row_per_head(detectors, "the detector table")
     det_cols = [c for c in detectors.columns if c not in _KEYS and c not in scores_table.columns]
@@ -219,7 +214,7 @@ def join_head_types(scores_table: pd.DataFrame, detectors: pd.DataFrame, reading
         raise PosymError(f"the detector table lacks heads of the scores table (e.g. {miss}); "
                          f"run the detectors on the same model and layers")
     if readings is not None:
-        _need(readings, _KEYS, "the readings table")
+        require_columns(readings.columns, _KEYS, "the readings table")
         _one_row_per_head(readings, "the readings table")
         frac = [c for c in readings.columns if c.startswith("frac_")]
         if not frac:
@@ -265,7 +260,7 @@ def type_correlations(join: pd.DataFrame, *, n_boot: int = 1000, n_null: int = 1
     reached |ρ|, so ``p_value`` is the floor ``1 / (1 + n_null)``), one row per detector present (``sink``
     included when the join has it).
     """
-    _need(join, ["s_pos", "s_sym"], "the join")
+    require_columns(join.columns, ["s_pos", "s_sym"], "the join")
     n_boot, n_null = check_positive_int(n_boot, "n_boot"), check_positive_int(n_null, "n_null")
     rng = np.random.default_rng(check_int(seed, "seed"))
     rows = []
@@ -313,7 +308,7 @@ def contingency(join: pd.DataFrame) -> pd.DataFrame:
       fewer than ``pure_fraction`` of the prompts (counted as ``mixed``);
     * ``sink_flagged``: heads of the row with ``is_sink`` (most attention on the start token),
       whatever their classic type."""
-    _need(join, ["classic_type", "posym_type"], "the join")
+    require_columns(join.columns, ["classic_type", "posym_type"], "the join")
     unknown = (set(join["classic_type"]) - set(CLASSIC_TYPES)) | (set(join["posym_type"]) - set(POSYM_TYPES))
     if unknown:
         raise PosymError(f"unknown head type(s) {sorted(map(str, unknown))} in the join")
@@ -364,7 +359,7 @@ def sink_counts(join: pd.DataFrame) -> dict[str, Any]:
     ``classic_type == "sink"`` for a join without the flag) and how they read: how many are typed
     ``sink`` and how many by a pattern (per type), and how many read pure symbolic — the reading that
     the start-token exclusion is for (docs/llm.md) — or pure positional."""
-    _need(join, ["classic_type", "posym_type"], "the join")
+    require_columns(join.columns, ["classic_type", "posym_type"], "the join")
     flag = join["is_sink"].astype(bool) if "is_sink" in join.columns else join["classic_type"] == "sink"
     sinks = join[flag]
     by = {t: int((sinks["classic_type"] == t).sum()) for t in _PATTERN_TYPES}
@@ -383,7 +378,7 @@ def pure_counts(join: pd.DataFrame) -> dict[str, Any]:
     """Per pure kind: heads typed pure, the mean and smallest ``purity_fraction`` among them, and the
     heads pure on the mean only (``mean_type`` pure, ``posym_type`` not) with their mean fraction
     (``None`` where there is none: the dict goes into ``head_types.json``)."""
-    _need(join, ["posym_type"], "the join")
+    require_columns(join.columns, ["posym_type"], "the join")
     out: dict[str, Any] = {}
     for kind in _PURE_FRAC:
         typed = join[join["posym_type"] == kind]

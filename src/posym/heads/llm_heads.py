@@ -56,6 +56,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from posym.checks import check_positive_int, check_taus
 from posym.errors import PosymError
 from posym.heads.frequencies import (
     frequency_terms_from_qk,
@@ -72,7 +73,7 @@ from posym.tasks.llm_prompts import (
     group_prompts,
 )
 from posym.reading import MIN_MASS
-from posym.heads.scores import DEFAULT_COSINE, DEFAULT_TAU, _check_centred, _taus, swap_attention
+from posym.heads.scores import DEFAULT_COSINE, DEFAULT_TAU, _check_centred, swap_attention
 from posym.heads.swaps import parse_swap_exclude
 from posym.model.adapters import RopeAdapter, get_adapter
 
@@ -118,12 +119,6 @@ def parse_choices(value: str | Sequence[str], choices: Sequence[str], what: str 
 def parse_prompt_sets(prompts: str | Sequence[str]) -> tuple[str, ...]:
     """``"all"`` | one set | a comma-separated list / sequence of sets -> the sets, in canonical order."""
     return parse_choices(prompts, PROMPT_SETS, "prompt set")
-
-
-def _positive(name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < 1:
-        raise PosymError(f"{name} must be a positive integer, got {v!r}")
-    return int(v)
 
 
 def check_min_mass(min_mass: Any) -> float:
@@ -437,15 +432,15 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, token
     """
     t0 = time.time()
     sets = parse_prompt_sets(prompts)
-    n, batch_size = _positive("n", n), _positive("batch_size", batch_size)
-    tau = _taus(tau)
+    n, batch_size = check_positive_int(n, "n"), check_positive_int(batch_size, "batch_size")
+    tau = check_taus(tau)
     if len(tau) != 1:
         raise PosymError("llm heads takes one tau")
     tau = tau[0]
     centred = _check_centred(centred, DEFAULT_COSINE)
     parse_swap_exclude(swap_exclude)  # the form, before anything is loaded
     if threads is not None:
-        torch.set_num_threads(_positive("threads", threads))
+        torch.set_num_threads(check_positive_int(threads, "threads"))
     lm, tok, name = load_lm(model, gguf, tokenizer, device, dtype)
     label = label or name
     ad = get_adapter(lm)

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from posym.checks import check_gamma, check_int, check_positive_int
+from posym.constants import GAMMA
 from posym.errors import PosymError
 from posym.heads.dynamics import classify
 from posym.heads.llm_heads import check_min_mass
@@ -38,7 +39,7 @@ STATS: tuple[str, ...] = tuple(f"frac_{k}" for k in KINDS) + ("s_pos", "s_sym", 
 CI_LEVEL = 0.95
 
 
-def prompt_kinds(s_pos: np.ndarray, s_sym: np.ndarray, swap_mass: np.ndarray | None = None, *, gamma: float = 0.1,
+def prompt_kinds(s_pos: np.ndarray, s_sym: np.ndarray, swap_mass: np.ndarray | None = None, *, gamma: float = GAMMA,
                  min_mass: float = 0.0) -> np.ndarray:
     """The kind of every entry (module doc): object array of :data:`KINDS`, the shape of ``s_pos``."""
     out = classify(s_pos, s_sym, check_gamma(gamma))
@@ -66,7 +67,7 @@ def bootstrap_means(values: np.ndarray, n_boot: int = 1000, seed: int = 0,
     return lo.reshape(x.shape[1:]), hi.reshape(x.shape[1:])
 
 
-def per_prompt_kinds(scores: HeadScores, *, gamma: float = 0.1, min_mass: float = 0.0, tau_index: int = 0,
+def per_prompt_kinds(scores: HeadScores, *, gamma: float = GAMMA, min_mass: float = 0.0, tau_index: int = 0,
                      n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     """Per (layer, head): the fraction of prompts on which the head is positional, symbolic, mixed or
     uninformative, the mean scores, and bootstrap 95 % intervals over prompts (module doc).

@@ -16,7 +16,7 @@ order, ``S = t(t-1)/2`` swaps), the query's attention on ``i`` and ``j`` after e
   the head scores' reference).
 
 Also the argument checks both callers share (:func:`as_ids`, :func:`ids_length`, :func:`query_positions`,
-:func:`query_position`, :func:`positive_int`) and :func:`parse_swap_exclude` (the ``--swap-exclude`` forms).
+:func:`query_position`) and :func:`parse_swap_exclude` (the ``--swap-exclude`` forms).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from posym.checks import check_positive_int
 from posym.errors import PosymError
 from posym.model.adapters import RopeAdapter, hook_handles
 
@@ -289,11 +290,9 @@ def query_position(query_pos: Any, T: int, min_t: int = 0) -> int:
     return int(query_positions(query_pos, 1, T, min_t)[0])
 
 
-def positive_int(value: Any, name: str) -> int:
-    """``int(value)``; PosymError unless it is a positive integer (bools refused)."""
-    if isinstance(value, bool) or int(value) < 1:
-        raise PosymError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
+#: Kept importable for the modules that still import it from here (``heads/scores.py``,
+#: ``verbs/head_types.py``): it is :func:`posym.checks.check_positive_int` (2.5 and "3" refused).
+positive_int = check_positive_int
 
 
 __all__ = [

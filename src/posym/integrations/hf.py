@@ -32,7 +32,8 @@ from transformers import TrainerCallback
 
 from posym.checks import check_positive_int
 from posym.heads.scores import DEFAULT_TAU
-from posym.integrations.tracker import DEFAULT_GAMMA, ScoreTracker, say
+from posym.constants import GAMMA
+from posym.integrations.tracker import ScoreTracker, say
 
 
 def _reports_to_tensorboard(args: Any) -> bool:
@@ -68,7 +69,7 @@ class PositionalSymbolicCallback(TrainerCallback):
 
     def __init__(self, prompts: Any, *, task: str | None = None, n: int = 512, seed: int = 0, blocks: Any = None,
                  every: int | None = None, at_start: bool = True, out: str | os.PathLike | None = None,
-                 taus: Sequence[float] = (DEFAULT_TAU,), gamma: float = DEFAULT_GAMMA, batch_size: int = 64,
+                 taus: Sequence[float] = (DEFAULT_TAU,), gamma: float = GAMMA, batch_size: int = 64,
                  verbose: bool = True):
         self.every = None if every is None else check_positive_int(every, "every")
         # the folder is bound at on_train_begin (fresh or resumed); the callback schedules, so no every

@@ -41,11 +41,9 @@ from posym.heads.tracking import COLUMNS, score_table
 from posym.model.adapters import get_adapter, unwrap_model
 from posym.runs import layout
 from posym.runs.tables import append_table, check_resumed, parquet_path, read_scores, write_table
-from posym.tasks import TASKS, get_vocab, make_split
+from posym.constants import GAMMA, TASKS
+from posym.tasks import get_vocab, make_split
 from posym.tasks.llm_prompts import LLMPrompt, group_prompts
-
-#: Purity tolerance of the logged pure-head counts (SPEC §3, Paper A's γ).
-DEFAULT_GAMMA = 0.1
 
 
 @dataclass(frozen=True)
@@ -95,7 +93,7 @@ def prompt_groups(prompts: Any, *, task: str | None = None, n: int = 512, seed: 
     return [PromptGroup(ids.long(), blocks)]
 
 
-def prompt_digest(groups: Sequence[PromptGroup]) -> str:
+def prompt_set_digest(groups: Sequence[PromptGroup]) -> str:
     """sha256 of a prompt set (every group's shape, blocks and ids): the identity of what a tracker
     table measured, stored in ``scores.json``."""
     h = hashlib.sha256()
@@ -162,7 +160,7 @@ def score_groups(model: torch.nn.Module, groups: Sequence[PromptGroup], taus: Se
     return out[["layer", "head", "tau", *value_cols, "n_prompts"]]
 
 
-def summary_values(rows: pd.DataFrame, gamma: float = DEFAULT_GAMMA, prefix: str = "posym/") -> dict[str, float]:
+def summary_values(rows: pd.DataFrame, gamma: float = GAMMA, prefix: str = "posym/") -> dict[str, float]:
     """Loggable summary of one step's rows at its smallest τ: mean s_POS / s_SYM per layer and the number
     of pure positional / symbolic heads at tolerance ``gamma`` (SPEC §3 purity rule)."""
     r = rows[np.isclose(rows["tau"], rows["tau"].min())]
@@ -192,7 +190,7 @@ class ScoreTracker:
 
     def __init__(self, prompts: Any, out: str | os.PathLike | None = None, *, task: str | None = None,
                  n: int = 512, seed: int = 0, blocks: Any = None, every: int | None = None,
-                 taus: Sequence[float] = (DEFAULT_TAU,), gamma: float = DEFAULT_GAMMA, batch_size: int = 64,
+                 taus: Sequence[float] = (DEFAULT_TAU,), gamma: float = GAMMA, batch_size: int = 64,
                  verbose: bool = False):
         self.every = None if every is None else check_positive_int(every, "every")
         n, seed = check_positive_int(n, "n"), check_int(seed, "seed")
@@ -201,7 +199,7 @@ class ScoreTracker:
         self.batch_size = check_positive_int(batch_size, "batch_size")
         self.groups = prompt_groups(prompts, task=task, n=n, seed=seed, blocks=blocks)
         self.task = prompts if isinstance(prompts, str) and prompts in TASKS else task
-        self.identity = {"kind": "tracker", "prompts_sha256": prompt_digest(self.groups),
+        self.identity = {"kind": "tracker", "prompts_sha256": prompt_set_digest(self.groups),
                          "prompts": _describe(prompts, self.task, n, seed, self.groups),
                          "n_prompts": sum(int(g.ids.shape[0]) for g in self.groups), "task": self.task,
                          "taus": list(self.taus)}
@@ -369,5 +367,5 @@ def _check_writable(out: Path) -> None:
         raise PosymError(f"cannot write to {out}: {exc.strerror or exc}") from None
 
 
-__all__ = ["DEFAULT_GAMMA", "PromptGroup", "ScoreTracker", "prompt_digest", "prompt_groups", "say", "score_groups",
+__all__ = ["PromptGroup", "ScoreTracker", "prompt_set_digest", "prompt_groups", "say", "score_groups",
            "summary_values"]

@@ -19,6 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from posym.checks import warn_other_task
+from posym.constants import REACH_THRESHOLD, TEST_SEED_OFFSET
 from posym.errors import PosymError
 from posym.resources import require_memory
 from posym.model.adapters import get_adapter
@@ -78,8 +79,8 @@ def lengthgen(model: torch.nn.Module, task: str, grid: Sequence[int] = PAPER_GRI
               on_point: Callable[[pd.DataFrame], None] | None = None, label: str | None = None) -> pd.DataFrame:
     """Accuracy vs added target-window tokens (Fig. 5B). One row per (extra_tokens, seed) with columns
     extra_tokens, seed, n, acc, acc_hop1..4, seconds, peak_rss_mb. Data seeds are disjoint from the
-    training/val/test split seeds (``1_000_000 + s``). ``extra_rule``: what the added tokens are
-    (SPEC §1.4, our choice); ``distractors``: the letter task's distractor rule (the model's training data).
+    training/val/test split seeds (:data:`posym.constants.TEST_SEED_OFFSET` ``+ s``). ``extra_rule``: what the
+    added tokens are (SPEC §1.4, our choice); ``distractors``: the letter task's distractor rule (the model's training data).
 
     Resuming: ``done`` holds rows already measured with the same model, ``n`` and rules; its
     (extra_tokens, seed) points are not evaluated again (a point's data depend only on its length,
@@ -101,7 +102,7 @@ def lengthgen(model: torch.nn.Module, task: str, grid: Sequence[int] = PAPER_GRI
                desc=f"lengthgen {task}" + (f" {label}" if label else ""), disable=not progress, unit="pt")
     for extra, s in todo:
         t0 = time.perf_counter()
-        acc = evaluate_length(model, task, extra, n, 1_000_000 + s, token_budget, device, extra_rule, distractors)
+        acc = evaluate_length(model, task, extra, n, TEST_SEED_OFFSET + s, token_budget, device, extra_rule, distractors)
         rows.append({"extra_tokens": extra, "seed": s, "n": n, **acc,
                      "seconds": round(time.perf_counter() - t0, 3),
                      "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)})
@@ -121,7 +122,9 @@ def _sorted_rows(rows: list[dict]) -> pd.DataFrame:
 
 
 def summarize_lengthgen(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean and sd over seeds per added length: extra_tokens, acc_mean, acc_sd, acc_hop{h}_mean, n_seeds;
+    """One run's curve over its data seeds (sd 0 with one data seed; the curve over model seeds is
+    :func:`posym.report.aggregate.lengthgen_summary`). Per added length: extra_tokens, acc_mean, acc_sd,
+    acc_hop{h}_mean, n_seeds (data seeds);
     per intervention (a first column ``intervention``) when the table has that column."""
     if INTERVENTION in table.columns:
         parts = []
@@ -140,8 +143,9 @@ def summarize_lengthgen(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def largest_length_above(summary: pd.DataFrame, threshold: float = 0.9) -> int | None:
-    """Largest added length such that mean accuracy stays >= threshold at it and every shorter one."""
+def largest_length_above(summary: pd.DataFrame, threshold: float = REACH_THRESHOLD) -> int | None:
+    """The reach (SPEC §5, Fig. 5B): the largest added length such that mean accuracy stays >= ``threshold``
+    at it and every shorter one; None when +0 is already below it."""
     best = None
     for _, r in summary.sort_values("extra_tokens").iterrows():
         if r["acc_mean"] < threshold:

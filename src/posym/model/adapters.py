@@ -1,4 +1,4 @@
-"""Uniform access to the RoPE attention of HF model families (DESIGN "Real models"; SPEC §3–4).
+"""Uniform access to the RoPE attention of HF model families (docs/models.md, docs/architecture.md "model/"; SPEC §3–4).
 
 ``get_adapter(model)`` returns a :class:`RopeAdapter` for
 

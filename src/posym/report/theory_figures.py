@@ -16,6 +16,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from posym.checks import require_columns
 from posym.errors import PosymError
 from posym.report.figures import fig_ax, new_figure
 
@@ -26,9 +27,7 @@ BAND_STYLES = {"all": dict(ls=":", marker="s", lw=3.0), "high": dict(ls="-", mar
 
 
 def _need(table: pd.DataFrame, cols: set[str], what: str) -> None:
-    missing = cols - set(table.columns)
-    if missing:
-        raise PosymError(f"{what} table lacks column(s): {', '.join(sorted(missing))}")
+    require_columns(table.columns, cols, f"{what} table")
     if table.empty:
         raise PosymError(f"{what} table is empty")
 

@@ -1,4 +1,4 @@
-"""The run directory as code (DESIGN "Run directory"): every file name under ``runs/<name>/``
+"""The run directory as code (docs/architecture.md "runs/", docs/runs.md): every file name under ``runs/<name>/``
 (:mod:`posym.runs.layout`), resolving a directory to a model (:mod:`posym.runs.resolve`), one writer
 per directory (:mod:`posym.runs.lock`), provenance (:mod:`posym.runs.provenance`) and the tables'
 schema, CSV + Parquet writer and reader (:mod:`posym.runs.tables`, :func:`load_run`).

@@ -1,4 +1,4 @@
-"""Every file of a run or reproduction directory: its name here, nowhere else (DESIGN "Run directory").
+"""Every file of a run or reproduction directory: its name here, nowhere else (docs/architecture.md "runs/", docs/runs.md).
 
 A **run directory** (``posym train --out RUN``)::
 
@@ -8,7 +8,7 @@ A **run directory** (``posym train --out RUN``)::
     RUN/results.json          final test metrics, selected model, timing            RESULTS
     RUN/checkpoints/step-NNNNNN/   HF model.safetensors + config.json + posym.json  step_dir()
     RUN/checkpoints/best/     first checkpoint with the best validation accuracy    best_dir()
-    RUN/purity_gamma{γ}.csv, pure_counts_gamma{γ}.csv                              purity(), pure_counts()
+    RUN/purity_gamma{γ}.csv, pure_counts_gamma{γ}.csv                              purity(), pure_counts_csv()
     RUN/flow.json, RUN/figures/flow-<task>-<split>-<i>.csv                         FLOW_JSON, flow_name()
     RUN/ablation.csv, freq_use.csv, freq_table.csv, freq_scores.csv, qk_geometry_L{l}.csv
     RUN/lengthgen.csv, lengthgen_summary.csv                                       LENGTHGEN, summary_path()
@@ -41,7 +41,9 @@ import re
 from pathlib import Path
 from typing import Sequence
 
+from posym.constants import TASKS
 from posym.errors import PosymError
+from posym.files import write_text_atomic
 from posym.model.gptj import HF_CONFIG, HF_WEIGHTS
 
 # ---- a run directory ------------------------------------------------------------------------------
@@ -172,7 +174,8 @@ def purity(gamma: float) -> str:
     return f"purity_gamma{gamma:g}.csv"
 
 
-def pure_counts(gamma: float) -> str:
+def pure_counts_csv(gamma: float) -> str:
+    """``pure_counts_gamma{γ}.csv``: the pure-head counts per step of ``posym dynamics`` at tolerance γ."""
     return f"pure_counts_gamma{gamma:g}.csv"
 
 
@@ -181,7 +184,7 @@ def fig2(gamma: float) -> str:
     return f"fig2_gamma{gamma:g}"
 
 
-def qk_geometry(layer: int) -> str:
+def qk_geometry_stem(layer: int) -> str:
     """Stem of the Fig. 4B q/k geometry of one layer (``.csv`` beside the run, figure under figures/)."""
     return f"qk_geometry_L{layer}"
 
@@ -366,7 +369,8 @@ def staging_dir(run_dir: str | os.PathLike) -> Path:
 
 # ---- reproduction directories ---------------------------------------------------------------------
 _SEED_DIR = re.compile(r"^seed(\d+)$")
-TASK_DIRS = ("number", "letter")
+#: The task folders of a reproduction directory: one per task (:data:`posym.constants.TASKS`).
+TASK_DIRS = TASKS
 
 
 def run_dir(out: str | os.PathLike, task: str, seed: int) -> Path:
@@ -421,12 +425,8 @@ def _json_default(o):
 
 
 def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it in place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
-    os.replace(tmp, path)
+    """Write ``data`` as indented JSON, atomically (:func:`posym.files.write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(data, indent=2, default=_json_default) + "\n")
 
 
 def read_json(path: str | os.PathLike) -> dict:
@@ -480,11 +480,13 @@ def stage_table(out: str | os.PathLike) -> list[dict]:
     return rows
 
 
+
+
 __all__ = [n for n in dir() if n.isupper() or n in (
     "accuracy_figure", "aggregate_table", "best_checkpoint", "best_dir", "figure", "fig2", "find_runs", "flow_name",
     "checkpoint_series", "enclosing_run", "hf_checkpoint_step", "hf_checkpoints",
     "is_checkpoint", "is_run_dir", "llm_dir", "llm_model_dirs", "llm_model_slug",
-    "list_checkpoints", "marker_path", "png", "pure_counts", "purity", "qk_geometry", "read_json", "read_marker",
+    "list_checkpoints", "marker_path", "png", "pure_counts_csv", "purity", "qk_geometry_stem", "read_json", "read_marker",
     "read_meta", "run_dir", "safe_name", "slurm_log", "slurm_script", "stage_table", "staging_dir", "step_dir",
     "step_of_name", "summary_path", "write_json_atomic",
     "write_meta")]

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 
 from posym.errors import PosymError
+from posym.files import write_text_atomic
 from posym.runs.jobs import job_id, queued
 from posym.runs.layout import LOCK as LOCK_FILE, enclosing_run, is_run_dir
 
@@ -189,9 +190,7 @@ class DirLock:
         if not self._owner:
             raise PosymError(f"{self.path} is not held by this process")
         record = {**(read_lock(self.directory, self.name) or {}), **fields, "slurm_jobs": [str(j) for j in jobs]}
-        tmp = self.path.with_name(f"{self.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, self.path)
+        write_text_atomic(self.path, json.dumps(record), mkdir=False)
 
     def release(self) -> None:
         """Remove the lock file (the last release in this process), unless Slurm jobs named by

@@ -13,14 +13,15 @@ import csv
 import importlib.util
 import io
 import os
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
 import pandas as pd
 
+from posym.constants import TASKS
 from posym.errors import PosymError
+from posym.files import write_atomic
 from posym.runs import layout
 
 
@@ -151,7 +152,8 @@ RUN_TABLES: dict[str, TableSchema] = {
             "extra_tokens": "count", "seed": "count", "n": "positive", "acc": "fraction",
             **{h: "fraction?" for h in _HOPS}, "seconds": "nonnegative", "peak_rss_mb": "nonnegative"}),
     "lengthgen_summary": TableSchema(layout.summary_path(layout.LENGTHGEN).name, "added length, over data seeds", {
-        INTERVENTION: _INTERVENTION_DOC, "extra_tokens": "added tokens", "acc_mean": "mean accuracy", "acc_sd": "sample sd over data seeds",
+        INTERVENTION: _INTERVENTION_DOC, "extra_tokens": "added tokens", "acc_mean": "mean accuracy",
+        "acc_sd": "sample sd over data seeds",
         **{f"acc_hop{h}_{s}": f"{'mean' if s == 'mean' else 'sd'} accuracy on {h}-hop samples"
            for h in range(1, 5) for s in ("mean", "sd")}, "n_seeds": "data seeds"}, "posym lengthgen",
         (INTERVENTION, "extra_tokens"), (INTERVENTION, *(f"acc_hop{h}_{s}" for h in range(1, 5) for s in ("mean", "sd"))),
@@ -173,7 +175,7 @@ def _cell_ok(kind: str, value: str) -> bool:
         return value.strip().lower() in ("", "nan") or _cell_ok(kind[:-1], value)
     v = value.strip()
     if kind == "task":
-        return v in ("number", "letter")
+        return v in TASKS
     if kind == "split":
         return v in ("val", "test")
     if kind == "hex":
@@ -349,15 +351,6 @@ def parquet_path(csv_path: str | os.PathLike) -> Path:
     return Path(csv_path).with_suffix(".parquet")
 
 
-def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def to_parquet(df: pd.DataFrame, path: str | os.PathLike) -> None:
     """``df.to_parquet`` of the rows and columns only (``df.attrs``, e.g. side tables, are not stored)."""
     plain = df.copy(deep=False)
@@ -370,14 +363,14 @@ def write_parquet_copy(df: pd.DataFrame, csv_path: str | os.PathLike) -> Path | 
     if not parquet_available():
         return None
     out = parquet_path(csv_path)
-    _atomic(out, lambda p: to_parquet(df, p))
+    write_atomic(out, lambda p: to_parquet(df, p), mkdir=False)
     return out
 
 
 def write_table(df: pd.DataFrame, path: str | os.PathLike) -> list[Path]:
     """Write a table as CSV (atomically) and, with pyarrow, as Parquet beside it; returns the paths."""
     path = Path(path)
-    _atomic(path, lambda p: df.to_csv(p, index=False))
+    write_atomic(path, lambda p: df.to_csv(p, index=False), mkdir=False)
     pq = write_parquet_copy(df, path)
     return [path] + ([pq] if pq else [])
 

@@ -20,7 +20,8 @@ from posym.tasks.dataset import (
 from posym.tasks.export import (batch_records, export_jsonl, format_example, format_examples, read_jsonl,
                                vocab_json)
 from posym.tasks.solver import solve, solve_batch, verify_batch
-from posym.tasks.vocab import LETTER_VOCAB, NUMBER_VOCAB, PAD, TASKS, Vocab, get_vocab
+from posym.constants import TASKS
+from posym.tasks.vocab import LETTER_VOCAB, NUMBER_VOCAB, PAD, Vocab, get_vocab
 
 __all__ = [
     "DEFAULT_HOPS",

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from posym.checks import check_int
 from posym.errors import PosymError
 
 U64 = np.uint64
@@ -206,14 +207,6 @@ def make_layout(task: str, hops: object, target_len: object, pretarget_len: obje
     return Layout(tuple(sorted(hop_list)), T, P, E, distractors, extra_rule)
 
 
-def check_count(name: str, value: object) -> int:
-    """Validate a non-negative integer argument (n, start_index)."""
-    v = _as_int(name, value)
-    if v < 0:
-        raise PosymError(f"{name} must be >= 0, got {v}")
-    return v
-
-
 def check_seed(seed: object) -> int:
     """Validate a seed: any non-negative integer (used mod 2**64)."""
-    return check_count("seed", seed)
+    return check_int(seed, "seed")

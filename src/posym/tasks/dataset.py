@@ -14,11 +14,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from posym.checks import check_int
 from posym.errors import PosymError
 from posym.resources import require_memory
 from posym.tasks import letter as _letter
 from posym.tasks import number as _number
-from posym.tasks._common import Layout, check_count, check_seed, make_layout
+from posym.tasks._common import Layout, check_seed, make_layout
 from posym.tasks.vocab import Vocab, check_task, get_vocab
 
 DEFAULT_HOPS: tuple[int, ...] = (1, 2, 3, 4)
@@ -119,9 +120,9 @@ def generate(
     Raises PosymError for an unknown task or an impossible layout.
     """
     check_task(task)
-    n = check_count("n", n)
+    n = check_int(n, "n")
     seed = check_seed(seed)
-    start_index = check_count("start_index", start_index)
+    start_index = check_int(start_index, "start_index")
     if start_index + n > 2**62:
         raise PosymError(f"start_index + n must be <= 2**62, got {start_index + n}")
     layout = make_layout(task, hops, target_len, pretarget_len, extra_tokens, distractors, extra_rule)
@@ -185,7 +186,7 @@ def make_split(task: str, split: str, seed: int = 0, n: int | None = None, **lay
     size = SPLIT_SIZES[_check_split(split)]
     if n is None:
         n = size
-    n = check_count("n", n)
+    n = check_int(n, "n")
     if n > size:
         raise PosymError(f"n={n} exceeds the {split} split size {size}")
     if "start_index" in layout:

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from posym.checks import check_int
 from posym.errors import PosymError
-from posym.tasks._common import check_count
+from posym.files import write_atomic
 from posym.tasks.dataset import SPLIT_SIZES, TaskBatch, generate, make_split, split_seed
 from posym.tasks.vocab import check_task
 
@@ -64,12 +65,11 @@ def export_jsonl(task: str, split: str, n: int | None, path: str | os.PathLike[s
         raise PosymError(f"{path} already exists (use force=True / --force to overwrite)")
     # validate task, split and layout before touching the file system
     make_split(task, split, seed, 0, extra_tokens=extra_tokens, **layout)
-    size = SPLIT_SIZES[split] if n is None else check_count("n", n)
+    size = SPLIT_SIZES[split] if n is None else check_int(n, "n")
     if size > SPLIT_SIZES[split]:
         raise PosymError(f"n={size} exceeds the {split} split size {SPLIT_SIZES[split]}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+
+    def write(tmp: Path) -> None:
         with open(tmp, "w", encoding="utf-8") as fh:
             # generate in chunks (samples are per-index deterministic, so chunks match one big batch)
             for lo in range(0, size, _EXPORT_CHUNK):
@@ -77,14 +77,13 @@ def export_jsonl(task: str, split: str, n: int | None, path: str | os.PathLike[s
                 batch = generate(task, hi - lo, split_seed(seed, split), extra_tokens=extra_tokens,
                                  start_index=lo, **layout)
                 fh.writelines(json.dumps(rec, separators=(",", ":")) + "\n" for rec in batch_records(batch, ids))
-        os.replace(tmp, path)
+
+    try:
+        write_atomic(path, write)
     except OSError as exc:  # a full disk, a read-only folder: name the file (the write itself names none)
         if exc.filename is not None:
             raise
         raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return path
 
 

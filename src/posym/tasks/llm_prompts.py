@@ -39,11 +39,12 @@ from typing import Any
 
 import numpy as np
 
+from posym.checks import check_int
+from posym.constants import TASKS as ONEHOP_TASKS
 from posym.errors import PosymError
-from posym.tasks.prompts import TASKS as ONEHOP_TASKS
 from posym.tasks.prompts import build_messages, make_sample, render_plain
 
-PROMPT_SETS: tuple[str, ...] = ("binding", "number", "letter")
+PROMPT_SETS: tuple[str, ...] = ("binding", *ONEHOP_TASKS)
 DEFAULT_N_ENTITIES = 6
 DEFAULT_LENGTH = 12  # target-window length of the 1-hop prompts (the shortest of SPEC §1.5's grid)
 DEFAULT_N_EXAMPLES = 3  # worked examples in the 1-hop prompts (as in ``posym llm eval``)
@@ -173,18 +174,12 @@ def _answer_id(tokenizer: Any, text: str, ids: Sequence[int], answer: str) -> in
 # ------------------------------------------------------------------------------------------------
 # binding prompts
 # ------------------------------------------------------------------------------------------------
-def _check_int(name: str, v: Any, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < lo:
-        raise PosymError(f"{name} must be an integer >= {lo}, got {v!r}")
-    return int(v)
-
-
 def make_binding_sample(index: int, seed: int = 0, n_entities: int = DEFAULT_N_ENTITIES,
                         entities: Sequence[str] = ENTITIES, attributes: Sequence[str] = ATTRIBUTES) -> BindingSample:
     """Binding sample ``index`` of ``seed`` (module doc): distinct entities/attributes drawn with
     ``numpy.random.default_rng([tag, seed, n_entities, index])``; fact ``index mod n_entities`` is queried."""
-    index, seed = _check_int("index", index, 0), _check_int("seed", seed, 0)
-    n_entities = _check_int("n_entities", n_entities, 2)
+    index, seed = check_int(index, "index", 0), check_int(seed, "seed", 0)
+    n_entities = check_int(n_entities, "n_entities", 2)
     if len(set(entities)) < n_entities or len(set(attributes)) < n_entities:
         raise PosymError(f"need at least {n_entities} distinct entities and attributes, got "
                          f"{len(set(entities))} and {len(set(attributes))}")
@@ -197,10 +192,10 @@ def make_binding_sample(index: int, seed: int = 0, n_entities: int = DEFAULT_N_E
 
 def binding_prompts(tokenizer: Any, n: int, seed: int = 0, n_entities: int = DEFAULT_N_ENTITIES) -> list[LLMPrompt]:
     """``n`` tokenized binding prompts (indices ``0..n-1``), one block per fact, equal block lengths."""
-    n = _check_int("n", n, 1)
+    n = check_int(n, "n", 1)
     ents = single_token_words(tokenizer, ENTITIES)
     atts = single_token_words(tokenizer, ATTRIBUTES)
-    if min(len(ents), len(atts)) < _check_int("n_entities", n_entities, 2):
+    if min(len(ents), len(atts)) < check_int(n_entities, "n_entities", 2):
         raise PosymError(f"the tokenizer has only {len(ents)} single-token entities and {len(atts)} "
                          f"single-token attributes; n_entities={n_entities} is too many")
     out = []
@@ -240,10 +235,10 @@ def onehop_prompts(tokenizer: Any, task: str, n: int, length: int = DEFAULT_LENG
     """``n`` tokenized 1-hop prompts of ``task`` (``run = seed``), one block per window token."""
     if task not in ONEHOP_TASKS:
         raise PosymError(f"unknown 1-hop task {task!r}; choose from {', '.join(ONEHOP_TASKS)}")
-    n, length = _check_int("n", n, 1), _check_int("length", length, 2)
+    n, length = check_int(n, "n", 1), check_int(length, "length", 2)
     out = []
     for i in range(n):
-        text, spans, answer = onehop_text(task, length, _check_int("seed", seed, 0), i, n_examples)
+        text, spans, answer = onehop_text(task, length, check_int(seed, "seed", 0), i, n_examples)
         ids, blocks = tokenize_with_spans(tokenizer, text, spans)
         out.append(LLMPrompt(task, i, text, tuple(ids), tuple(blocks), answer,
                              _answer_id(tokenizer, text, ids, answer)))

@@ -50,9 +50,9 @@ from typing import Sequence
 
 import numpy as np
 
+from posym.constants import TASKS
 from posym.errors import PosymError
 
-TASKS: tuple[str, ...] = ("number", "letter")
 DEFAULT_LENGTHS: tuple[int, ...] = (12, 16, 24, 32, 48, 64, 80, 100, 150, 200, 300)
 LETTERS: str = string.ascii_lowercase  # 26 window letters (both tasks)
 DIGITS: str = "123456789"  # right part of letter-task window tokens
@@ -282,6 +282,6 @@ def candidates(sample: PromptSample) -> list[str]:
     return list(dict.fromkeys(sample.tokens[:-1]))
 
 
-def chance_level(sample: PromptSample) -> float:
+def sample_chance_level(sample: PromptSample) -> float:
     """Accuracy of a uniform guess among :func:`candidates`: ``1 / number of distinct window tokens``."""
     return 1.0 / len(candidates(sample))

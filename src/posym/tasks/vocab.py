@@ -17,10 +17,10 @@ from typing import Iterable
 
 import numpy as np
 
+from posym.constants import TASKS
 from posym.errors import PosymError
 
 PAD = "<PAD>"
-TASKS: tuple[str, ...] = ("number", "letter")
 
 # --- number task ---------------------------------------------------------------------------------
 N_INTEGERS = 16  # integer tokens "1".."16" (ids 1..16)

@@ -52,7 +52,8 @@ from posym.errors import PosymError
 from posym.model import rope
 from posym.model.gptj import rotary_tables
 
-TASKS = ("index", "retrieval")
+#: The two toy tasks of the restricted-frequency experiment (not the tasks of Paper A, posym.constants.TASKS).
+TOY_TASKS = ("index", "retrieval")
 BANDS = ("high", "low", "all")
 MODES = ("prope", "drop")
 
@@ -176,8 +177,8 @@ class ToyConfig:
     eval_per_pos: int = 256
 
     def check(self) -> "ToyConfig":
-        if self.task not in TASKS:
-            raise PosymError(f"unknown toy task {self.task!r}; choose one of {TASKS}")
+        if self.task not in TOY_TASKS:
+            raise PosymError(f"unknown toy task {self.task!r}; choose one of {TOY_TASKS}")
         if self.band not in BANDS:
             raise PosymError(f"unknown band {self.band!r}; choose one of {BANDS}")
         if self.mode not in MODES:
@@ -259,7 +260,7 @@ def train_toy(cfg: ToyConfig) -> tuple[RestrictedAttention, dict]:
     return model, {"final_loss": loss_v, "train_seconds": time.perf_counter() - t0}
 
 
-def restricted_table(steps: int = 1500, seed: int = 0, tasks: Sequence[str] = TASKS, bands: Sequence[str] = BANDS,
+def restricted_table(steps: int = 1500, seed: int = 0, tasks: Sequence[str] = TOY_TASKS, bands: Sequence[str] = BANDS,
                      modes: Sequence[str] = MODES, progress: bool = False, **config) -> pd.DataFrame:
     """Train and evaluate every (task, band, mode) toy (Paper B's frequency-restricted heads).
 
@@ -353,7 +354,7 @@ def restrict_frequencies(model_or_table, keep: Iterable[int]) -> FrequencyRestri
 __all__ = [
     "BANDS",
     "MODES",
-    "TASKS",
+    "TOY_TASKS",
     "band_frequencies",
     "RestrictedAttention",
     "ToyConfig",

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from posym.constants import TEST_SEED_OFFSET
 from posym.errors import PosymError
 from posym.model.adapters import get_adapter
 from posym.theory.discrepancy import discrepancy_of_logits
@@ -89,8 +90,8 @@ def trained_discrepancy(model, task: str, grid: Sequence[int] = DEFAULT_GRID, n:
                         token_budget: int = 32768, progress: bool = True) -> pd.DataFrame:
     """``Δ`` of every head of a trained model (any RoPE family posym reads) vs added target-window tokens (SPEC §1.4, §4).
 
-    ``n`` test-layout samples per added length (data seed ``1_000_000 + seed``, as in ``posym
-    lengthgen``); the model takes the longest input through its adapter (:func:`check_grid`, run
+    ``n`` test-layout samples per added length (data seed :data:`posym.constants.TEST_SEED_OFFSET` ``+ seed``, as in
+    ``posym lengthgen``); the model takes the longest input through its adapter (:func:`check_grid`, run
     first: GPT-J's rotary tables are extended, no weight changes). One row per
     (extra_tokens, layer, head): ``task, extra_tokens, seq_len, layer, head, n, delta_mean,
     delta_median, delta_min``.
@@ -102,7 +103,7 @@ def trained_discrepancy(model, task: str, grid: Sequence[int] = DEFAULT_GRID, n:
     check_grid(model, task, grid)
     rows = []
     for extra in tqdm(list(grid), desc=f"discrepancy {task}", disable=not progress, unit="len"):
-        batch = generate(task, n, 1_000_000 + seed, extra_tokens=int(extra))
+        batch = generate(task, n, TEST_SEED_OFFSET + seed, extra_tokens=int(extra))
         T = batch.input_ids.shape[1]
         d = head_discrepancy(model, batch.input_ids, batch_size=max(1, token_budget // T))  # [n, L, H]
         L, H = d.shape[1:]

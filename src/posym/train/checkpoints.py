@@ -1,4 +1,4 @@
-"""Atomic, resumable checkpoints (DESIGN "Checkpoints").
+"""Atomic, resumable checkpoints (docs/architecture.md "train/").
 
 A checkpoint is ``RUN/checkpoints/step-NNNNNN/`` holding HF ``model.safetensors`` + ``config.json``,
 our ``posym.json`` (task, preset, step) and, for the newest one, ``trainer_state.pt`` (optimizer,

@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from posym import presets
+from posym.constants import TASKS
 from posym.errors import PosymError
 
-TASKS = ("number", "letter")
 PRECISIONS = ("fp32", "bf16", "fp16")
 #: Which model a finished run stands for (SPEC §2): the last step, or the authors' HF
 #: ``load_best_model_at_end``: the *first* evaluation step reaching the maximal validation accuracy.

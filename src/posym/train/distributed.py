@@ -1,4 +1,4 @@
-"""Multi-process data-parallel training under ``torchrun`` (DESIGN "Scale-out").
+"""Multi-process data-parallel training under ``torchrun`` (docs/architecture.md "train/").
 
 ``posym.train.train`` calls :func:`setup` first. Launched by ``torchrun`` (environment
 ``WORLD_SIZE`` > 1) it initialises the default process group (``nccl`` on CUDA, ``gloo`` on the

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 import posym
 from posym.checks import MODEL_TASK_ATTR
 from posym.errors import PosymError
+from posym.files import exchange_dirs, write_atomic
 from posym.runs.lock import DirLock
 from posym.model.arch import arch_config, build_arch_model
 from posym.model.causal_lm import load_causal_lm
@@ -37,7 +38,6 @@ from posym.model.fast import has_fast_path, last_token_logits
 from posym.model.pe import parse_pe, random_positions
 from posym.tasks import get_vocab, make_split
 from posym.runs import layout
-from posym.runs.swap import exchange_dirs
 from posym.runs.tables import RESUME_REMEDY, check_resumed, refresh_parquet
 from posym.train import checkpoints as ckpt
 from posym.train import distributed as dist
@@ -202,12 +202,13 @@ def _read_metrics(path: Path) -> list[dict[str, str]]:
 
 
 def _write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS, extrasaction="ignore")  # the documented columns
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, path)
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS, extrasaction="ignore")  # the documented columns
+            w.writeheader()
+            w.writerows(rows)
+
+    write_atomic(path, write, mkdir=False)
     refresh_parquet(path)
 
 

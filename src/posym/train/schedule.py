@@ -1,4 +1,4 @@
-"""Learning-rate and checkpoint schedules (SPEC §2, DESIGN "Checkpoints")."""
+"""Learning-rate and checkpoint schedules (SPEC §2; docs/architecture.md "train/")."""
 
 from __future__ import annotations
 

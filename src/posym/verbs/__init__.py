@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -24,6 +23,7 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from posym.errors import PosymError
+from posym.files import write_atomic
 from posym.runs.lock import refuse_live_outputs
 from posym.runs.tables import parquet_available, parquet_path, to_parquet
 
@@ -75,14 +75,7 @@ class Outputs:
     def _write(self, path: Path, writer: Callable[[Path], None]) -> Path:
         path = Path(path)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-            try:
-                writer(tmp)
-                os.replace(tmp, path)
-            finally:
-                if tmp.exists():
-                    tmp.unlink()
+            write_atomic(path, writer)
         except OSError as exc:
             raise PosymError(f"cannot write {path}: {exc.strerror or exc}") from exc
         self.written.append(path)

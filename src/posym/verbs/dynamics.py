@@ -41,7 +41,7 @@ def dynamics(run: str | os.PathLike, *, gammas: Sequence[float] = (0.1,), tau: f
     out_dir = Path(out) if out else run
     files = []
     for g in gammas:
-        files += [out_dir / layout.purity(g), out_dir / layout.pure_counts(g),
+        files += [out_dir / layout.purity(g), out_dir / layout.pure_counts_csv(g),
                   *figure_paths(layout.figure(out_dir, layout.fig2(g)))]
     scores = select_tau(load_scores(run), tau)
     if INTERVENTION in scores and scores[INTERVENTION].nunique() > 1:
@@ -65,7 +65,7 @@ def dynamics(run: str | os.PathLike, *, gammas: Sequence[float] = (0.1,), tau: f
         if iv != "none":  # the tables say what they read; the aggregation keeps them apart from untouched ones
             purity, counts = with_intervention(purity, iv), with_intervention(counts, iv)
         outputs.csv(purity, out_dir / layout.purity(g))
-        outputs.csv(counts, out_dir / layout.pure_counts(g))
+        outputs.csv(counts, out_dir / layout.pure_counts_csv(g))
         fig = plot_fig2(metrics, scores, counts, None if layers is None else list(layers), eval_history=history,
                         title=f"{run.name} (γ = {g:g}, τ = {float(scores['tau'].iloc[0]):g}"
                               + (f", {iv})" if iv != "none" else ")"))

@@ -87,7 +87,7 @@ def freqs(path: str | os.PathLike, *, task: str | None = None, n: int = DEFAULT_
     use, table = uses[0], tables[0]  # the figures and the geometry head: the first intervention's
     layer, head = pick_geometry_head(table, layer_geometry)  # may refuse (no rotary use): before any file
     dom = table.loc[(table["layer"] == layer) & (table["head"] == head), "dominant_id"].iloc[0]
-    geo = layout.qk_geometry(layer)
+    geo = layout.qk_geometry_stem(layer)
     geo_outputs = Outputs([out_dir / f"{geo}.csv", *figure_paths(layout.figure(out_dir, geo))], force).check()
     pts_all = []
     for spec, text in zip(specs, labels):

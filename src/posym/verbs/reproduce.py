@@ -54,6 +54,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from posym.constants import TASKS
 from posym.errors import PosymError
 from posym.progress import is_terminal, line_progress
 from posym.runs import layout
@@ -62,7 +63,7 @@ from posym.runs.lock import DirLock, read_lock
 from posym.runs.provenance import versions
 from posym.launch import slurm
 from posym.launch.pool import Inline, call_stage, terminate_workers, worker_init
-from posym.verbs.settings import (IMPLIED_SETTINGS, PRESETS, STAGE_SETTINGS, TASKS,  # noqa: F401
+from posym.verbs.settings import (IMPLIED_SETTINGS, PRESETS, STAGE_SETTINGS,  # noqa: F401
                                   overrides_from_pairs, preset_settings, validate_settings)
 
 STAGE_KINDS = ("train", "dynamics", "flow", "ablate", "freqs", "lengthgen", "discrepancy", "llm", "choice", "report")

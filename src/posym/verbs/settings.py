@@ -10,9 +10,10 @@ import math
 from typing import Any, Callable, Sequence
 
 from posym import presets
+from posym.checks import check_int
+from posym.constants import TASKS
 from posym.errors import PosymError
 
-TASKS = ("number", "letter")
 #: Settings per preset: the ``reproduce`` sections of :data:`posym.presets.PRESETS` (their keys are
 #: documented at :class:`posym.presets.Preset`); "tiny" is for tests only (not in the CLI help).
 PRESETS: dict[str, dict[str, Any]] = presets.section("reproduce")
@@ -68,9 +69,19 @@ STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _positive_int(key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PosymError(f"bad reproduction setting {key}={value!r}: expected a positive integer")
+def _int_setting(lo: int) -> Callable[[str, Any], None]:
+    """The check of an integer setting >= ``lo`` (:func:`posym.checks.check_int`), its error naming the setting."""
+    want = "a positive integer" if lo == 1 else f"an integer >= {lo}"
+
+    def check(key: str, value: Any) -> None:
+        try:
+            check_int(value, key, lo)
+        except PosymError:
+            raise PosymError(f"bad reproduction setting {key}={value!r}: expected {want}") from None
+    return check
+
+
+_count_setting = _int_setting(1)
 
 
 def _keywords(key: str, value: Any, fn: Callable) -> None:
@@ -112,7 +123,7 @@ def validate_settings(settings: dict[str, Any], tasks: Sequence[str]) -> None:
     if not isinstance(hops, list) or not all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= 4 for h in hops):
         raise PosymError(f"bad reproduction setting flow_hops={hops!r}: expected a list of hop counts 1..4")
     for key in ("ablation_n", "freqs_n", "lengthgen_n", "lengthgen_data_seeds"):
-        _positive_int(key, settings[key])
+        _count_setting(key, settings[key])
     if not isinstance(settings["freqs_scores"], bool):
         raise PosymError(f"bad reproduction setting freqs_scores={settings['freqs_scores']!r}: expected true or false")
     if not isinstance(settings["lengthgen_grid"], (str, list)):
@@ -130,7 +141,7 @@ def validate_settings(settings: dict[str, Any], tasks: Sequence[str]) -> None:
     _keywords("discrepancy", settings["discrepancy"], discrepancy)
     for k, v in settings["discrepancy"].items():
         if k in ("alphabet", "n_max"):
-            _positive_int(f"discrepancy.{k}", v)
+            _count_setting(f"discrepancy.{k}", v)
         elif isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < math.inf):
             raise PosymError(f"bad reproduction setting discrepancy.{k}={v!r}: expected a finite number >= 0")
     if not isinstance(settings["llm_choice"], bool):
@@ -157,14 +168,14 @@ def validate_settings(settings: dict[str, Any], tasks: Sequence[str]) -> None:
             if not isinstance(v, list) or not v:
                 raise PosymError(f"bad reproduction setting llm.lengths={v!r}: expected null or a list of lengths")
             for x in v:
-                _positive_int("llm.lengths", x)
+                _count_setting("llm.lengths", x)
         elif k in _LLM_CHECKS:
             _LLM_CHECKS[k](f"llm.{k}", v)
     for m in models:
-        check_llm_model(m)
+        check_llm_model_setting(m)
 
 
-def check_llm_model(model: str) -> None:
+def check_llm_model_setting(model: str) -> None:
     """PosymError (one line, naming the setting) unless ``model`` (an ``llm_models`` entry) is loadable
     with a tokenizer (:func:`posym.model.llm.check_llm_model`); a bundled name whose package is not
     installed passes here and is skipped with its install hint when its stage is planned."""
@@ -178,11 +189,6 @@ def check_llm_model(model: str) -> None:
 
 def _optional(check: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
     return lambda key, value: None if value is None else check(key, value)
-
-
-def _nonneg_int(key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise PosymError(f"bad reproduction setting {key}={value!r}: expected an integer >= 0")
 
 
 def _positive_number(key: str, value: Any) -> None:
@@ -216,13 +222,13 @@ def _device_map(key: str, value: Any) -> None:
 
 #: The checks of the ``llm.*`` keywords (those of :func:`posym.lengthgen.llm_eval` a reproduction passes on).
 _LLM_CHECKS: dict[str, Callable[[str, Any], None]] = {
-    "n": _positive_int, "runs": _positive_int, "max_new_tokens": _positive_int, "concurrency": _positive_int,
-    "batch_size": _optional(_positive_int), "n_examples": _nonneg_int, "max_retries": _nonneg_int,
+    "n": _count_setting, "runs": _count_setting, "max_new_tokens": _count_setting, "concurrency": _count_setting,
+    "batch_size": _optional(_count_setting), "n_examples": _int_setting(0), "max_retries": _int_setting(0),
     "device": _optional(_device), "dtype": _optional(_dtype), "tasks": _tasks, "device_map": _optional(_device_map),
     "timeout": _positive_number, "backoff": _positive_number,
     "max_per_second": _optional(_positive_number), "max_per_minute": _optional(_positive_number),
 }
 
 
-__all__ = ["IMPLIED_SETTINGS", "PRESETS", "STAGE_SETTINGS", "TASKS", "check_llm_model", "overrides_from_pairs",
+__all__ = ["IMPLIED_SETTINGS", "PRESETS", "STAGE_SETTINGS", "check_llm_model_setting", "overrides_from_pairs",
            "preset_settings", "validate_settings"]

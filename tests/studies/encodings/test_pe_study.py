@@ -45,7 +45,7 @@ def make_run(root: Path, task: str, seed: int, pe: str | None, *, test_acc: floa
                       "pure_from": [100 if k != "mixed" else None for k in kinds], "s_pos_final": 0.5,
                       "s_sym_final": 0.5}).to_csv(run / layout.purity(0.1), index=False)
         pd.DataFrame({"step": steps, "positional": [min(s // 100, kinds.count("positional")) for s in steps],
-                      "symbolic": kinds.count("symbolic")}).to_csv(run / layout.pure_counts(0.1), index=False)
+                      "symbolic": kinds.count("symbolic")}).to_csv(run / layout.pure_counts_csv(0.1), index=False)
     if curve:
         pd.DataFrame({"extra_tokens": list(curve), "acc_mean": list(curve.values()), "acc_sd": 0.0,
                       "n_seeds": 1}).to_csv(layout.summary_path(run / layout.LENGTHGEN), index=False)

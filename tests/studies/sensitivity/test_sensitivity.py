@@ -86,7 +86,7 @@ def test_a_fig5b_only_variant_from_lengthgen_tables(tiny_repro, tmp_path):
     """A variant given as `posym lengthgen` tables (another extra-token rule on the same models) adds its
     Fig. 5B rows, computed from those tables exactly as a reproduction's are; it has no models to predict
     from, so the prediction covers the reproduction variants only."""
-    from posym.report.aggregate import largest_length_above
+    from posym.report.aggregate import curve_reach as largest_length_above
 
     tables = []
     for task in ("number", "letter"):

@@ -38,7 +38,7 @@ import pandas as pd
 from posym.constants import GAMMA, REACH_THRESHOLD
 from posym.errors import PosymError
 from posym.report import paper
-from posym.report.aggregate import (check_runs_alike, largest_length_above, lengthgen_interventions, lengthgen_summary,
+from posym.report.aggregate import (check_runs_alike, curve_reach, lengthgen_interventions, lengthgen_summary,
                                     purity_counts, read_lengthgen_summary, read_untouched, run_arch, run_pe, shown_note,
                                     training_summary)
 from posym.report.format import mean_sd
@@ -139,7 +139,7 @@ def seed_reaches(summaries: list[pd.DataFrame]) -> tuple[list[float], int, int, 
     for s in summaries:
         end = int(s["extra_tokens"].max())
         grid_end = min(grid_end, end)
-        r = largest_length_above(s)
+        r = curve_reach(s)
         if math.isnan(r):
             never += 1
             continue
@@ -322,7 +322,7 @@ def pure_count_curves(variants: Mapping[str, str | os.PathLike], gamma: float = 
     frames = []
     for name, d in variants.items():
         for task, seeds in layout.find_runs(d).items():
-            parts = [t.assign(seed=s) for s, t in ((s, _read(r / layout.pure_counts(gamma))) for s, r in seeds.items())
+            parts = [t.assign(seed=s) for s, t in ((s, _read(r / layout.pure_counts_csv(gamma))) for s, r in seeds.items())
                      if t is not None]
             if not parts:
                 continue

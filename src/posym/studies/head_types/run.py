@@ -86,7 +86,8 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
     from posym.heads.prompt_readings import per_prompt_kinds
     from posym.reading import MIN_MASS, READ_POINTER
     from posym.heads.scores import DEFAULT_TAU, vocab_size
-    from posym.heads.swaps import parse_swap_exclude, positive_int
+    from posym.checks import check_positive_int as positive_int
+    from posym.heads.swaps import parse_swap_exclude
     from posym.tasks.llm_prompts import DEFAULT_LENGTH, DEFAULT_N_ENTITIES, DEFAULT_N_EXAMPLES, build_prompts
     from posym.tasks.repeated import repeated_ids
 

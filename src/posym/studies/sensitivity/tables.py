@@ -40,7 +40,7 @@ import pandas as pd
 from posym import checks
 from posym.constants import GAMMA
 from posym.errors import PosymError
-from posym.report.aggregate import (SUMMARY_REMEDY, check_one_curve, fig5b_rows, largest_length_above,
+from posym.report.aggregate import (SUMMARY_REMEDY, check_one_curve, fig5b_rows, curve_reach,
                                     read_lengthgen_summary, read_untouched, shown_note)
 from posym.runs import layout
 from posym.runs.tables import INTERVENTION, NO_INTERVENTION, RUN_TABLES, check_rows
@@ -141,7 +141,7 @@ def _lengthgen_curves(name: str, tables: list[Path], intervention: str = NO_INTE
         models[task, weights] = path
         check_one_curve(curve, str(path))
         by_task.setdefault(task, []).append(curve.assign(model=len(by_task.get(task, []))))
-        reaches.setdefault(task, []).append(largest_length_above(curve))
+        reaches.setdefault(task, []).append(curve_reach(curve))
     curves = {}
     for task, parts in by_task.items():
         df = pd.concat(parts, ignore_index=True)
@@ -259,7 +259,7 @@ def extrapolation_prediction(variants: Mapping[str, str | os.PathLike], gamma: f
     for *_, run, purity_path, lg_path in models:  # every model checked before the first is loaded
         if not (purity_path.is_file() and lg_path.is_file()):
             raise PosymError(f"{run} lacks {purity_path.name} or {lg_path.name} (run its analyses first)")
-        reach[run] = largest_length_above(read_lengthgen_summary(lg_path))  # the untouched model's reach, value-checked
+        reach[run] = curve_reach(read_lengthgen_summary(lg_path))  # the untouched model's reach, value-checked
     rows = []
     for name, task, seed, run, purity_path, lg_path in models:
         purity = pd.read_csv(purity_path)
