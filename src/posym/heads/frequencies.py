@@ -62,7 +62,8 @@ import torch
 from torch import Tensor
 
 from posym.errors import PosymError
-from posym.heads.scores import DEFAULT_TAU, _taus, combine_scores
+from posym.checks import check_taus as _taus
+from posym.heads.scores import DEFAULT_TAU, combine_scores
 from posym.heads.swaps import as_ids, block_inputs, positive_int, query_position, rerun_swapped, token_perms, token_swaps
 from posym.model import rope
 from posym.model.adapters import RopeAdapter, eval_mode, get_adapter

@@ -72,7 +72,9 @@ from posym.tasks.llm_prompts import (
     group_prompts,
 )
 from posym.heads.reading import MIN_MASS
-from posym.heads.scores import DEFAULT_COSINE, DEFAULT_TAU, _check_centred, _taus, swap_attention
+from posym.checks import check_taus as _taus
+from posym.heads.score_formula import check_centred as _check_centred
+from posym.heads.scores import DEFAULT_COSINE, DEFAULT_TAU, swap_attention
 from posym.heads.swaps import parse_swap_exclude
 from posym.model.adapters import RopeAdapter, get_adapter
 
