@@ -126,7 +126,7 @@ MEDIUM_TESTS: dict[str, tuple[str, ...]] = {
     "test_reproduce.py": ("test_cli_reproduce_settings_overrides",),
     "test_resume.py": ("test_a_resume_after_a_kill_is_whole", "test_head_tracking_does_not_change_training"),
     "test_run_tables.py": ("test_a_run_and_a_verb_write_parquet_copies",),
-    "test_scores_exact.py": ("test_fast_equals_reference_trained_gptj",),
+    "test_scores_exact.py": ("test_fast_equals_reference_trained_gptj", "test_multi_query_equals_truncated_prompt"),
     "test_sensitivity.py": ("test_a_lengthgen_variant_of_two_interventions_shows_one",),
     "test_task_balance.py": ("test_full_dataset_speed_and_sizes",),
     "test_task_generate.py": ("test_any_layout_solves", "test_extra_tokens_only_prepend"),
