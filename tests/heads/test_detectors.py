@@ -56,7 +56,7 @@ def test_repeated_random_sequences_refuses(kwargs, match):
 @pytest.mark.parametrize("bad", [2.5, "3", True, 0])
 def test_batch_size_must_be_a_positive_integer(bad):
     """The former lax check (heads/swaps.positive_int) read 2.5 as 2 and "3" as 3: posym.checks refuses them."""
-    from posym.heads.swaps import positive_int
+    from posym.checks import check_positive_int as positive_int
 
     with pytest.raises(PosymError, match="batch_size must be an integer >= 1"):
         detector_arrays(None, torch.zeros(1, 4, dtype=torch.long), batch_size=bad)  # refused before the model is read

@@ -13,7 +13,7 @@ from posym.errors import PosymError
 from posym.lengthgen.hf_llm import HFChoice, answer_continuations
 from posym.lengthgen.llm_eval import (
     _check_context,
-    default_out,
+    default_llm_out,
     load_cache,
     run_protocol,
     summarize,
@@ -178,7 +178,7 @@ def test_cli_choice_protocol_end_to_end(tiny_dirs, tmp_path, capsys, monkeypatch
     args = ["llm", "eval", "--model", str(tiny_dirs["chat"]), "--lengths", "4,8", "--runs", "1", "--n", "2",
             "--quiet", "--threads", "1"]
     assert main([*args, "--protocol", "choice"]) in (0, None)
-    out = default_out(str(tiny_dirs["chat"].resolve()), "choice")
+    out = default_llm_out(str(tiny_dirs["chat"].resolve()), "choice")
     assert out.name == "chat-choice" and (tmp_path / out).is_dir()
     text = capsys.readouterr().out
     assert "choice protocol" in text and "| number chance |" in text
@@ -191,7 +191,7 @@ def test_cli_choice_protocol_end_to_end(tiny_dirs, tmp_path, capsys, monkeypatch
     assert meta["protocol"] == "choice" and meta["n_new"] == 8
     # the generate protocol of the same model goes to its own folder; rerunning choice asks nothing
     assert main(args) in (0, None)
-    assert (tmp_path / default_out(str(tiny_dirs["chat"].resolve())) / "answers.jsonl").is_file()
+    assert (tmp_path / default_llm_out(str(tiny_dirs["chat"].resolve())) / "answers.jsonl").is_file()
     assert main([*args, "--protocol", "choice"]) in (0, None)
     assert "0 answered, 8 from cache" in capsys.readouterr().out
 

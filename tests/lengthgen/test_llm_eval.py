@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from posym.errors import PosymError
-from posym.lengthgen.llm_eval import load_cache, read_table, run_protocol, summarize, table_markdown
+from posym.lengthgen.llm_eval import load_cache, read_llm_table, run_protocol, summarize, table_markdown
 from posym.tasks.prompts import solve_sequence
 
 GRID = dict(tasks=("number", "letter"), lengths=(4, 12, 30), runs=3, n=5, progress=False)
@@ -54,7 +54,7 @@ def test_tables_cache_and_rerun(tmp_path):
         assert (tmp_path / name).is_file()
     md = (tmp_path / "llm_table.md").read_text()
     assert "| number | 1.00 (0.00) | 0.00 (0.00) | 0.00 (0.00) |" in md and "| task | 4 | 12 | 30 |" in md
-    assert read_table(tmp_path)["model"].eq("oracle").all()
+    assert read_llm_table(tmp_path)["model"].eq("oracle").all()
     recs = [json.loads(x) for x in (tmp_path / "answers.jsonl").read_text().splitlines()]
     assert len(recs) == 90 and {"output", "prediction", "correct", "answer", "digest"} <= set(recs[0])
     # second run: everything from the cache, the model is not asked
@@ -119,14 +119,14 @@ def test_summary_statistics_and_errors(tmp_path):
     with pytest.raises(PosymError):
         run_protocol(lambda p: [], "m", tmp_path, lengths=(4,), runs=1, n=1, progress=False)
     with pytest.raises(PosymError):
-        read_table(tmp_path / "nothing")
+        read_llm_table(tmp_path / "nothing")
 
 
 def test_figure(tmp_path):
     from posym.report.llm_figures import plot_llm_lengthgen
 
     run_protocol(Oracle(fail_above=10), "oracle", tmp_path, **GRID)
-    table = read_table(tmp_path)
+    table = read_llm_table(tmp_path)
     both = pd.concat([table, table.assign(model="other", mean=table["mean"] / 2)])
     fig = plot_llm_lengthgen(both)
     assert isinstance(fig, matplotlib.figure.Figure) and len(fig.axes[0].lines) == 4

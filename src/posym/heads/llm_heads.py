@@ -72,8 +72,9 @@ from posym.tasks.llm_prompts import (
     build_prompts,
     group_prompts,
 )
+from posym.heads.score_formula import check_centred
+from posym.heads.scores import DEFAULT_COSINE, DEFAULT_TAU, swap_attention
 from posym.reading import MIN_MASS
-from posym.heads.scores import DEFAULT_COSINE, DEFAULT_TAU, _check_centred, swap_attention
 from posym.heads.swaps import parse_swap_exclude
 from posym.model.adapters import RopeAdapter, get_adapter
 
@@ -437,7 +438,7 @@ def llm_heads(model: Any = None, gguf: str | os.PathLike | None = None, *, token
     if len(tau) != 1:
         raise PosymError("llm heads takes one tau")
     tau = tau[0]
-    centred = _check_centred(centred, DEFAULT_COSINE)
+    centred = check_centred(centred, DEFAULT_COSINE)
     parse_swap_exclude(swap_exclude)  # the form, before anything is loaded
     if threads is not None:
         torch.set_num_threads(check_positive_int(threads, "threads"))

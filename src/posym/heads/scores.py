@@ -84,582 +84,53 @@ Choices where SPEC is silent (documented, tested):
   they come (peak O(batch_size · H · t²) beyond the O(B · L · H) results); only
   :func:`swap_attention` returns every raw per-swap array.
 
+Layout: the result types and the formula (steps 3–5) are in :mod:`posym.heads.score_formula`, the swap
+units and both paths (steps 1–2) in :mod:`posym.heads.score_paths`; the drivers and entry points here.
+
 Shapes: ``B`` prompts, ``L`` requested layers, ``H`` query heads, ``n_tau`` temperatures.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import Tensor
 
-from posym.checks import check_taus, warn_other_task
+from posym.checks import check_positive_int, check_taus, warn_other_task
 from posym.errors import PosymError
 from posym.resources import require_memory
-from posym.heads.swaps import (
-    as_ids,
-    ids_length,
-    parse_swap_exclude,
-    block_calls,
-    lse,
-    positive_int,
-    query_positions,
-    rerun_block,
-    swap_perms,
-    token_swaps,
+from posym.heads.score_formula import (
+    COSINES,
+    DEFAULT_BLOCKS,
+    DEFAULT_COSINE,
+    DEFAULT_TAU,
+    BlockSpec,
+    HeadScores,
+    SwapAttention,
+    attention_entropy,
+    check_centred,
+    combine_scores,
+    pair_cos,
 )
-from posym.model.adapters import RopeAdapter, eval_mode, get_adapter, hook_handles
-
-DEFAULT_TAU = 1e-4
-DEFAULT_BLOCKS = 16
-#: Cosine conventions (module doc): "torch" = the authors' F.cosine_similarity (eps 1e-8), "exact".
-COSINES: tuple[str, ...] = ("torch", "exact")
-DEFAULT_COSINE = "torch"
-TORCH_COS_EPS = 1e-8  # torch.nn.functional.cosine_similarity's default eps
-
-BlockSpec = int | Sequence[int] | Sequence[tuple[int, int]]
-
-
-# ================================================================================================
-# result
-# ================================================================================================
-@dataclass
-class HeadScores:
-    """Scores of every (prompt, layer, head, τ) (SPEC §3).
-
-    ``s_pos``, ``s_sym``: float64 [B, L, H, n_tau]; ``entropy``: float64 [B, L, H] (normalised, see
-    module doc); ``swap_mass``: float64 [B, L, H], the query's attention on the swappable keys
-    ``0..t-1`` (or on the blocks); ``taus`` (n_tau,); ``layers`` (the L model layers, in order);
-    ``query_pos`` int [B]; ``kind`` ``"token"`` | ``"block"``; ``method`` ``"fast"`` | ``"reference"``;
-    ``cosine`` (module doc); ``blocks``: for block scores, the ``(start, stop)`` blocks used for each
-    query position; ``exclude_keys``: the key positions kept out of the swaps (module doc).
-    """
-
-    s_pos: np.ndarray
-    s_sym: np.ndarray
-    entropy: np.ndarray
-    taus: tuple[float, ...]
-    layers: tuple[int, ...]
-    query_pos: np.ndarray
-    kind: str = "token"
-    method: str = "fast"
-    blocks: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
-    swap_mass: np.ndarray | None = None
-    cosine: str = DEFAULT_COSINE
-    centred: bool = False
-    exclude_keys: tuple[int, ...] = ()
-
-    @property
-    def n_prompts(self) -> int:
-        return int(self.s_pos.shape[0])
-
-    def to_frame(self, mean_over_prompts: bool = True) -> pd.DataFrame:
-        """Tidy table, one row per (layer, head, tau) averaged over prompts (SPEC §3 step 5).
-
-        Columns ``layer, head, tau, s_pos, s_sym, entropy, swap_mass, n_prompts``; with
-        ``mean_over_prompts=False`` one row per (prompt, layer, head, tau) with columns
-        ``prompt, query_pos, layer, head, tau, s_pos, s_sym, entropy, swap_mass``.
-        """
-        B, L, H, K = self.s_pos.shape
-        layer = np.asarray(self.layers)[None, :, None, None]
-        head = np.arange(H)[None, None, :, None]
-        tau = np.asarray(self.taus, dtype=float)[None, None, None, :]
-        ent = self.entropy[..., None]
-        mass = (self.swap_mass if self.swap_mass is not None else np.full_like(self.entropy, np.nan))[..., None]
-        if mean_over_prompts:
-            shape = (L, H, K)
-            return pd.DataFrame({
-                "layer": np.broadcast_to(layer[0], shape).ravel(),
-                "head": np.broadcast_to(head[0], shape).ravel(),
-                "tau": np.broadcast_to(tau[0], shape).ravel(),
-                "s_pos": self.s_pos.mean(0).ravel(),
-                "s_sym": self.s_sym.mean(0).ravel(),
-                "entropy": np.broadcast_to(ent.mean(0), shape).ravel(),
-                "swap_mass": np.broadcast_to(mass.mean(0), shape).ravel(),
-                "n_prompts": np.full(L * H * K, B, dtype=np.int64),
-            })
-        shape = (B, L, H, K)
-        return pd.DataFrame({
-            "prompt": np.broadcast_to(np.arange(B)[:, None, None, None], shape).ravel(),
-            "query_pos": np.broadcast_to(np.asarray(self.query_pos)[:, None, None, None], shape).ravel(),
-            "layer": np.broadcast_to(layer, shape).ravel(),
-            "head": np.broadcast_to(head, shape).ravel(),
-            "tau": np.broadcast_to(tau, shape).ravel(),
-            "s_pos": self.s_pos.ravel(),
-            "s_sym": self.s_sym.ravel(),
-            "entropy": np.broadcast_to(ent, shape).ravel(),
-            "swap_mass": np.broadcast_to(mass, shape).ravel(),
-        })
-
-
-@dataclass
-class SwapAttention:
-    """The raw ingredients of the scores for one query position ``t`` (SPEC §3 steps 1–2).
-
-    ``d`` [B, L, H, m]: the query's attention on each unit (key ``0..t-1``, or block) before swapping;
-    ``pairs`` int [S, 2]: the swapped unit pairs ``(i, j)``, ``i < j``; ``dp_i``, ``dp_j`` [B, L, H, S]:
-    the attention on units ``i`` and ``j`` after swapping them; ``entropy`` [B, L, H]; ``exclude``: the
-    key positions kept out of the swaps (module doc, Excluded keys; ``d`` still holds them).
-    """
-
-    d: np.ndarray
-    pairs: np.ndarray
-    dp_i: np.ndarray
-    dp_j: np.ndarray
-    entropy: np.ndarray
-    layers: tuple[int, ...]
-    query_pos: int
-    blocks: tuple[tuple[int, int], ...] | None = None
-    exclude: tuple[int, ...] = ()
-
-    def scores(self, taus: float | Sequence[float] = (DEFAULT_TAU,), cosine: str = DEFAULT_COSINE,
-               centred: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """(s_pos, s_sym), each [B, L, H, n_tau], by :func:`combine_scores`; ``centred``: on
-        attention minus :meth:`uniform_centre` (module doc, Centred scores)."""
-        i, j = self.pairs[:, 0], self.pairs[:, 1]
-        centre = self.uniform_centre()[..., i] if _check_centred(centred, cosine) else None
-        return combine_scores(self.d[..., i], self.d[..., j], self.dp_i, self.dp_j, taus, cosine, centre=centre)
-
-    @property
-    def unit_lengths(self) -> np.ndarray:
-        """Token length of each unit [m]: 1 per key for token swaps, ``stop - start`` per block."""
-        if self.blocks is None:
-            ell = np.ones(self.d.shape[-1])
-            ell[list(self.exclude)] = 0.0  # excluded keys are not swappable units
-            return ell
-        return np.array([b - a for a, b in self.blocks], dtype=float)
-
-    def uniform_centre(self) -> np.ndarray:
-        """``u_b = M·ℓ_b / N`` [B, L, H, m]: the attention on unit ``b`` of a query spreading the head's
-        mass ``M`` on the units (:attr:`swap_mass`) uniformly over their ``N`` tokens (module doc)."""
-        ell = self.unit_lengths
-        return self.swap_mass[..., None] * (ell / ell.sum())
-
-    @property
-    def swap_mass(self) -> np.ndarray:
-        """The query's attention on all swappable units (keys ``0..t-1`` but ``exclude``, or the blocks),
-        [B, L, H]."""
-        if self.blocks is None and self.exclude:
-            return np.delete(self.d, list(self.exclude), axis=-1).sum(-1)
-        return self.d.sum(-1)
-
-
-# ================================================================================================
-# the formula (SPEC §3 steps 3–5), shared by both paths
-# ================================================================================================
-def _check_cosine(cosine: str) -> str:
-    if cosine not in COSINES:
-        raise PosymError(f"unknown cosine {cosine!r}; choose one of {list(COSINES)}")
-    return cosine
-
-
-def pair_cos(x1: Tensor, x2: Tensor, y1: Tensor, y2: Tensor, cosine: str = DEFAULT_COSINE) -> Tensor:
-    """Elementwise cosine of the 2-D vectors ``(x1, x2)`` and ``(y1, y2)`` (any equal shapes), float64.
-
-    ``cosine="torch"`` (default, the authors'): ``x·y / (max(|x|, 1e-8) · max(|y|, 1e-8))``, as
-    ``torch.nn.functional.cosine_similarity`` — vectors of tiny norm give cos ≈ 0 (SPEC §3).
-    ``cosine="exact"``: scale-invariant, computed after scaling each vector by its max-abs (no
-    underflow); zero-vector rule: both zero -> 1, exactly one zero -> 0.
-    """
-    x1, x2, y1, y2 = (torch.as_tensor(a, dtype=torch.float64) for a in (x1, x2, y1, y2))
-    if _check_cosine(cosine) == "torch":
-        nx = torch.hypot(x1, x2).clamp_min(TORCH_COS_EPS)
-        ny = torch.hypot(y1, y2).clamp_min(TORCH_COS_EPS)
-        return (x1 / nx) * (y1 / ny) + (x2 / nx) * (y2 / ny)
-    sx = torch.maximum(x1.abs(), x2.abs())
-    sy = torch.maximum(y1.abs(), y2.abs())
-    zx, zy = sx == 0, sy == 0
-    sx = torch.where(zx, torch.ones_like(sx), sx)
-    sy = torch.where(zy, torch.ones_like(sy), sy)
-    a1, a2, b1, b2 = x1 / sx, x2 / sx, y1 / sy, y2 / sy
-    nx = torch.hypot(a1, a2)
-    ny = torch.hypot(b1, b2)
-    c = (a1 * b1 + a2 * b2) / torch.where(zx | zy, torch.ones_like(nx), nx * ny)
-    c = c.clamp(-1.0, 1.0)
-    c = torch.where(zx & zy, torch.ones_like(c), c)
-    return torch.where(zx ^ zy, torch.zeros_like(c), c)
-
-
-def _check_centred(centred: bool, cosine: str) -> bool:
-    if not isinstance(centred, (bool, np.bool_)):
-        raise PosymError(f"centred must be True or False, got {centred!r}")
-    if centred and _check_cosine(cosine) != "torch":
-        raise PosymError("centred scores need cosine='torch' (the exact rule scores a zero centred vector 1)")
-    return bool(centred)
-
-
-def _taus(taus: float | Sequence[float]) -> tuple[float, ...]:
-    return check_taus(taus)
-
-
-def combine_scores(d_i, d_j, dp_i, dp_j, taus: float | Sequence[float] = (DEFAULT_TAU,),
-                   cosine: str = DEFAULT_COSINE, *, centre=None) -> tuple[np.ndarray, np.ndarray]:
-    """SPEC §3 steps 3–5 over the last axis (the swaps): arrays [..., S] -> (s_pos, s_sym) [..., n_tau].
-
-    ``pos = cos((D'_i, D'_j), (D_i, D_j))``, ``sym = cos((D'_i, D'_j), (D_j, D_i))`` (:func:`pair_cos`
-    with ``cosine``), ``α = softmax_S(|D_i - D_j| / τ)``, ``s = Σ_S α·pos`` (resp. ``sym``), float64.
-    ``centre`` [..., S] (optional, broadcastable): subtracted from ``D_i, D_j, D'_i, D'_j`` before the
-    cosines, not from the gap in ``α`` (centred scores, module doc).
-    """
-    taus = _taus(taus)
-    d_i, d_j, dp_i, dp_j = (torch.as_tensor(np.asarray(a), dtype=torch.float64) for a in (d_i, d_j, dp_i, dp_j))
-    gap = (d_i - d_j).abs()
-    if centre is not None:
-        c = torch.as_tensor(np.asarray(centre), dtype=torch.float64)
-        d_i, d_j, dp_i, dp_j = d_i - c, d_j - c, dp_i - c, dp_j - c
-    pos = pair_cos(dp_i, dp_j, d_i, d_j, cosine)
-    sym = pair_cos(dp_i, dp_j, d_j, d_i, cosine)
-    tau = torch.tensor(taus, dtype=torch.float64)
-    alpha = torch.softmax(gap[..., None, :] / tau[:, None], dim=-1)  # [..., n_tau, S]
-    s_pos = (alpha * pos[..., None, :]).sum(-1)
-    s_sym = (alpha * sym[..., None, :]).sum(-1)
-    return s_pos.numpy(), s_sym.numpy()
-
-
-def attention_entropy(p: Tensor) -> Tensor:
-    """Attention entropy H / ln K of distributions p [..., K] over the last axis (0 log 0 = 0): the
-    ``entropy`` column of ``scores.csv`` (1 = uniform, 0 = one key).
-
-    Returns [...] in [0, 1]; K = 1 gives 0.
-    """
-    p = torch.as_tensor(p, dtype=torch.float64)
-    k = p.shape[-1]
-    h = -torch.special.xlogy(p, p).sum(-1)
-    return h / math.log(k) if k > 1 else torch.zeros_like(h)
-
-
-# ================================================================================================
-# argument handling
-# ================================================================================================
-def _resolve_blocks(blocks: BlockSpec, t: int) -> tuple[tuple[int, int], ...]:
-    """Blocks over keys ``0..t-1`` as sorted, disjoint ``(start, stop)`` pairs (module doc, Blocks)."""
-    if isinstance(blocks, (int, np.integer)):
-        m = int(blocks)
-        if not 2 <= m <= t:
-            raise PosymError(f"blocks={m}: need 2 <= blocks <= {t} (the number of keys before the query)")
-        base, extra = divmod(t, m)
-        sizes = [base + 1] * extra + [base] * (m - extra)
-        edges = np.concatenate(([0], np.cumsum(sizes)))
-        return tuple((int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]))
-    try:
-        items = list(blocks)
-    except TypeError:
-        raise PosymError(f"blocks must be an int, a list of edges or (start, stop) pairs, got {blocks!r}") from None
-    if items and all(isinstance(x, (int, np.integer)) for x in items):
-        edges = [int(x) for x in items]
-        if len(edges) < 3 or any(b <= a for a, b in zip(edges[:-1], edges[1:])):
-            raise PosymError("block edges must be strictly increasing with at least 3 entries (2 blocks)")
-        out = list(zip(edges[:-1], edges[1:]))
-    else:
-        try:
-            out = sorted((int(a), int(b)) for a, b in items)
-        except (TypeError, ValueError):
-            raise PosymError(f"blocks must be an int, a list of edges or (start, stop) pairs, got {blocks!r}") from None
-    if len(out) < 2:
-        raise PosymError("need at least two blocks")
-    prev = 0
-    for a, b in out:
-        if a < prev or b <= a:
-            raise PosymError(f"blocks must be non-empty and disjoint, got {out}")
-        prev = b
-    if out[0][0] < 0 or out[-1][1] > t:
-        raise PosymError(f"blocks must lie within keys [0, {t}) before the query at position {t}")
-    return tuple(out)
-
-
-def _resolve_exclude(exclude_keys: Sequence[int], t: int) -> tuple[int, ...]:
-    """Sorted distinct excluded key positions, each in ``[0, t)`` (module doc, Excluded keys)."""
-    try:
-        keys = [int(k) for k in exclude_keys]
-        if any(isinstance(k, bool) or int(k) != k for k in exclude_keys):
-            raise ValueError
-    except (TypeError, ValueError):
-        raise PosymError(f"exclude_keys must be key positions (integers), got {exclude_keys!r}") from None
-    bad = [k for k in keys if not 0 <= k < t]
-    if bad:
-        raise PosymError(f"excluded key {bad[0]} lies outside the keys [0, {t}) before the query at position {t}")
-    return tuple(sorted(set(keys)))
-
-
-def _token_pairs(t: int, exclude: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None]:
-    """The swapped key pairs [S, 2] (``triu_indices`` order, pairs touching an excluded key dropped) and
-    the boolean selection of them among all ``C(t, 2)`` swaps (None when nothing is excluded)."""
-    pairs = torch.triu_indices(t, t, 1).T.numpy()
-    if not exclude:
-        return pairs, None
-    keep = ~np.isin(pairs, exclude).any(1)
-    if not keep.any():
-        raise PosymError(f"excluding keys {list(exclude)} leaves fewer than two keys to swap before the query "
-                         f"at position {t}")
-    return pairs[keep], keep
-
-
-def _excluded_blocks(blocks: BlockSpec, t: int, exclude: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
-    """:func:`_resolve_blocks` with excluded keys: ``blocks=m`` splits the keys after an excluded prefix
-    ``0..K-1`` (other exclusions are refused); an explicit block holding an excluded key is refused."""
-    if not exclude:
-        return _resolve_blocks(blocks, t)
-    if isinstance(blocks, (int, np.integer)):
-        k = len(exclude)
-        if exclude != tuple(range(k)):
-            raise PosymError(f"blocks={int(blocks)} with excluded keys {list(exclude)}: only an excluded prefix "
-                             "0..K-1 can be split around; give explicit blocks")
-        if not 2 <= int(blocks) <= t - k:
-            raise PosymError(f"blocks={int(blocks)}: need 2 <= blocks <= {t - k} (the keys before the query "
-                             f"at position {t} after the {k} excluded)")
-        out = _resolve_blocks(int(blocks), t - k)
-        return tuple((a + k, b + k) for a, b in out)
-    out = _resolve_blocks(blocks, t)
-    for a, b in out:
-        hit = [k for k in exclude if a <= k < b]
-        if hit:
-            raise PosymError(f"block ({a}, {b}) holds the excluded key {hit[0]}; leave excluded keys out of the blocks")
-    return out
-
-
-def _block_pairs(blocks: tuple[tuple[int, int], ...]) -> np.ndarray:
-    """Index pairs (a, b), a < b, of blocks with equal length; PosymError if none."""
-    lens = [b - a for a, b in blocks]
-    pairs = [(a, b) for a in range(len(blocks)) for b in range(a + 1, len(blocks)) if lens[a] == lens[b]]
-    if not pairs:
-        raise PosymError(f"no two blocks of equal length to swap in {list(blocks)}")
-    return np.asarray(pairs, dtype=np.int64)
-
-
-# ================================================================================================
-# fast exact path
-# ================================================================================================
-def _flusher(dtype: torch.dtype):
-    """Flush probabilities that the model's attention dtype cannot represent (below half its smallest
-    subnormal; float32: 7e-46) to exactly 0, so the fast path sees the same zeros as the reference."""
-    fi = torch.finfo(dtype if dtype.is_floating_point else torch.float32)
-    thr = fi.tiny * fi.eps / 2
-
-    def flush(x: Tensor) -> Tensor:
-        return x.masked_fill(x < thr, 0.0)
-
-    return flush
-
-
-def _capture_query_keys(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> tuple[dict, dict]:
-    """Pre-rotary query at ``t`` [B, H, hd] and keys ``0..t`` [B, Hkv, t+1, hd] of each layer, from one
-    forward of the whole prompt, as the reference path runs it (causal attention makes the later
-    tokens irrelevant to the query, but an intervention that depends on the input length, such as
-    dynamic position interpolation, must see the same length in both paths)."""
-    stores = ad.capture(ids, layers)
-    return {l: stores[l]["q"][:, :, t] for l in layers}, {l: stores[l]["k"][:, :, : t + 1] for l in layers}
-
-
-def position_content_logits(ad: RopeAdapter, q: Tensor, k: Tensor, t: int, layer: int) -> Tensor:
-    """``M[a, b]`` = logit of key content ``b`` placed at position ``a`` for the query at ``t`` (SPEC §3).
-
-    q [B, H, hd] pre-rotary query of position ``t``; k [B, Hkv, t+1, hd] pre-rotary keys ``0..t``.
-    Returns float64 [B, H, t+1, t+1] (positions a, contents b); ``diag(M)`` are the model's own logits
-    (soft-capped where the model caps; positions outside a sliding window are ``-inf``).
-    """
-    n = k.shape[-2]
-    pos = torch.arange(n, device=k.device)
-    qr = ad.rotate(q.double()[:, :, None, :], [t], layer)  # [B, H, 1, hd]
-    qa = ad.rotate_t(qr.expand(-1, -1, n, -1), pos, layer)  # row a: R(a)^T q_rot(t)
-    kx = k.double()[:, ad.kv_index.to(k.device)]  # [B, H, n, hd]
-    m = torch.matmul(qa, kx.transpose(-1, -2)) * ad.scaling
-    if ad.softcap is not None:
-        m = torch.tanh(m / ad.softcap) * ad.softcap
-    win = ad.sliding_window(layer)
-    if win is not None:
-        m = m.masked_fill((t - pos >= win)[:, None], float("-inf"))
-    return m
-
-
-def _token_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
-                      keep: np.ndarray | None = None) -> Iterator[tuple]:
-    """Per layer, one at a time: (D [B,H,t], D'_i, D'_j [B,H,S], entropy [B,H]) for the token swaps
-    (all of them, or those selected by ``keep`` [C(t, 2)] bool), all float64."""
-    qs, ks = _capture_query_keys(ad, ids, t, layers)
-    sel = None if keep is None else torch.as_tensor(keep, device=ids.device)
-    for l in layers:
-        m = position_content_logits(ad, qs[l], ks[l], t, l)  # [B, H, t+1, t+1]
-        lg, dp_i, dp_j = token_swaps(m, t)
-        del m
-        if sel is not None:
-            dp_i, dp_j = dp_i[..., sel], dp_j[..., sel]
-        p = torch.log_softmax(lg, dim=-1).exp()
-        fl = _flusher(qs[l].dtype)
-        yield fl(p[..., :t]), fl(dp_i), fl(dp_j), attention_entropy(p)
-
-
-def _block_swaps_fast(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
-                      blocks: tuple[tuple[int, int], ...], pairs: np.ndarray) -> Iterator[tuple]:
-    """Per layer, one at a time: (d [B,H,m], d'_a, d'_b [B,H,P], entropy [B,H]) for all equal-length block swaps."""
-    qs, ks = _capture_query_keys(ad, ids, t, layers)
-    dev = ids.device
-    nb = len(blocks)
-    member = torch.full((t + 1,), nb, dtype=torch.long, device=dev)  # block of each key; nb = no block / self
-    for c, (a, b) in enumerate(blocks):
-        member[a:b] = c
-    onehot = torch.nn.functional.one_hot(member, nb + 1).bool()  # [t+1, nb+1]
-    lengths = np.array([b - a for a, b in blocks])
-    pa, pb = pairs[:, 0], pairs[:, 1]
-    groups = {}
-    for L in np.unique(lengths[pa]):
-        sel = np.nonzero(lengths[pa] == L)[0]
-        rows_a = torch.as_tensor(np.array([blocks[x][0] for x in pa[sel]])[:, None] + np.arange(L), device=dev)
-        rows_b = torch.as_tensor(np.array([blocks[x][0] for x in pb[sel]])[:, None] + np.arange(L), device=dev)
-        groups[int(L)] = (torch.as_tensor(sel, device=dev), rows_a, rows_b)
-    excl = torch.zeros((len(pairs), nb + 1), dtype=torch.bool, device=dev)
-    ar_p = torch.arange(len(pairs), device=dev)
-    excl[ar_p, torch.as_tensor(pa, device=dev)] = True
-    excl[ar_p, torch.as_tensor(pb, device=dev)] = True
-    for l in layers:
-        m = position_content_logits(ad, qs[l], ks[l], t, l)
-        lg = torch.diagonal(m, dim1=-2, dim2=-1)  # [B, H, t+1]
-        logp = torch.log_softmax(lg, dim=-1)
-        # lse of logits per block (and of the unblocked keys incl. self, column nb)
-        lb = torch.logsumexp(lg[..., :, None].masked_fill(~onehot, float("-inf")), dim=-2)  # [B, H, nb+1]
-        total = torch.logsumexp(lg, dim=-1, keepdim=True)
-        d = (lb[..., :nb] - total).exp()
-        rest = torch.logsumexp(lb[..., None, :].masked_fill(excl, float("-inf")), dim=-1)  # [B, H, P]
-        new_a = torch.empty_like(rest)
-        new_b = torch.empty_like(rest)
-        for sel, rows_a, rows_b in groups.values():
-            new_a[..., sel] = torch.logsumexp(m[..., rows_a, rows_b], dim=-1)  # block b's contents at a's positions
-            new_b[..., sel] = torch.logsumexp(m[..., rows_b, rows_a], dim=-1)
-        den = lse(rest, new_a, new_b)
-        fl = _flusher(qs[l].dtype)
-        yield fl(d), fl((new_a - den).exp()), fl((new_b - den).exp()), attention_entropy(logp.exp())
-
-
-# ================================================================================================
-# reference path (literal re-run)
-# ================================================================================================
-def _attn_weights(output: Any, T: int) -> Tensor | None:
-    """The [B, H, T, T] attention weights in an attention module's output tuple (eager), else None."""
-    items = output if isinstance(output, (tuple, list)) else (output,)
-    for x in items:
-        if isinstance(x, Tensor) and x.ndim == 4 and x.shape[-1] == T and x.shape[-2] == T:
-            return x
-    return None
-
-
-def _check_eager(ad: RopeAdapter) -> None:
-    impl = getattr(ad.model.config, "_attn_implementation", None)
-    if impl not in (None, "eager"):
-        raise PosymError(f"the reference path reads attention weights and needs eager attention; "
-                         f"load/build the model with attn_implementation='eager' (got {impl!r})")
-
-
-def _attention_rows(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> dict[int, Tensor]:
-    """One forward of ids [B, T] stopped after the last of ``layers``: the query's attention [B, H, t+1]
-    (float64) in each layer, read from the attention modules' eager weights."""
-    rows: dict[int, Tensor] = {}
-    with hook_handles() as handles:
-        for l in layers:
-            handles.append(ad.attention_module(l).register_forward_hook(_row_hook(rows, l, t, ids.shape[1])))
-        ad.run(ids, stop_after=max(layers), output_attentions=True)
-    return rows
-
-
-def _row_hook(rows: dict, layer: int, t: int, T: int):
-    """A forward hook on an attention module storing the query's row [B, H, t+1] (float64) in ``rows[layer]``."""
-    def hook(module, args, output):
-        w = _attn_weights(output, T)
-        if w is None:
-            raise PosymError("the attention module returned no weights; use attn_implementation='eager'")
-        rows[layer] = w[:, :, t, : t + 1].double()
-    return hook
-
-
-def _reference_base(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int]) -> tuple[dict, dict]:
-    """One unswapped forward: each block's call (input hidden states [B, T, D], masks, position
-    embeddings) and the query's attention [B, H, t+1] per layer."""
-    with block_calls(ad, layers) as calls:
-        att = _attention_rows(ad, ids, t, layers)
-    return calls, att
-
-
-def _rerun_layer(ad: RopeAdapter, ids: Tensor, call: tuple, perms: Tensor, layer: int, t: int,
-                 chunk_size: int) -> Tensor:
-    """The query's attention rows after re-running block ``layer`` alone on every swapped copy (perms
-    [S, T]) of every prompt (:func:`posym.heads.swaps.rerun_block`): float64 [B, H, S, t+1]."""
-    T = ids.shape[1]
-
-    def read(run):
-        rows: dict[int, Tensor] = {}
-        with hook_handles() as handles:
-            handles.append(ad.attention_module(layer).register_forward_hook(_row_hook(rows, layer, t, T)))
-            run()
-        return rows[layer]
-
-    return rerun_block(ad, call, perms, layer, chunk_size, read).permute(0, 2, 1, 3)
-
-
-def _token_swaps_reference(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], pairs: np.ndarray,
-                           chunk_size: int) -> Iterator[tuple]:
-    """Literal re-run of the token swaps ``pairs`` [S, 2]; same outputs as :func:`_token_swaps_fast`."""
-    I, J = pairs[:, 0].tolist(), pairs[:, 1].tolist()
-    ar = np.arange(len(I))
-    perms = swap_perms(ids.shape[1], [([i], [j]) for i, j in zip(I, J)], ids.device)
-    hidden, att = _reference_base(ad, ids, t, layers)
-    for l in layers:
-        rows = _rerun_layer(ad, ids, hidden.pop(l), perms, l, t, chunk_size)  # [B, H, S, t+1]
-        p = att[l]
-        yield p[..., :t], rows[..., ar, I], rows[..., ar, J], attention_entropy(p)
-
-
-def _block_swaps_reference(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int],
-                           blocks: tuple[tuple[int, int], ...], pairs: np.ndarray, chunk_size: int) -> Iterator[tuple]:
-    """Literal re-run of every (equal-length) block swap; same outputs as :func:`_block_swaps_fast`."""
-    T = ids.shape[1]
-    rng = [range(a, b) for a, b in blocks]
-    perms = swap_perms(T, [(list(rng[a]), list(rng[b])) for a, b in pairs], ids.device)
-    hidden, att = _reference_base(ad, ids, t, layers)
-    for l in layers:
-        rows = _rerun_layer(ad, ids, hidden.pop(l), perms, l, t, chunk_size)  # [B, H, P, t+1]
-        dp_a = torch.stack([rows[..., s, blocks[a][0]:blocks[a][1]].sum(-1) for s, (a, _) in enumerate(pairs)], -1)
-        dp_b = torch.stack([rows[..., s, blocks[b][0]:blocks[b][1]].sum(-1) for s, (_, b) in enumerate(pairs)], -1)
-        p = att[l]
-        d = torch.stack([p[..., a:b].sum(-1) for a, b in blocks], -1)
-        yield d, dp_a, dp_b, attention_entropy(p)
+from posym.heads.score_paths import check_eager, position_content_logits, resolve_blocks, swap_layers, swap_units
+from posym.heads.swaps import as_ids, ids_length, parse_swap_exclude, query_positions
+from posym.model.adapters import RopeAdapter, eval_mode, get_adapter
 
 
 # ================================================================================================
 # drivers
 # ================================================================================================
-def _units(t: int, blocks, exclude_keys: Sequence[int]) -> tuple:
-    """``(exclude, blocks or None, pairs [S, 2], keep)`` for the query at ``t`` (module doc)."""
-    excl = _resolve_exclude(exclude_keys, t)
-    if blocks is not None:
-        bl = _excluded_blocks(blocks, t, excl)
-        return excl, bl, _block_pairs(bl), None
-    pairs, keep = _token_pairs(t, excl)
-    return excl, None, pairs, keep
-
-
-def _swap_layers(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], method: str, units: tuple,
-                 chunk_size: int) -> Iterator[tuple]:
-    """One batch of prompts: the raw (D, D'_i, D'_j, entropy) tensors of each layer in turn."""
-    _, bl, pairs, keep = units
-    if bl is None:
-        return (_token_swaps_fast(ad, ids, t, layers, keep) if method == "fast"
-                else _token_swaps_reference(ad, ids, t, layers, pairs, chunk_size))
-    return (_block_swaps_fast(ad, ids, t, layers, bl, pairs) if method == "fast"
-            else _block_swaps_reference(ad, ids, t, layers, bl, pairs, chunk_size))
-
-
 def _swap_attention(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], method: str, blocks, batch_size: int,
                     chunk_size: int, exclude_keys: Sequence[int] = ()) -> SwapAttention:
     """Batched over prompts: the raw (D, D') arrays for one query position ``t`` (all kept: O(B·L·H·S))."""
-    units = _units(t, blocks, exclude_keys)
+    units = swap_units(t, blocks, exclude_keys)
     parts = []
     with eval_mode(ad.model), torch.no_grad():
         for s in range(0, ids.shape[0], batch_size):
             res = [tuple(x.cpu().numpy() for x in r)
-                   for r in _swap_layers(ad, ids[s:s + batch_size], t, layers, method, units, chunk_size)]
+                   for r in swap_layers(ad, ids[s:s + batch_size], t, layers, method, units, chunk_size)]
             parts.append([np.stack([r[c] for r in res], axis=1) for c in range(4)])
     d, dp_i, dp_j, ent = (np.concatenate([p[c] for p in parts]) for c in range(4))
     return SwapAttention(d=d, pairs=units[2], dp_i=dp_i, dp_j=dp_j, entropy=ent, layers=tuple(layers), query_pos=t,
@@ -672,11 +143,11 @@ def _reduced_scores(ad: RopeAdapter, ids: Tensor, t: int, layers: list[int], met
     """Scores of prompts ``ids`` (one query position ``t``) written into ``out`` = (s_pos, s_sym, entropy,
     swap_mass) [B, L, ...], reduced per batch and per layer as they come: peak memory
     O(batch_size · H · t²), whatever the number of prompts and layers. Returns the units used."""
-    units = _units(t, blocks, exclude_keys)
+    units = swap_units(t, blocks, exclude_keys)
     with eval_mode(ad.model), torch.no_grad():
         for s in range(0, ids.shape[0], batch_size):
             rows = slice(s, s + batch_size)
-            for li, r in enumerate(_swap_layers(ad, ids[rows], t, layers, method, units, chunk_size)):
+            for li, r in enumerate(swap_layers(ad, ids[rows], t, layers, method, units, chunk_size)):
                 d, dp_i, dp_j, ent = (x.cpu().numpy()[:, None] for x in r)
                 sw = SwapAttention(d=d, pairs=units[2], dp_i=dp_i, dp_j=dp_j, entropy=ent, layers=(layers[li],),
                                    query_pos=t, blocks=units[1], exclude=units[0])
@@ -712,7 +183,7 @@ def _prepare(ad: RopeAdapter, input_ids, layers, method):
     check_vocab(ad, ids)
     layers = ad.check_layers(layers)
     if method == "reference":
-        _check_eager(ad)
+        check_eager(ad)
     return ids, layers
 
 
@@ -729,7 +200,7 @@ def _check_memory(ad: RopeAdapter, n_prompts: int, n_tokens: int, t: int, blocks
                   method: str) -> None:
     """PosymError before any forward when one batch would not fit in memory (:func:`score_memory`)."""
     bs = min(int(batch_size), n_prompts)
-    n_units = t if blocks is None else len(_resolve_blocks(blocks, t))
+    n_units = t if blocks is None else len(resolve_blocks(blocks, t))
     need = score_memory(ad.n_heads, bs, n_tokens, t, n_units)
     hint = ("score shorter sequences, swap blocks instead of tokens (--blocks N, block_scores) or lower "
             "--batch-size" if bs > 1 or blocks is None else "score shorter sequences")
@@ -740,15 +211,15 @@ def _check_memory(ad: RopeAdapter, n_prompts: int, n_tokens: int, t: int, blocks
 
 
 def _check_sizes(batch_size: int, chunk_size: int) -> None:
-    positive_int(batch_size, "batch_size")
-    positive_int(chunk_size, "chunk_size")
+    check_positive_int(batch_size, "batch_size")
+    check_positive_int(chunk_size, "chunk_size")
 
 
 def _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_size, chunk_size,
             cosine: str = DEFAULT_COSINE, centred: bool = False, exclude_keys: Sequence[int] = ()) -> HeadScores:
-    taus = _taus(taus)
+    taus = check_taus(taus)
     warn_other_task(model, getattr(input_ids, "task", None), "scored")
-    centred = _check_centred(centred, cosine)
+    centred = check_centred(centred, cosine)
     _check_sizes(batch_size, chunk_size)
     ad = get_adapter(model)
     with ad.covering(ids_length(input_ids)):
@@ -757,7 +228,7 @@ def _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_siz
         qp = query_positions(query_pos, B, T)
         _check_memory(ad, B, T, int(qp.max()), blocks, batch_size, method)  # before the pair lists exist
         for t in np.unique(qp):  # every check before any work
-            _units(int(t), blocks, exclude_keys)
+            swap_units(int(t), blocks, exclude_keys)
         L, H, K = len(layers), ad.n_heads, len(taus)
         s_pos = np.empty((B, L, H, K))
         s_sym = np.empty((B, L, H, K))
@@ -881,6 +352,7 @@ def head_scores(model, input_ids, taus: float | Sequence[float] = (DEFAULT_TAU,)
                    exclude_keys)
 
 
+
 __all__ = [
     "DEFAULT_TAU",
     "DEFAULT_BLOCKS",
@@ -902,3 +374,4 @@ __all__ = [
     "parse_swap_exclude",
     "vocab_size",
 ]
+

@@ -28,7 +28,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from posym.checks import check_positive_int
 from posym.errors import PosymError
 from posym.model.adapters import RopeAdapter, hook_handles
 
@@ -290,10 +289,6 @@ def query_position(query_pos: Any, T: int, min_t: int = 0) -> int:
     return int(query_positions(query_pos, 1, T, min_t)[0])
 
 
-#: Kept importable for the modules that still import it from here (``heads/scores.py``,
-#: ``verbs/head_types.py``): it is :func:`posym.checks.check_positive_int` (2.5 and "3" refused).
-positive_int = check_positive_int
-
 
 __all__ = [
     "SWAP_EXCLUDE_FORMS",
@@ -303,7 +298,6 @@ __all__ = [
     "ids_length",
     "lse",
     "parse_swap_exclude",
-    "positive_int",
     "query_position",
     "query_positions",
     "rerun_block",

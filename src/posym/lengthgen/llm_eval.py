@@ -58,32 +58,44 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import pandas as pd
 
 from posym.errors import PosymError
+from posym.lengthgen.llm_answers import CacheWriter, answer_key, answer_record, drop_lines, load_cache, read_cache, record_key
+from posym.lengthgen.llm_tables import (
+    ALL_LENGTHS,
+    DEFAULT_OUT_ROOT,
+    check_out,
+    contrast_markdown,
+    default_llm_out,
+    intervention_contrast,
+    normalised_rank,
+    read_llm_table,
+    short_label,
+    summarize,
+    table_markdown,
+    table_title,
+    tables_protocol,
+    write_tables,
+)
 from posym.runs import layout
-from posym.runs.layout import safe_name
 from posym.runs.lock import DirLock
-from posym.runs.tables import INTERVENTION, NO_INTERVENTION, parquet_path, short_intervention, write_table
+from posym.runs.tables import NO_INTERVENTION, parquet_path, write_table
 from posym.tasks.prompts import (
     DEFAULT_LENGTHS,
     PROMPT_VERSION,
     TASKS,
-    PromptSample,
     build_messages,
     candidates,
-    is_correct,
     make_sample,
-    parse_answer,
     prompt_digest,
 )
 
 DEFAULT_N = 40  # samples per (task, length, run)
 DEFAULT_RUNS = 5
 CACHE_NAME = layout.LLM_ANSWERS
-DEFAULT_OUT_ROOT = "runs/llm"  # default output: runs/llm/<model>[-choice]
 PROTOCOLS: tuple[str, ...] = ("generate", "choice")
 
 #: ``generate``: prompts -> raw replies; ``choice``: (prompts, candidates per prompt) -> log-probs.
@@ -115,95 +127,6 @@ class LLMEvalResult:
     protocol: str = "generate"
 
 
-# --- cache -----------------------------------------------------------------------------------------
-def _key(protocol: str, intervention: str, model: str, task: str, length: int, run: int, index: int,
-         digest: str) -> tuple:
-    return (protocol, intervention, model, task, int(length), int(run), int(index), digest)
-
-
-def _record_key(r: dict) -> tuple:
-    # records written before the choice protocol existed carry no protocol: they are generate answers;
-    # records written before interventions existed carry none: they are answers of the untouched model
-    return _key(r.get("protocol", "generate"), r.get(INTERVENTION, NO_INTERVENTION), r["model"], r["task"],
-                r["length"], r["run"], r["index"], r["digest"])
-
-
-def load_cache(path: str | os.PathLike) -> dict[tuple, dict]:
-    """Records of an ``answers.jsonl`` keyed by ``(protocol, intervention, model, task, length, run,
-    index, digest)``.
-
-    Lines that do not parse (a line torn by an interrupted write) are skipped. A sample answered twice
-    (two writers of one folder before it was locked) keeps its first record when the two agree (they
-    may differ in ``seconds`` only); two different answers to one sample are a PosymError naming both
-    lines (which one counts cannot be told).
-    """
-    return _read_cache(Path(path))[0]
-
-
-def _read_cache(p: Path) -> tuple[dict[tuple, dict], list[int]]:
-    """:func:`load_cache` and the (0-based) numbers of the lines it dropped as repeats."""
-    out: dict[tuple, dict] = {}
-    line_of: dict[tuple, int] = {}
-    repeats: list[int] = []
-    if not p.is_file():
-        return out, repeats
-    with p.open(encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                r = json.loads(line)
-                key = _record_key(r)
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
-                continue
-            if key in out:
-                first = out[key]
-                if {k: v for k, v in first.items() if k != "seconds"} != {k: v for k, v in r.items() if k != "seconds"}:
-                    raise PosymError(f"{p} lines {line_of[key] + 1} and {i + 1} answer one sample ({key[3]}, length "
-                                     f"{key[4]}, run {key[5]}, index {key[6]}, intervention {key[1]}) differently; "
-                                     "remove the line that should not count")
-                repeats.append(i)
-                continue
-            out[key], line_of[key] = r, i
-    return out, repeats
-
-
-def _drop_lines(p: Path, lines: Sequence[int]) -> None:
-    """Rewrite ``p`` (atomically) without the given 0-based lines (the repeats :func:`_read_cache` found)."""
-    drop = set(lines)
-    kept = [x for i, x in enumerate(p.read_text(encoding="utf-8").splitlines(keepends=True)) if i not in drop]
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text("".join(kept), encoding="utf-8")
-        os.replace(tmp, p)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-class _CacheWriter:
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # a torn last line (no trailing newline) must not glue onto the next record
-        if path.is_file() and path.stat().st_size > 0:
-            with path.open("rb") as f:
-                f.seek(-1, os.SEEK_END)
-                torn = f.read(1) != b"\n"
-        else:
-            torn = False
-        self.f = path.open("a", encoding="utf-8")
-        if torn:
-            self.f.write("\n")
-
-    def write(self, records: Iterable[dict]) -> None:
-        for r in records:
-            self.f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        self.f.flush()
-
-    def close(self) -> None:
-        self.f.close()
-
-
 # --- protocol --------------------------------------------------------------------------------------
 def _check_grid(tasks: Sequence[str], lengths: Sequence[int], runs: int, n: int, protocol: str) -> None:
     if protocol not in PROTOCOLS:
@@ -217,31 +140,6 @@ def _check_grid(tasks: Sequence[str], lengths: Sequence[int], runs: int, n: int,
         raise PosymError(f"runs must be >= 1, got {runs}")
     if int(n) != n or n < 1:
         raise PosymError(f"n must be >= 1, got {n}")
-
-
-def _record(protocol: str, model: str, digest: str, sample: PromptSample, out: Any, seconds: float,
-            intervention: str = NO_INTERVENTION) -> dict:
-    """The cache record of one answered sample: ``out`` is the raw reply (generate) or the
-    log-probs of :func:`~posym.tasks.prompts.candidates` (choice; the first maximum is the prediction)."""
-    rec: dict[str, Any] = {"protocol": protocol, INTERVENTION: intervention, "model": model, "task": sample.task,
-                           "length": sample.length,
-                           "run": sample.run, "index": sample.index, "digest": digest,
-                           "answer": sample.answer, "answer_pos": sample.answer_pos}
-    if protocol == "choice":
-        cands = candidates(sample)
-        if len(out) != len(cands):
-            raise PosymError(f"scorer returned {len(out)} log-probs for {len(cands)} candidates")
-        best = max(range(len(cands)), key=lambda i: (out[i], -i))
-        target = out[cands.index(sample.answer)]
-        rec.update(prediction=cands[best], correct=cands[best] == sample.answer, chance=1.0 / len(cands),
-                   n_candidates=len(cands), target_logprob=round(float(target), 5),
-                   target_rank=1 + sum(float(x) > target for x in out),
-                   logprobs={c: round(float(x), 5) for c, x in zip(cands, out)})
-    else:
-        pred = parse_answer(out)
-        rec.update(output=out, prediction=pred, correct=is_correct(pred, sample.answer))
-    rec["seconds"] = seconds
-    return rec
 
 
 def run_protocol(answer_fn: AnswerFn | ScoreFn, model: str, out: str | os.PathLike, *,
@@ -283,9 +181,9 @@ def _run_locked(answer_fn: AnswerFn | ScoreFn, model: str, out_dir: Path, cache_
                 labels: list[str]) -> LLMEvalResult:
     """:func:`run_protocol` under the lock of ``cache_path``."""
     check_out(out_dir, protocol)  # again under the lock: a writer that finished meanwhile
-    cache, repeats = _read_cache(cache_path)
+    cache, repeats = read_cache(cache_path)
     if repeats:  # answers recorded twice (two writers before the lock): keep each sample once
-        _drop_lines(cache_path, repeats)
+        drop_lines(cache_path, repeats)
     t0, c0 = time.perf_counter(), time.process_time()
 
     # every sample of the grid under each intervention, grouped into calls of <= batch_size within a
@@ -301,7 +199,7 @@ def _run_locked(answer_fn: AnswerFn | ScoreFn, model: str, out_dir: Path, cache_
                     for i in range(int(n)):
                         sample = make_sample(task, length, run, i)
                         msgs = build_messages(sample, n_examples)
-                        key = _key(protocol, label, model, task, length, run, i, prompt_digest(msgs))
+                        key = answer_key(protocol, label, model, task, length, run, i, prompt_digest(msgs))
                         keys.append(key)
                         if key not in cache:
                             group.append((key, sample, msgs))
@@ -327,16 +225,16 @@ def _run_locked(answer_fn: AnswerFn | ScoreFn, model: str, out_dir: Path, cache_
         secs = round((time.perf_counter() - t) / max(1, len(batch)), 4)
         if len(outs) != len(batch):
             raise PosymError(f"model returned {len(outs)} answers for {len(batch)} prompts")
-        return [_record(protocol, model, key[-1], sample, o, secs, label) for (key, sample, _), o in zip(batch, outs)]
+        return [answer_record(protocol, model, key[-1], sample, o, secs, label) for (key, sample, _), o in zip(batch, outs)]
 
-    writer = _CacheWriter(cache_path) if any(todos) else None
+    writer = CacheWriter(cache_path) if any(todos) else None
     n_new = 0
 
     def done(recs: list[dict]) -> None:
         nonlocal n_new
         writer.write(recs)  # type: ignore[union-attr]
         for r in recs:
-            cache[_record_key(r)] = r
+            cache[record_key(r)] = r
         n_new += len(recs)
         if bar is not None:
             bar.update(len(recs))
@@ -412,206 +310,6 @@ def _run_locked(answer_fn: AnswerFn | ScoreFn, model: str, out_dir: Path, cache_
     paths["meta"].write_text(json.dumps(info, indent=2, default=str) + "\n")
     paths["cache"] = cache_path
     return LLMEvalResult(out_dir, model, table, runs_df, n_new, n_cached, seconds, paths, protocol)
-
-
-def tables_protocol(out_dir: str | os.PathLike) -> str | None:
-    """The protocol of the tables in ``out_dir`` (``llm_table.csv``'s ``protocol`` column; tables
-    written before the choice protocol existed are ``generate``), or None when there are none."""
-    p = Path(out_dir) / layout.LLM_TABLE
-    if not p.is_file():
-        return None
-    try:
-        head = pd.read_csv(p, nrows=1)
-    except (ValueError, OSError, UnicodeDecodeError) as e:
-        raise PosymError(f"cannot read {p}: {e}; move it away or use another --out") from None
-    return str(head["protocol"].iloc[0]) if "protocol" in head and len(head) else "generate"
-
-
-def check_out(out_dir: str | os.PathLike, protocol: str) -> None:
-    """PosymError when ``out_dir`` holds the tables of another protocol: each protocol's tables
-    (``llm_table.csv``, ``llm_runs.csv``, ``llm_table.md``) keep their folder (SPEC §1.5)."""
-    held = tables_protocol(out_dir)
-    if held is not None and held != protocol:
-        raise PosymError(f"{out_dir} holds the tables of the {held} protocol; write the {protocol} protocol "
-                         f"to another --out (its default: {DEFAULT_OUT_ROOT}/<model>"
-                         f"{'' if protocol == 'generate' else '-' + protocol})")
-
-
-def summarize(records: Sequence[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per-run accuracies and the mean (sd over runs) table from answer records, per intervention
-    (a last ``intervention`` column; records without one are ``none``).
-
-    Records with a ``chance`` field (choice protocol) add a ``chance`` column to both: the mean over
-    the samples of the run, resp. of all runs of the (task, length).
-    """
-    chance = bool(records) and all("chance" in r for r in records)
-    cols = ["task", "length", "run", "index", "correct"] + (["chance"] if chance else [])
-    df = pd.DataFrame.from_records(records, columns=cols)
-    if df.empty:
-        raise PosymError("no answers to summarise")
-    df[INTERVENTION] = [r.get(INTERVENTION, NO_INTERVENTION) for r in records]
-    df["correct"] = df["correct"].astype(bool)
-    by_run, by_point = [INTERVENTION, "task", "length", "run"], [INTERVENTION, "task", "length"]
-    runs_df = (df.groupby(by_run, sort=False)["correct"]
-               .agg(n="size", correct="sum").reset_index())
-    runs_df["accuracy"] = runs_df["correct"] / runs_df["n"]
-    table = (runs_df.groupby(by_point, sort=False)
-             .agg(mean=("accuracy", "mean"), sd=("accuracy", "std"), runs=("run", "size"),
-                  n=("n", "min")).reset_index())
-    if chance:
-        runs_df["chance"] = df.groupby(by_run, sort=False)["chance"].mean().to_numpy()
-        table["chance"] = df.groupby(by_point, sort=False)["chance"].mean().to_numpy()
-    last = lambda t: t[[c for c in t.columns if c != INTERVENTION] + [INTERVENTION]]
-    return last(runs_df), last(table)
-
-
-def normalised_rank(rank: float, candidates: float) -> float:
-    """``(rank − 1)/(candidates − 1)``: 0 when the answer is the model's first choice, 1 when last,
-    0.5 on average for a random order; NaN with fewer than 2 candidates."""
-    return (rank - 1) / (candidates - 1) if candidates >= 2 else float("nan")
-
-
-ALL_LENGTHS = "all"
-
-
-def intervention_contrast(records: Sequence[dict]) -> pd.DataFrame:
-    """Each intervention against ``none`` on the same prompts (choice records: ``target_rank``,
-    ``n_candidates``). Pairs are matched on (task, length, run, index, prompt digest); one row per
-    (intervention, task, length) and one pooled over the lengths (``length`` = ``"all"``): n_pairs, the
-    accuracies ``acc_none`` / ``acc`` and ``d_acc``, the mean normalised ranks
-    (:func:`normalised_rank`) ``rank_none`` / ``rank``, ``d_rank`` (negative: the answer moved up) and
-    its standard error ``d_rank_se`` (sd of the paired differences / √n), and ``chance``. Empty when
-    there is no ``none`` or no other intervention."""
-    key = ["task", "length", "run", "index", "digest"]
-    rows = [{**{k: r[k] for k in key}, INTERVENTION: r.get(INTERVENTION, NO_INTERVENTION),
-             "correct": bool(r["correct"]), "chance": r.get("chance", float("nan")),
-             "rank": normalised_rank(r["target_rank"], r["n_candidates"])}
-            for r in records if "target_rank" in r and "n_candidates" in r]
-    cols = ["intervention", "task", "length", "n_pairs", "acc_none", "acc", "d_acc", "rank_none", "rank",
-            "d_rank", "d_rank_se", "chance"]
-    df = pd.DataFrame(rows)
-    if df.empty or NO_INTERVENTION not in set(df[INTERVENTION]):
-        return pd.DataFrame(columns=cols)
-    base = df[df[INTERVENTION] == NO_INTERVENTION].drop(columns=[INTERVENTION, "chance"])
-    out = []
-    for iv in dict.fromkeys(df[INTERVENTION]):
-        if iv == NO_INTERVENTION:
-            continue
-        pair = df[df[INTERVENTION] == iv].merge(base, on=key, suffixes=("", "_none"))
-        pair["d"] = pair["rank"] - pair["rank_none"]
-        for task, t in pair.groupby("task", sort=False):
-            parts = [(str(int(x)), g) for x, g in t.groupby("length")] + [(ALL_LENGTHS, t)]
-            for length, g in parts:
-                n = len(g)
-                out.append({"intervention": iv, "task": task, "length": length, "n_pairs": n,
-                            "acc_none": g["correct_none"].mean(), "acc": g["correct"].mean(),
-                            "d_acc": g["correct"].mean() - g["correct_none"].mean(),
-                            "rank_none": g["rank_none"].mean(), "rank": g["rank"].mean(), "d_rank": g["d"].mean(),
-                            "d_rank_se": g["d"].std(ddof=1) / n ** 0.5 if n > 1 else float("nan"),
-                            "chance": g["chance"].mean()})
-    return pd.DataFrame(out, columns=cols)
-
-
-def contrast_markdown(contrast: pd.DataFrame, title: str | None = None) -> str:
-    """One row per (task, intervention): the pooled accuracy and normalised rank, none → intervention,
-    the paired rank difference ± its standard error, then the rank difference at each length."""
-    lengths = sorted({int(x) for x in contrast["length"] if x != ALL_LENGTHS})
-    lines = [f"**{title}**", ""] if title else []
-    lines.append("| task | intervention | pairs | accuracy (none → it) | rank (none → it) | Δ rank ± se | "
-                 + " | ".join(f"Δ rank {x}" for x in lengths) + " |")
-    lines.append("|---|---|---|---|---|---|" + "---|" * len(lengths))
-    for (task, iv), g in contrast.groupby(["task", INTERVENTION], sort=False):
-        g = g.set_index("length")
-        a = g.loc[ALL_LENGTHS]
-        per = [f"{g.loc[str(x), 'd_rank']:+.3f}" if str(x) in g.index else "" for x in lengths]
-        lines.append(f"| {task} | {short_intervention(iv)} | {int(a['n_pairs'])} | {a['acc_none']:.2f} → {a['acc']:.2f} | "
-                     f"{a['rank_none']:.3f} → {a['rank']:.3f} | {a['d_rank']:+.3f} ± {a['d_rank_se']:.3f} | "
-                     + " | ".join(per) + " |")
-    lines += ["", "rank: the answer's rank among the window's distinct tokens, (rank − 1)/(candidates − 1): "
-              "0 = first choice, 0.5 = chance; Δ: the intervention minus none on the same prompts "
-              "(negative = the answer moved up)"]
-    return "\n".join(lines) + "\n"
-
-
-def table_markdown(table: pd.DataFrame, title: str | None = None, digits: int = 2) -> str:
-    """Table 3 layout: one row per task, one column per target-window length, ``mean (sd)``; a
-    table with a ``chance`` column (choice protocol) gets a ``<task> chance`` row under each task. A
-    table of several interventions gets one row per (task, intervention): ``<task> · <intervention>``."""
-    lengths = sorted(table["length"].unique())
-    lines = []
-    if title:
-        lines += [f"**{title}**", ""]
-    lines.append("| task | " + " | ".join(str(x) for x in lengths) + " |")
-    lines.append("|---|" + "---|" * len(lengths))
-    ivs = list(dict.fromkeys(table[INTERVENTION])) if INTERVENTION in table else [None]
-    rows = [(task, iv) for task in dict.fromkeys(table["task"]) for iv in ivs]
-    for task, iv in rows:
-        g = table[(table["task"] == task) & ((table[INTERVENTION] == iv) if iv is not None else True)]
-        if g.empty:
-            continue
-        g = g.set_index("length")
-        name = task if len(ivs) == 1 else f"{task} · {short_intervention(iv)}"
-        cells, chance = [], []
-        for x in lengths:
-            if x not in g.index:
-                cells.append("")
-                chance.append("")
-                continue
-            m, s = g.loc[x, "mean"], g.loc[x, "sd"]
-            cells.append(f"{m:.{digits}f}" + ("" if pd.isna(s) else f" ({s:.{digits}f})"))
-            chance.append(f"{g.loc[x, 'chance']:.{digits}f}" if "chance" in g else "")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        if "chance" in g:
-            lines.append(f"| {name} chance | " + " | ".join(chance) + " |")
-    runs, n = int(table["runs"].min()), int(table["n"].min())
-    lines += ["", f"mean (sd) accuracy over {runs} run{'s' if runs != 1 else ''} of {n} prompts each"]
-    if "chance" in table:
-        lines[-1] += "; chance = mean over prompts of 1 / (distinct target-window tokens)"
-    return "\n".join(lines) + "\n"
-
-
-def table_title(model: str, protocol: str = "generate") -> str:
-    """Title of a table / printout: the model label, plus the protocol unless it is ``generate``."""
-    return model if protocol == "generate" else f"{model} — {protocol} protocol"
-
-
-def write_tables(out_dir: str | os.PathLike, runs_df: pd.DataFrame, table: pd.DataFrame,
-                 model: str, protocol: str = "generate") -> dict[str, Path]:
-    """``llm_runs.csv``, ``llm_table.csv`` (with ``model``, ``protocol`` and, last, ``intervention``
-    columns) and ``llm_table.md``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"runs": out / layout.LLM_RUNS, "table": out / layout.LLM_TABLE, "markdown": out / layout.LLM_TABLE_MD}
-
-    def tagged(t: pd.DataFrame) -> pd.DataFrame:
-        t = t.assign(model=model, protocol=protocol)
-        if INTERVENTION not in t:
-            t[INTERVENTION] = NO_INTERVENTION
-        return t[[c for c in t.columns if c != INTERVENTION] + [INTERVENTION]]
-
-    write_table(tagged(runs_df), paths["runs"])
-    write_table(tagged(table), paths["table"])
-    paths["markdown"].write_text(table_markdown(table, title=table_title(model, protocol)))
-    return paths
-
-
-def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """``llm_table.csv`` of an output directory (or the file itself)."""
-    p = Path(path)
-    p = p / layout.LLM_TABLE if p.is_dir() else p
-    if not p.is_file():
-        raise PosymError(f"no LLM table at {str(p)!r}; run `posym llm eval` first")
-    return pd.read_csv(p)
-
-
-def short_label(label: str) -> str:
-    """Readable model name of a cache label (last path part, without a parenthesised note)."""
-    s = str(label).split("::")[-1].split(" (")[0].rstrip("/")
-    return s.rsplit("/", 1)[-1][:40] or "model"
-
-
-def _slug(label: str) -> str:
-    return safe_name(short_label(label))
 
 
 def _check_context(answerer: Any, lm: Any, tasks: Sequence[str], lengths: Sequence[int], n_examples: int,
@@ -741,7 +439,7 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
                         torch_threads=torch.get_num_threads())
         except Exception:  # noqa: BLE001
             pass
-    out_dir = Path(out) if out is not None else default_out(label, protocol)
+    out_dir = Path(out) if out is not None else default_llm_out(label, protocol)
     if api_base is not None:
         measurements = [Measurement()]
     if changed and api_base is None:
@@ -751,7 +449,30 @@ def llm_eval(model: str | os.PathLike | None = None, gguf: str | os.PathLike | N
                         progress=progress, meta=meta, protocol=protocol, measurements=measurements)
 
 
-def default_out(label: str, protocol: str = "generate") -> Path:
-    """Default output folder: ``runs/llm/<model>`` (generate) or ``runs/llm/<model>-<protocol>``."""
-    return Path(DEFAULT_OUT_ROOT) / (_slug(label) + ("" if protocol == "generate" else f"-{protocol}"))
-
+__all__ = [
+    "ALL_LENGTHS",
+    "CACHE_NAME",
+    "DEFAULT_N",
+    "DEFAULT_OUT_ROOT",
+    "DEFAULT_RUNS",
+    "PROTOCOLS",
+    "AnswerFn",
+    "LLMEvalResult",
+    "Measurement",
+    "ScoreFn",
+    "check_out",
+    "contrast_markdown",
+    "default_llm_out",
+    "intervention_contrast",
+    "llm_eval",
+    "load_cache",
+    "normalised_rank",
+    "read_llm_table",
+    "run_protocol",
+    "short_label",
+    "summarize",
+    "table_markdown",
+    "table_title",
+    "tables_protocol",
+    "write_tables",
+]

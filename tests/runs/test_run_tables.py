@@ -11,7 +11,7 @@ from posym.errors import PosymError
 from posym.runs import tables
 from posym.runs.tables import RUN_TABLES, append_table, load_run, parquet_path, schema_markdown, write_table
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "runs.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "runs.md"
 
 
 def test_docs_show_the_schema_in_code():
