@@ -86,3 +86,42 @@ def test_slug_follows_github():
         "both-offline-models-both-protocols-the-spec-15-grid"
     assert _slug("Scoring your own sequences (posym scores --text / --ids)") == \
         "scoring-your-own-sequences-posym-scores---text----ids"
+
+
+TEST_PATH = re.compile(r"\btests/[\w/]+\.py\b")
+API_NAME = re.compile(r"`(posym(?:\.[A-Za-z_]\w*)+)")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_cited_test_files_exist(doc):
+    """A test file a doc cites as the proof of a promise (docs/reliability.md) exists where it says."""
+    text = doc.read_text(encoding="utf-8")
+    missing = sorted({m for m in TEST_PATH.findall(text) if not (ROOT / m).is_file()})
+    assert not missing, f"{doc.relative_to(ROOT)} cites test files that moved or went: {missing}"
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``posym.a.b.c`` names a module or an attribute of one (the longest importable prefix)."""
+    import importlib
+
+    parts = dotted.split(".")
+    for k in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:k]))
+        except ImportError:
+            continue
+        for attr in parts[k:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_cited_python_names_exist(doc):
+    """Every ``posym.…`` name a doc gives in code quotes is importable (a module, or a name in one)."""
+    text = doc.read_text(encoding="utf-8")
+    names = {m.rstrip(".") for m in API_NAME.findall(text)} - {"posym.json"}  # a run's file, not a name
+    bad = sorted(m for m in names if not m.endswith("_") and not _resolves(m))  # "scores_*": a pattern
+    assert not bad, f"{doc.relative_to(ROOT)} cites names posym does not have: {bad}"
