@@ -36,30 +36,28 @@ nonneg_int = bounded_int(0, "a non-negative integer")
 threads_type = bounded_int(1, "threads")
 
 
-def positive_float(text: str) -> float:
-    """A finite number > 0 (:func:`posym.checks.check_float`)."""
+def _float_type(text: str, what: str, **bounds) -> float:
+    """``text`` as a float within ``bounds`` (:func:`posym.checks.check_float`); argparse's one-line
+    error "expected a number" for text that is none, else "expected a WHAT"."""
     try:
-        return check_float(text, "value", lo=0, lo_open=True)
+        return check_float(text, "value", **bounds)
     except PosymError:
         pass
     try:
         float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
+    raise argparse.ArgumentTypeError(f"expected a {what}, got {text!r}")
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (:func:`posym.checks.check_float`)."""
+    return _float_type(text, "positive finite number", lo=0, lo_open=True)
 
 
 def finite_float(text: str) -> float:
     """A finite number (:func:`posym.checks.check_float`)."""
-    try:
-        return check_float(text, "value")
-    except PosymError:
-        pass
-    try:
-        float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return _float_type(text, "finite number")
 
 
 def gamma_type(text: str) -> float:
