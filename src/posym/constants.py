@@ -1,4 +1,4 @@
-"""The paper's fixed numbers and posym's named conventions, each defined once (docs/spec.md):
+"""The paper's fixed numbers and posym's named conventions, each defined once (SPEC):
 the tasks, Paper A's purity tolerance γ, the accuracy threshold of "reach", and the data-seed offsets
 that keep test, length-generalization and head-readout data apart from training data."""
 

@@ -120,7 +120,7 @@ def add_intervene_args(p: argparse.ArgumentParser, *, layers: bool = True, metav
 
 
 def add_swap_exclude(p: argparse.ArgumentParser, help: str) -> None:
-    """``--swap-exclude none|bos|first:K`` (posym.heads.swaps.parse_swap_exclude; docs/spec.md §3)."""
+    """``--swap-exclude none|bos|first:K`` (posym.heads.swaps.parse_swap_exclude; SPEC §3)."""
     p.add_argument("--swap-exclude", default=SUPPRESS, metavar="none|bos|first:K", help=help)
 
 

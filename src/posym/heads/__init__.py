@@ -1,6 +1,5 @@
 """Head analysis (SPEC §3): positional/symbolic scores (fast exact path and literal reference), the
-classic head detectors, per-prompt readings and the head-type join (docs/spec.md, "Classic head
-detectors and per-prompt readings")."""
+classic head detectors, per-prompt readings and the head-type join (SPEC §7)."""
 
 from posym.heads.scores import (
     DEFAULT_BLOCKS,

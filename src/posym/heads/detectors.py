@@ -1,4 +1,4 @@
-"""Classic head detectors (docs/spec.md, "Classic head detectors and per-prompt readings").
+"""Classic head detectors (SPEC §7).
 
 The detection patterns are TransformerLens 4's (``transformer_lens.head_detector``): for prompt
 tokens ``x_0 .. x_{T-1}``, query ``i`` and key ``j <= i``,
@@ -132,7 +132,7 @@ def detector_arrays(model, input_ids, *, layers: Sequence[int] | None = None, ba
 def detector_scores(model, input_ids, *, layers: Sequence[int] | None = None, batch_size: int = 16,
                     sink_eps: float | None = None, rows: str = "target",
                     per_prompt: bool = False) -> pd.DataFrame:
-    """Classic detector scores of every head (docs/spec.md, "Classic head detectors").
+    """Classic detector scores of every head (SPEC §7).
 
     model: any model posym's adapter supports (GPT-J, Llama-like, Gemma, ...; or a ``RopeAdapter``),
     any attention implementation. input_ids: [B, T] unpadded prompts (for induction and duplicate

@@ -1,5 +1,5 @@
 """Head types side by side: positional/symbolic scores joined with the classic detectors
-(docs/spec.md, "Classic head detectors and per-prompt readings").
+(SPEC §7).
 
 * :func:`join_head_types` — one row per (layer, head): the scores table (s_POS, s_SYM, entropy, swap
   or block mass, ...), the detector scores of :func:`posym.heads.detectors.detector_scores`, the

@@ -1,4 +1,4 @@
-"""Per-prompt readings of the head scores (docs/spec.md, "Classic head detectors and per-prompt readings").
+"""Per-prompt readings of the head scores (SPEC §7).
 
 A mean s_POS of 0.5 over prompts is, for most heads, a head that is positional on half of the
 prompts and something else on the rest — per-prompt scores rarely lie strictly between 0.05 and

@@ -70,7 +70,7 @@ Choices where SPEC is silent (documented, tested):
   the other, wholesale); pairs of unequal length are skipped and ``α`` runs over the eligible pairs.
   At least one eligible pair is required.
 
-* **Excluded keys** (``exclude_keys``; posym's addition for attention sinks, docs/spec.md §3): key
+* **Excluded keys** (``exclude_keys``; posym's addition for attention sinks, SPEC §3): key
   positions never swapped. Their attention stays in the softmax (as keys outside blocks already
   do); token swaps run over the pairs of the other keys (``pairs`` skips them), ``swap_mass`` and the
   centred scores' ``N`` count only swappable keys. A head attending only to excluded keys has

@@ -29,7 +29,7 @@ def score_table(model: torch.nn.Module, input_ids: np.ndarray | torch.Tensor, ta
     """Fast-path scores of every head as a tidy table; ``step`` (if given) becomes the first column.
 
     input_ids [P, n]; ``blocks``: None for token swaps, else Paper B's blocks (a count or edges);
-    ``exclude_keys``: key positions kept out of the swaps (docs/spec.md §3; default none = SPEC §3).
+    ``exclude_keys``: key positions kept out of the swaps (SPEC §3; default none = SPEC §3).
     Runs without gradients and without touching the global RNG (eval mode, restored).
     """
     with torch.no_grad():

@@ -1,6 +1,6 @@
 """Random token sequences repeated twice: the prompts of the classic induction-head setup
 (Olsson et al. 2022; TransformerLens's head detectors), used by :mod:`posym.heads.detectors`
-(docs/spec.md, "Classic head detectors and per-prompt readings").
+(SPEC §7).
 
 Each row is ``[bos] x_1 .. x_n x_1 .. x_n``: ``n`` = ``length`` distinct tokens drawn uniformly from
 the vocabulary (without the start token and ``exclude_ids``), then the same ``n`` tokens again, so

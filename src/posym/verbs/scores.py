@@ -108,7 +108,7 @@ def score_checkpoints(path: str | os.PathLike, task: str | None = None, prompts:
     ``step`` column). Prompts: a JSONL file, else the first
     ``n_prompts`` validation prompts of the task (the set head tracking uses). ``device``: where the
     models run (e.g. "cuda"); scores are float32/float64 on every device. ``swap_exclude``: keys kept
-    out of the swaps, ``none`` (SPEC §3) | ``bos`` | ``first:K`` (docs/spec.md §3). ``intervene``: canonical
+    out of the swaps, ``none`` (SPEC §3) | ``bos`` | ``first:K`` (SPEC §3). ``intervene``: canonical
     intervention strings (docs/interventions.md), one measurement each, in order, with ``layers`` for
     temperature / freq-mask; the ``intervention`` column holds the canonical string (``none``: the untouched model, the default)."""
     specs = plan_interventions(intervene, layers)

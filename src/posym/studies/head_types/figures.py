@@ -1,4 +1,4 @@
-"""The positional–symbolic plane coloured by classic head type (docs/spec.md, "Classic head detectors
+"""The positional–symbolic plane coloured by classic head type (SPEC §7, "Classic head detectors
 and per-prompt readings"; our drawing).
 
 :func:`plot_head_type_plane` draws the table of :func:`posym.heads.head_types.join_head_types`: s_POS

@@ -1,5 +1,5 @@
 """``posym head-types``: positional/symbolic scores of every head of a real LLM side by side with the
-classic head detectors (docs/spec.md §7, "Classic head detectors and per-prompt readings"; docs/llm.md,
+classic head detectors (SPEC §7; docs/llm.md,
 "Head types side by side").
 
 For each prompt source the model's heads are scored (SPEC §3, fast exact path, query = the last token):
