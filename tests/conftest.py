@@ -38,17 +38,16 @@ INTEGRATION_FIXTURES = {"tiny_repro", "repro_copy"}
 #: ``file name: test functions`` (every parametrization) or ``function[param id]`` (that one); a test
 #: function that no longer exists is an error.
 MEDIUM_TESTS: dict[str, tuple[str, ...]] = {
+    "test_ablate.py": ("test_ablation_for_run_and_plot",),
     "test_ablate_flow_families.py": ("test_ablate_cli_on_a_llama_folder",),
-    "test_aggregate.py": (
-        "test_a_table_that_mixes_interventions_is_kept_apart",
-        "test_aggregate_writes_tables_and_figures",
-    ),
+    "test_aggregate.py": ("test_a_table_that_mixes_interventions_is_kept_apart", "test_aggregate_writes_tables_and_figures"),
     "test_analysis_of_a_run_in_training.py": (
         "test_a_stale_lock_is_no_training",
         "test_an_analysis_elsewhere_says_the_run_is_unfinished[freqs]",
         "test_analysis_tables_record_the_step",
     ),
     "test_api_and_cli_messages.py": ("test_the_resume_note_names_the_ignored_options",),
+    "test_api_client.py": ("test_rate_limit_real_clock",),
     "test_arch.py": ("test_cli_arch_is_stored", "test_trains_resumes_exactly_and_tracks_every_head"),
     "test_authors_options.py": (
         "test_best_checkpoint_is_the_first_maximum_and_analyses_use_it",
@@ -57,12 +56,14 @@ MEDIUM_TESTS: dict[str, tuple[str, ...]] = {
         "test_options_survive_resume_exactly",
         "test_select_derives_the_best_model_run",
     ),
+    "test_checkpoint_series.py": ("test_series_of_named_folders_and_dynamics",),
     "test_cli.py": ("test_resume_missing_and_corrupt_checkpoint",),
     "test_cli_matrix.py": ("test_data_show_memory_scales_with_rows", "test_rerun_without_force_changes_nothing"),
     "test_data_safety.py": (
         "test_a_file_lock_refuses_a_live_holder_takes_over_a_stale_one_and_tidies_up",
         "test_checkpoints_with_missing_tensors_are_refused",
         "test_force_replaces_a_run",
+        "test_scores_model_on_a_run_keeps_the_step",
     ),
     "test_dynamics_verb.py": (
         "test_dynamics_of_an_hf_trainer_dir_draws_its_eval_metrics",
@@ -75,32 +76,36 @@ MEDIUM_TESTS: dict[str, tuple[str, ...]] = {
         "test_fig2_panel_a_from_trainer_history_or_a_note",
         "test_fig8_and_fig4b_are_drawn_for_the_report_page_width",
     ),
-    "test_freqs_theory_families.py": (
-        "test_freqs_on_a_family_folder",
-        "test_theory_discrepancy_run_on_a_family_folder",
-    ),
-    "test_frequencies.py": ("test_run_freqs_writes_tables_and_figures",),
+    "test_freqs_theory_families.py": ("test_freqs_on_a_family_folder", "test_theory_discrepancy_run_on_a_family_folder"),
+    "test_frequencies.py": ("test_run_freqs_writes_tables_and_figures", "test_run_freqs_plain_hf_dir_needs_task"),
     "test_gptj_model.py": ("test_checkpoint_loads_in_plain_transformers",),
-    "test_head_types_figures.py": (
-        "test_panels_carry_the_threshold",
-        "test_sink_ring_and_pure_counts_with_their_purity",
+    "test_head_types_figures.py": ("test_panels_carry_the_threshold", "test_sink_ring_and_pure_counts_with_their_purity"),
+    "test_hf_callback.py": (
+        "test_callback_tracks_every_evaluation_without_changing_training",
+        "test_resume_drops_rows_after_the_checkpoint",
     ),
     "test_intervene_verbs.py": (
         "test_a_freqs_refusal_writes_nothing",
         "test_freqs_two_interventions_none_rows_equal_and_a_mask_zeroes_the_dropped_ids",
     ),
     "test_interventions_study.py": ("test_a_string_setting_and_a_folder_of_other_files",),
+    "test_lengthgen_identity.py": (
+        "test_a_table_without_the_identity_columns_is_refused",
+        "test_resume_refuses_a_corrupt_table_naming_row_and_column",
+    ),
+    "test_lengthgen_interventions.py": (
+        "test_resume_keys_on_the_intervention",
+        "test_rows_of_the_unfloored_temperature_of_an_old_table_are_never_mixed_with_floored_ones",
+    ),
     "test_llm_choice.py": ("test_cli_choice_protocol_end_to_end",),
+    "test_llm_heads.py": ("test_cli_llm_heads_end_to_end", "test_cli_llm_heads_gemma3_centred_min_mass"),
     "test_llm_intervene.py": (
         "test_identity_intervention_through_the_cache_free_path_answers_as_none",
         "test_llm_eval_two_interventions_none_rows_equal_plain_and_cache_keyed",
         "test_llm_heads_two_interventions_none_rows_equal_plain",
         "test_records_without_an_intervention_are_none",
     ),
-    "test_lengthgen_identity.py": (
-        "test_a_table_without_the_identity_columns_is_refused",
-        "test_resume_refuses_a_corrupt_table_naming_row_and_column",
-    ),
+    "test_no_pyplot.py": ("test_drawing_keeps_the_backend",),
     "test_pe.py": ("test_a_one_layer_nope_model_cannot_read_an_index_at_any_length",),
     "test_pe_study.py": (
         "test_a_length_table_of_two_interventions_shows_the_untouched_model",
@@ -126,15 +131,16 @@ MEDIUM_TESTS: dict[str, tuple[str, ...]] = {
     "test_reproduce.py": ("test_cli_reproduce_settings_overrides",),
     "test_resume.py": ("test_a_resume_after_a_kill_is_whole", "test_head_tracking_does_not_change_training"),
     "test_run_tables.py": ("test_a_run_and_a_verb_write_parquet_copies",),
-    "test_scores_exact.py": ("test_fast_equals_reference_trained_gptj", "test_multi_query_equals_truncated_prompt"),
+    "test_scores_exact.py": (
+        "test_fast_equals_reference_trained_gptj",
+        "test_multi_query_equals_truncated_prompt",
+        "test_blocks_fast_equals_reference",
+    ),
     "test_sensitivity.py": ("test_a_lengthgen_variant_of_two_interventions_shows_one",),
     "test_task_balance.py": ("test_full_dataset_speed_and_sizes",),
     "test_task_generate.py": ("test_any_layout_solves", "test_extra_tokens_only_prepend"),
     "test_task_mismatch.py": ("test_a_trained_checkpoint_names_its_task_in_config_json",),
-    "test_tensorboard_log.py": (
-        "test_event_files_hold_the_training_values",
-        "test_resume_purges_events_after_the_checkpoint",
-    ),
+    "test_tensorboard_log.py": ("test_event_files_hold_the_training_values", "test_resume_purges_events_after_the_checkpoint"),
     "test_theory_constructions.py": (
         "test_index_exhaustive_small",
         "test_index_random_fast",

@@ -21,6 +21,7 @@ removed as those modules take the homes, and an entry that is no longer needed f
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -120,6 +121,7 @@ def _hits(tree: ast.Module, file_names: set[str]) -> list[tuple[str, int, str]]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def _all_hits() -> dict[str, dict[str, list[str]]]:
     """rule -> module -> ["line: what", ...]."""
     names = _run_file_names()
