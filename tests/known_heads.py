@@ -101,10 +101,11 @@ def build_known_answer_model(family: str = "gptj", answer_head: tuple[int, int] 
       last query's attention on the previous token (Lemma F.1: β = ln((length − 1)/eps)/Δ, Δ =
       :func:`previous_token_gap` of the pair's angle);
     * every other head attends uniformly and adds exactly 0 to the residual, so ablating any other
-      head (``posym.heads.ablate.ablated``) leaves the logits unchanged, and ablating the answer head
-      makes every logit 0 (the argmax is token 0: accuracy = the share of labels 0, ≈ 1/16);
+      head (``posym.heads.ablate.ablated``) leaves the predictions unchanged (logits to 1e-6), and
+      ablating the answer head makes every logit 0 up to float noise (< 1e-4; the argmax is that noise:
+      accuracy ≈ 1/16, chance);
     * ``freq-mask`` dropping ID ``pair`` (all layers) makes the answer head uniform over the prompt
-      (its tokens tie: accuracy ≈ 1/length), dropping any other single ID changes no logit.
+      (its tokens tie: accuracy ≈ 1/length), dropping any other single ID changes no prediction (logits to 1e-6).
 
     One-line PosymError for an unknown family, a head outside the model, an ID outside 1..8, a
     ``length`` outside 3..16, or a pair too slow to single out the previous token over ``length``
