@@ -118,7 +118,7 @@ class Temperature(Intervention):
 def _parse_llama4(kv: Mapping[str, str]) -> tuple[float, int, str, tuple[int, ...] | None]:
     """``(attn_scale, floor_scale, "llama4", layers)`` of a ``form=llama4`` spec; one-line PosymError for
     the other forms' keys or a Llama-4 key with another form."""
-    if kv.get("form", "llama4") != "llama4":
+    if kv.get("form") != "llama4":
         raise PosymError("temperature: floor_scale and attn_scale belong to form=llama4; add form=llama4 or drop them")
     other = [k for k in ("beta", "n_train", "floor") if k in kv]
     if other:
