@@ -130,3 +130,73 @@ def test_read_readout(tmp_path):
     assert resolve_heads("symbolic", read_readout(p), L, H) == ((1, 0),)
     with pytest.raises(PosymError, match="no such file"):
         read_readout(tmp_path / "missing.csv")
+
+
+# ---- posym.heads.ablate with a head set -----------------------------------------------------------------
+
+def _tiny_model():
+    import torch
+
+    from posym.model import build_model, model_config
+    from posym.tasks import get_vocab
+
+    torch.set_num_threads(1)
+    cfg = model_config("quick", get_vocab("number").size, n_layer=2, n_head=2, n_embd=32, n_inner=64, rotary_dim=16)
+    return build_model(cfg, seed=0).eval()
+
+
+def test_head_set_ablation_equals_the_zeroed_output_columns_of_the_whole_set():
+    """Known answer: zero-ablating {L0H1, L1H0} together equals the model with both heads' columns of
+    out_proj zeroed; a one-head set equals that head's row of the per-head ablation."""
+    import copy
+
+    import torch
+
+    from posym.heads.ablate import ABLATION_COLUMNS, ablate_head_set, ablate_heads
+    from posym.tasks import make_split
+    from posym.train import evaluate
+
+    model, batch = _tiny_model(), make_split("number", "test", n=48)
+    table = ablate_head_set(model, batch, [(0, 1), (1, 0)])
+    assert list(table.columns) == ABLATION_COLUMNS and list(table["mode"]) == ["none", "zero", "mean"]
+    assert (table[["layer", "head"]] == -1).all().all()
+    zeroed = copy.deepcopy(model)
+    hd = 16
+    with torch.no_grad():
+        for layer, head in [(0, 1), (1, 0)]:
+            zeroed.transformer.h[layer].attn.out_proj.weight[:, head * hd:(head + 1) * hd] = 0
+    assert table.iloc[1]["acc"] == evaluate(zeroed, batch)["acc"]
+    assert table.iloc[0]["acc"] == evaluate(model, batch)["acc"]
+    one = ablate_head_set(model, batch, [(1, 1)], modes=("zero",))
+    per_head = ablate_heads(model, batch, modes=("zero",))
+    row = per_head[(per_head["layer"] == 1) & (per_head["head"] == 1)].iloc[0]
+    assert one.iloc[1][ABLATION_COLUMNS[3:]].tolist() == row[ABLATION_COLUMNS[3:]].tolist()
+    with pytest.raises(PosymError, match="no head L2H0"):
+        ablate_head_set(model, batch, [(2, 0)])
+
+
+def test_ablation_for_run_with_a_type_and_its_control_records_them(tmp_path):
+    from posym.heads.ablate import HEAD_SET_COLUMNS, ablation_for_run
+    from posym.train.checkpoints import save_checkpoint
+
+    model = _tiny_model()
+    run = tmp_path / "run"
+    save_checkpoint(run, 5, model, {"task": "number", "preset": "quick"})
+    readout = tmp_path / "readout.csv"
+    pd.DataFrame({"layer": [0, 0, 1, 1], "head": [0, 1, 0, 1],
+                  "posym_type": ["positional", "mixed", "mixed", "symbolic"]}).to_csv(readout, index=False)
+    typed = ablation_for_run(run, n=24, modes=("zero",), heads="positional", readout=readout)
+    assert list(typed.columns[-4:]) == HEAD_SET_COLUMNS and len(typed) == 2
+    assert set(typed["heads"]) == {"L0H0"} and set(typed["selection"]) == {"positional"}
+    assert set(typed["readout"]) == {str(readout)} and typed["seed"].isna().all()
+    control = ablation_for_run(run, n=24, modes=("zero",), heads="random:positional,seed=1", readout=readout)
+    assert set(control["heads"]) == {"L0H1"}  # the only other head of layer 0
+    assert control.attrs["selection"] == "random:positional,seed=1" and control.attrs["selection_seed"] == 1
+    assert set(control["seed"]) == {1} and control.attrs["seed"] == 0  # attrs seed: the data seed
+    for kwargs, msg in [({"heads": "positional"}, "needs --readout FILE"),
+                        ({"heads": "L0H0", "readout": readout}, "names its heads"),
+                        ({"readout": readout}, "give --heads too"),
+                        ({"heads": "L0H2"}, "no head L0H2 in this model"),
+                        ({"heads": "induction", "readout": readout}, "classic_type")]:
+        with pytest.raises(PosymError, match=msg):
+            ablation_for_run(run, n=8, modes=("zero",), **kwargs)
