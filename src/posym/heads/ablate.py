@@ -301,5 +301,5 @@ def ablation_for_run(run_or_model_dir: str | os.PathLike, task: str | None = Non
     return df
 
 
-__all__ = ["ABLATION_COLUMNS", "HEAD_SET_COLUMNS", "MODES", "ablate_heads", "ablate_head_set", "ablated", "ablated_logits", "ablation_for_run",
-           "head_output_means"]
+__all__ = ["ABLATION_COLUMNS", "HEAD_SET_COLUMNS", "MODES", "ablate_heads", "ablate_head_set", "ablated", "ablated_logits",
+           "ablation_for_run", "head_output_means"]

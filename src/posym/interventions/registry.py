@@ -185,6 +185,6 @@ def parse_ids(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split("+"))
 
 
-__all__ = ["REGISTRY", "DEFAULT_N_TRAIN", "MAX_N_TRAIN", "Intervention", "register", "per_layer_names", "per_head_names", "format_head_pairs",
-           "parse_head_pairs", "format_number",
-           "format_ids", "parse_ids"]
+__all__ = ["REGISTRY", "DEFAULT_N_TRAIN", "MAX_N_TRAIN", "Intervention", "register", "per_layer_names", "per_head_names",
+           "format_head_pairs", "parse_head_pairs", "parse_heads_key", "check_heads_arg", "format_number", "format_ids",
+           "parse_ids"]

@@ -154,5 +154,5 @@ def with_full_forward(context: Callable[..., ContextManager[T]]) -> Callable[...
     return wrapped
 
 
-__all__ = ["LINEAR_QK_FAMILIES", "PER_HEAD", "hook_qk", "linear_sites", "head_sites", "time_axis", "scale_tokens", "scale_dims", "scale_heads",
-           "prepend_hook", "with_full_forward"]
+__all__ = ["LINEAR_QK_FAMILIES", "PER_HEAD", "hook_qk", "linear_sites", "head_sites", "time_axis", "scale_tokens",
+           "scale_dims", "scale_heads", "prepend_hook", "with_full_forward"]
