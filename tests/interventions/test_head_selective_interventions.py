@@ -176,3 +176,10 @@ def test_heads_out_of_the_model_and_with_layers_are_refused():
             pass
     with pytest.raises(PosymError, match="drop --layers"):
         with_layers(parse_intervention("temperature:beta=1,heads=L0H0"), [0])
+
+
+def test_legacy_temperature_keeps_the_heads():
+    from posym.interventions.spec import legacy_temperature
+
+    assert legacy_temperature("temperature:beta=0.5,n_train=17,heads=L0H1") == \
+        "temperature:beta=0.5,n_train=17,floor=0,heads=L0H1"

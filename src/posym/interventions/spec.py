@@ -67,7 +67,7 @@ def legacy_temperature(text: str) -> str:
     if name.strip() != "temperature" or "floor" in keys or "form" in keys:
         return text
     spec = parse_intervention(text)
-    return describe(Temperature(spec.beta, spec.n_train, spec.form, spec.layers, False))
+    return describe(Temperature(spec.beta, spec.n_train, spec.form, spec.layers, False, spec.heads))
 
 
 __all__ = ["NONE", "DEFAULT_N_TRAIN", "Intervention", "names", "describe", "parse_intervention", "legacy_temperature"]
