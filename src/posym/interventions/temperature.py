@@ -36,9 +36,10 @@ from torch import Tensor, nn
 
 from posym.checks import check_float
 from posym.errors import PosymError
-from posym.interventions.registry import (DEFAULT_N_TRAIN, MAX_N_TRAIN, Intervention, format_ids, format_number, parse_ids,
-                                          register)
-from posym.interventions.sites import LINEAR_QK_FAMILIES, hook_qk, linear_sites, scale_tokens, time_axis, with_full_forward
+from posym.interventions.registry import (DEFAULT_N_TRAIN, MAX_N_TRAIN, Intervention, check_heads_arg, format_head_pairs,
+                                          format_ids, format_number, parse_heads_key, parse_ids, register)
+from posym.interventions.sites import (LINEAR_QK_FAMILIES, head_sites, hook_qk, linear_sites, scale_heads, scale_tokens,
+                                       time_axis, with_full_forward)
 
 #: model_type values whose attention logit is linear in the captured q (:mod:`posym.interventions.sites`).
 TEMPERATURE_FAMILIES: tuple[str, ...] = LINEAR_QK_FAMILIES
@@ -53,17 +54,20 @@ MAX_BETA = 1000.0
 @dataclass(frozen=True)
 class Temperature(Intervention):
     """The parameters of a temperature intervention (``layers`` None = every layer; ``floor``: the log
-    form's scale floored at 1, the default; ignored by ``form="ssmax"``)."""
+    form's scale floored at 1, the default; ignored by ``form="ssmax"``;
+    ``heads``: ``(layer, query head)`` pairs, None = every head of ``layers``)."""
 
     beta: float
     n_train: int
     form: str = "log"
     layers: tuple[int, ...] | None = None
     floor: bool = True
+    heads: tuple[tuple[int, int], ...] | None = None
 
-    keys = ("beta", "n_train", "floor", "form", "layers", "floor_scale", "attn_scale")
+    keys = ("beta", "n_train", "floor", "form", "layers", "floor_scale", "attn_scale", "heads")
     example = "temperature:beta=1"
     per_layer = True
+    per_head = True
 
     @classmethod
     def parse(cls, kv: Mapping[str, str]) -> Temperature:
@@ -71,7 +75,8 @@ class Temperature(Intervention):
         s ≥ 1; ``0``: unfloored; log form only), ``form``, ``layers`` (``0+2``); ``form=llama4`` takes
         ``floor_scale`` (default 8192) and ``attn_scale`` (default 0.1) instead of beta, n_train and floor."""
         if kv.get("form") == "llama4" or "floor_scale" in kv or "attn_scale" in kv:
-            return cls(*_parse_llama4(kv))
+            beta, n_train, form, layers = _parse_llama4(kv)
+            return cls(beta, n_train, form, layers, True, parse_heads_key(kv, layers))
         if "beta" not in kv:
             raise PosymError("temperature needs beta, e.g. temperature:beta=1")
         try:
@@ -85,18 +90,23 @@ class Temperature(Intervention):
         if kv.get("floor", "1") not in ("0", "1"):
             raise PosymError("temperature: floor must be 1 (s(n) = max(1, 1 + beta*ln(n/n_train)), the default) "
                              "or 0 (unfloored)")
-        return cls(beta, n_train, form, layers, kv.get("floor", "1") == "1")
+        heads = parse_heads_key(kv, layers)
+        return cls(beta, n_train, form, layers, kv.get("floor", "1") == "1", heads)
 
     def canonical(self) -> str:
         """``temperature:beta=B,n_train=N`` then ``floor=0|1`` (log form, always written) or
         ``form=ssmax``, then ``layers=…`` when restricted."""
         if self.form == "llama4":
             parts = ["form=llama4", f"floor_scale={self.n_train}", f"attn_scale={format_number(self.beta)}"]
-            return "temperature:" + ",".join(parts + ([f"layers={format_ids(self.layers)}"] if self.layers is not None else []))
+            parts += [f"layers={format_ids(self.layers)}"] if self.layers is not None else []
+            parts += ["heads=" + format_head_pairs(self.heads)] if self.heads is not None else []
+            return "temperature:" + ",".join(parts)
         parts = [f"beta={format_number(self.beta)}", f"n_train={self.n_train}"]
         parts.append(f"floor={int(bool(self.floor))}" if self.form == "log" else f"form={self.form}")
         if self.layers is not None:
             parts.append("layers=" + format_ids(self.layers))
+        if self.heads is not None:
+            parts.append("heads=" + format_head_pairs(self.heads))
         return "temperature:" + ",".join(parts)
 
     def describe(self) -> str:
@@ -104,10 +114,13 @@ class Temperature(Intervention):
                "ssmax": f"{self.beta:g}·ln n",
                "llama4": f"(ln(floor(n/{self.n_train}) + 1)·{self.beta:g} + 1) (Llama-4)"}[self.form]
         where = "every layer" if self.layers is None else "layers " + format_ids(self.layers)
+        if self.heads is not None:
+            where = "query heads " + format_head_pairs(self.heads)
         return f"attention logits of the query with n keys times {law} in {where}"
 
     def apply(self, model: nn.Module) -> ContextManager[Temperature]:
-        return temperature(model, self.beta, n_train=self.n_train, layers=self.layers, form=self.form, floor=self.floor)
+        return temperature(model, self.beta, n_train=self.n_train, layers=self.layers, form=self.form, floor=self.floor,
+                           heads=self.heads)
 
     def theory_effect(self, base: float, rotary_dim: int) -> dict[str, Any]:
         """The logits times ``s(n)`` (:func:`temperature_scale`)."""
@@ -182,21 +195,45 @@ def _scale_q(beta: float, n_train: int, form: str, floor: bool):
     return scale
 
 
+def _scale_q_heads(beta: float, n_train: int, form: str, floor: bool, heads: tuple[int, ...]):
+    """``q_fn`` of :func:`~posym.interventions.sites.hook_qk` for some query ``heads`` of a layer: their
+    query at token ``t`` times ``s(t + 1)``, every other head's times exactly 1.0 (bit-identical)."""
+    def scale(out: Tensor, n_heads: int, heads_first: bool) -> Tensor:
+        T = out.shape[time_axis(out, n_heads, heads_first)]
+        s = temperature_scale(torch.arange(1, T + 1, device=out.device), beta, n_train, form, floor)
+        m = torch.ones(T, n_heads, 1, dtype=s.dtype, device=s.device)
+        m[:, list(heads), 0] = s[:, None]
+        return scale_heads(out, m, n_heads, heads_first)
+    return scale
+
+
 @with_full_forward
 @contextmanager
 def temperature(model: nn.Module, beta: float, *, n_train: int, layers: Sequence[int] | None = None,
-                form: str = "log", floor: bool = True) -> Iterator[Temperature]:
+                form: str = "log", floor: bool = True,
+                heads: Sequence[tuple[int, int]] | None = None) -> Iterator[Temperature]:
     """Context manager: the attention logits of ``layers`` (None = all) times ``s(n)`` (module docstring;
     ``floor``: the log form floored at 1, the default) for the duration; the hooks are removed on exit,
     also after an exception. β = 0 with ``form="log"`` multiplies by exactly 1.0, a bit-for-bit no-op, and
-    so does the floored form on every query with ``n ≤ n_train`` keys. Yields the :class:`Temperature` applied."""
+    so does the floored form on every query with ``n ≤ n_train`` keys. ``heads``: ``(layer, query head)``
+    pairs (not with ``layers``): only those heads' queries are scaled; under GQA the shared key/value
+    heads and the other query heads are untouched (docs/interventions.md, "Head selections").
+    Yields the :class:`Temperature` applied."""
     beta, n_train, form = check_temperature(beta, n_train, form)
     floor = bool(floor)
-    ad, sites = linear_sites(model, layers, "temperature")
-    applied = Temperature(beta, n_train, form, None if layers is None else tuple(int(l) for l in layers), floor)
+    heads = check_heads_arg(heads, layers, "temperature")
+    if heads is not None:
+        ad, per_layer = head_sites(model, heads, "temperature")
+    else:
+        ad, sites = linear_sites(model, layers, "temperature")
+    applied = Temperature(beta, n_train, form, None if layers is None else tuple(int(l) for l in layers), floor, heads)
     handles = []
     try:
-        handles = hook_qk(ad, sites, _scale_q(beta, n_train, form, floor), None)
+        if heads is None:
+            handles = hook_qk(ad, sites, _scale_q(beta, n_train, form, floor), None)
+        else:
+            for site, hs in per_layer:
+                handles += hook_qk(ad, [site], _scale_q_heads(beta, n_train, form, floor, hs), None)
         yield applied
     finally:
         for h in handles:
