@@ -20,6 +20,7 @@ FLOORS: dict[str, int] = {
     "presets": 1,  # one record per preset: model, training and reproduction settings
     "reading": 1,  # how to read s_POS / s_SYM: the text of --help, the report and the printed tables
     "tasks": 2, "model": 2,
+    "stats": 2,  # paired bootstrap, matched-control p-values, Benjamini-Hochberg (docs/statistics.md); uses checks
     "runs": 3,
     "train": 4,
     "heads": 5, "theory": 5, "lengthgen": 5,

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from posym.errors import PosymError
-from posym.interventions import (REGISTRY, FreqMask, Interpolate, Intervention, Ntk, RopeBase, Temperature, describe,
+from posym.interventions import (REGISTRY, FreqMask, Interpolate, Intervention, Ntk, RopeBase, Temperature, Yarn, describe,
                                  holds_under_kv_cache, intervened, parse_intervention, plan_interventions, register,
                                  with_layers)
 
@@ -45,7 +45,8 @@ def test_every_name_parses_its_documented_example_and_round_trips(name):
 @pytest.mark.parametrize("spec", [
     Temperature(0.5, 33, "ssmax", (0, 2)), Temperature(2.0, 17, "log", (1,), False), RopeBase(theta=1e20),
     RopeBase(theta=0.5), Ntk(kappa=2.5), Interpolate(factor=4.0), Interpolate(n_train=17), FreqMask(()),
-    FreqMask((1, 2, 3), (0,))])
+    FreqMask((1, 2, 3), (0,)), Temperature(0.1, 8192, "llama4"), Temperature(0.7, 3, "llama4", (1, 3)), Yarn(4.0, 17),
+    Yarn(2.5, 4096, 16.0, 2.0, truncate=False), Yarn(8.0, 64, mscale=1.0, mscale_all_dim=0.5)])
 def test_canonical_strings_round_trip(spec):
     assert parse_intervention(spec.canonical()) == spec
 
@@ -62,7 +63,7 @@ def test_rope_base_and_ntk_are_two_classes_and_the_old_constructor_still_works()
 
 def test_per_layer_and_kv_cache_are_class_properties():
     assert {n for n, c in REGISTRY.items() if c.per_layer} == {"temperature", "freq-mask"}
-    assert {n for n, c in REGISTRY.items() if c.exact_under_kv_cache} == {"rope-base", "ntk", "freq-mask"}
+    assert {n for n, c in REGISTRY.items() if c.exact_under_kv_cache} == {"rope-base", "ntk", "freq-mask", "yarn"}
     assert holds_under_kv_cache(None) and holds_under_kv_cache(Ntk(kappa=2.0))
     assert not holds_under_kv_cache(Interpolate(n_train=17))
     assert with_layers(FreqMask((1,)), [2]) == FreqMask((1,), (2,))
@@ -153,7 +154,7 @@ def test_a_new_intervention_is_one_registered_class(scratch_registry):
 
 
 def test_unknown_names_list_the_registry():
-    with pytest.raises(PosymError, match="known: none, temperature, rope-base, ntk, interpolate, freq-mask$"):
+    with pytest.raises(PosymError, match="known: none, temperature, rope-base, ntk, interpolate, freq-mask, yarn$"):
         parse_intervention("warmth:beta=1")
 
 

@@ -36,7 +36,7 @@ def _cmd_flow(a: argparse.Namespace) -> None:
 
 def _cmd_ablate(a: argparse.Namespace) -> None:
     from posym.verbs.ablate import ablate
-    show(call(ablate, a, "run_dir", names=("task", "n", "seed", "modes", "step", "out", "force")))
+    show(call(ablate, a, "run_dir", names=("task", "n", "seed", "modes", "step", "out", "force", "heads", "readout")))
 
 
 def _cmd_freqs(a: argparse.Namespace) -> None:
@@ -197,6 +197,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--n", type=positive_int, default=SUPPRESS, help="test prompts")
     a.add_argument("--seed", type=nonneg_int, default=SUPPRESS)
     a.add_argument("--modes", type=str_list(("zero", "mean")), default=SUPPRESS)
+    a.add_argument("--heads", default=SUPPRESS, metavar="SEL",
+                   help="ablate a head set together: L3H1+L5H0, a type (positional, symbolic, induction, ...) or "
+                        "random:TYPE[,seed=S], its matched random control (needs --out)")
+    a.add_argument("--readout", default=SUPPRESS, metavar="FILE",
+                   help="head readout of the same model that --heads TYPE is read from (head_types.csv or scores.csv)")
     _step_out_force(a, "output directory (default: the run directory)")
     a.set_defaults(func=_cmd_ablate)
 

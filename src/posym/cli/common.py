@@ -106,6 +106,7 @@ def add_quiet(p: argparse.ArgumentParser, help: str = "no progress bar") -> None
 def add_intervene_args(p: argparse.ArgumentParser, *, layers: bool = True, metavar: str = "SPEC",
                        help: str = ("measure under an inference-time intervention, e.g. temperature:beta=1, "
                                     "ntk:kappa=4, rope-base:theta=20000, interpolate:n_train=17, freq-mask:keep=1+2+3, "
+                                    "yarn:factor=4,original=17, temperature:form=llama4,floor_scale=8192,attn_scale=0.1, "
                                     "none (repeatable: one measurement each; the tables' intervention column; "
                                     "docs/interventions.md)")) -> None:
     """``--intervene SPEC`` (repeatable) and (``layers``) ``--layers L[,L…]`` of every measuring verb

@@ -19,6 +19,10 @@ every forward that calls that module: the HF forward and ``posym.model.last_toke
 ``posym.train.evaluate``; on GPT-J its last layer feeds only the last position, and the hook then uses
 the last rows of the per-position means). GPT-J's hooks and results are those of the GPT-J-only
 version, bit for bit.
+
+:func:`ablate_head_set` ablates a *set* of heads together (``posym ablate --heads``; a head selection of
+:mod:`posym.heads.selection`: explicit, a type read from a head readout, or its matched random control):
+one row per mode, with the resolved heads, the selection, the readout and the control's seed recorded.
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ from posym.train.evaluate import MAX_HOPS, accuracy_table, predict
 MODES: tuple[str, ...] = ("zero", "mean")
 #: Columns of :func:`ablate_heads`'s table.
 ABLATION_COLUMNS = ["mode", "layer", "head", "acc"] + [f"acc_hop{h}" for h in range(1, MAX_HOPS + 1)]
+#: Columns :func:`ablate_head_set` adds (on every row): the resolved heads (``L0H1+L2H3``), the selection
+#: as given (canonical), the readout file it was resolved from (empty for explicit heads) and the random
+#: control's seed (empty unless ``random:``).
+HEAD_SET_COLUMNS = ["heads", "selection", "readout", "seed"]
 
 
 def _geometry(model: nn.Module) -> tuple[int, int, int]:
@@ -202,25 +210,96 @@ def ablate_heads(model: nn.Module, batch: TaskBatch, modes: str | Sequence[str] 
     return pd.DataFrame(rows, columns=ABLATION_COLUMNS)
 
 
+def ablate_head_set(model: nn.Module, batch: TaskBatch, heads: Sequence[tuple[int, int]],
+                    modes: str | Sequence[str] = MODES, batch_size: int = 512,
+                    mean_batch: TaskBatch | np.ndarray | None = None) -> pd.DataFrame:
+    """Accuracy with the ``(layer, head)`` set ablated *together*, per mode (the ablation of
+    :func:`ablated`; Paper A Fig. 3 right, for a head set).
+
+    Returns the baseline row (``mode="none"``) then one row per mode, layer and head -1 (the set: the
+    caller records its heads); columns :data:`ABLATION_COLUMNS`. ``mean_batch`` as :func:`ablate_heads`."""
+    modes = _check_modes(modes)
+    if not isinstance(batch, TaskBatch):
+        raise PosymError("ablate_head_set needs a posym.tasks.TaskBatch (labels and hop counts)")
+    heads = [(int(layer), int(head)) for layer, head in heads]
+    if not heads:
+        raise PosymError("ablate_head_set needs at least one (layer, head)")
+    ids = _ids(batch)
+    labels, hops = np.asarray(batch.labels), np.asarray(batch.hops)
+    device = next(model.parameters()).device
+    L, H, _ = _geometry(model)
+    bad = [(layer, head) for layer, head in heads if not (0 <= layer < L and 0 <= head < H)]
+    if bad:
+        raise PosymError(f"no head L{bad[0][0]}H{bad[0][1]} in a model with {L} layers x {H} heads")
+
+    def row(mode: str, pred: np.ndarray) -> dict:
+        return {"mode": mode, "layer": -1, "head": -1, **accuracy_table(pred, labels, hops)}
+
+    rows = [row("none", predict(model, ids, batch_size=batch_size, device=device)[0])]
+    means = None
+    if "mean" in modes:
+        ref = ids if mean_batch is None else _ids(mean_batch)
+        if ref.shape[1] != ids.shape[1]:
+            raise PosymError(f"mean_batch prompts have length {ref.shape[1]}, the evaluation batch {ids.shape[1]}")
+        means = head_output_means(model, ref, batch_size=batch_size)
+    for mode in modes:
+        with ablated(model, heads, mode, means):
+            rows.append(row(mode, predict(model, ids, batch_size=batch_size, device=device)[0]))
+    return pd.DataFrame(rows, columns=ABLATION_COLUMNS)
+
+
 def ablation_for_run(run_or_model_dir: str | os.PathLike, task: str | None = None, n: int = 2000, seed: int = 0,
                      modes: str | Sequence[str] = MODES, split: str = "test", batch_size: int = 512,
-                     step: int | str | None = None, progress: bool = False) -> pd.DataFrame:
+                     step: int | str | None = None, progress: bool = False, heads: str | None = None,
+                     readout: str | os.PathLike | None = None) -> pd.DataFrame:
     """:func:`ablate_heads` for a run (newest checkpoint, or ``step``) or checkpoint directory on the
     first ``n`` prompts of ``split`` (default: 2,000 test prompts, balanced over hop counts).
 
-    ``df.attrs`` records ``task``, ``step``, ``n``, ``split`` and ``seed``.
+    ``heads``: a head selection (:func:`posym.heads.selection.parse_heads`: ``L3H1+L5H0``, a type, or
+    ``random:<type>[,seed=S]``; a type needs ``readout``, the head readout table of the same model):
+    the set is ablated together instead (:func:`ablate_head_set`), with the columns
+    :data:`HEAD_SET_COLUMNS` on every row. The selection and the readout are checked before the model
+    is loaded; the heads against the model before any forward.
+
+    ``df.attrs`` records ``task``, ``step``, ``n``, ``split`` and ``seed`` (the data seed); with
+    ``heads`` also ``heads`` (resolved), ``selection``, ``readout`` and ``selection_seed``.
     """
+    from posym.heads.selection import format_heads, parse_heads, read_readout, resolve_heads
     from posym.runs.resolve import resolve_model
 
     modes = _check_modes(modes)
     if split not in SPLIT_SIZES:
         raise PosymError(f"unknown split {split!r} (expected one of: {', '.join(SPLIT_SIZES)})")
+    selection = table = None
+    if heads is not None:
+        selection = parse_heads(heads)
+        if selection.needs_readout and readout is None:
+            raise PosymError(f"--heads {selection.canonical()} needs --readout FILE: the head readout of the same model "
+                             "(posym head-types' head_types.csv or a scores.csv)")
+        if not selection.needs_readout and readout is not None:
+            raise PosymError(f"--heads {selection.canonical()} names its heads; --readout applies to a type or random:<type>")
+        table = read_readout(readout) if readout is not None else None
+    elif readout is not None:
+        raise PosymError("--readout is read for --heads TYPE or random:TYPE; give --heads too")
     model, task, ckpt_step = resolve_model(run_or_model_dir, task=task, step=step)
+    if selection is None:
+        batch = make_split(task, split, seed, n=n)
+        df = ablate_heads(model, batch, modes=modes, batch_size=batch_size, progress=progress)
+        df.attrs.update(task=task, step=ckpt_step, n=int(n), split=split, seed=int(seed))
+        return df
+    L, H, _ = _geometry(model)
+    resolved = resolve_heads(selection, table, L, H)
     batch = make_split(task, split, seed, n=n)
-    df = ablate_heads(model, batch, modes=modes, batch_size=batch_size, progress=progress)
-    df.attrs.update(task=task, step=ckpt_step, n=int(n), split=split, seed=int(seed))
+    df = ablate_head_set(model, batch, resolved, modes=modes, batch_size=batch_size)
+    sel_seed = selection.seed if selection.random else None
+    record = {"heads": format_heads(resolved), "selection": selection.canonical(),
+              "readout": "" if readout is None else str(readout), "seed": sel_seed}
+    for col, value in record.items():
+        df[col] = value
+    df.attrs.update(task=task, step=ckpt_step, n=int(n), split=split, seed=int(seed), heads=record["heads"],
+                    selection=record["selection"], readout=record["readout"], selection_seed=sel_seed)
     return df
 
 
-__all__ = ["ABLATION_COLUMNS", "MODES", "ablate_heads", "ablated", "ablated_logits", "ablation_for_run",
-           "head_output_means"]
+__all__ = ["ABLATION_COLUMNS", "HEAD_SET_COLUMNS", "MODES", "ablate_heads", "ablate_head_set", "ablated", "ablated_logits",
+           "ablation_for_run", "head_output_means"]

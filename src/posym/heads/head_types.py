@@ -38,7 +38,7 @@
   interval over heads and a two-sided permutation p-value (the detector column shuffled against the
   scores ``n_null`` times; ``p = (1 + #{|ρ_null| >= |ρ|}) / (1 + n_null)``). When no shuffle reaches
   |ρ| (``p_at_floor``), p is the floor ``1 / (1 + n_null)`` of the test, not an estimate:
-  :func:`format_p` prints it ``< 1/n_null`` (``< 0.001`` for 1,000 shuffles).
+  :func:`posym.stats.format_p` prints it ``< 1/n_null`` (``< 0.001`` for 1,000 shuffles).
 * :func:`contingency` — counts of classic type × posym type, with the sink flag and the purity
   fractions beside them; :func:`sink_counts` and :func:`pure_counts` — the printed summary's lines.
 """
@@ -59,6 +59,7 @@ from posym.heads.detectors import DETECTORS
 from posym.heads.dynamics import classify
 from posym.heads.llm_heads import check_min_mass
 from posym.reading import MIN_MASS
+from posym.stats import format_p  # its home: posym.stats (re-exported for the callers of this module)
 
 if TYPE_CHECKING:
     from posym.heads.scores import HeadScores
@@ -284,17 +285,6 @@ def type_correlations(join: pd.DataFrame, *, n_boot: int = 1000, n_null: int = 1
         rows.append({"detector": d, "n_heads": n, "rho": rho, "rho_lo": float(lo), "rho_hi": float(hi),
                      "p_value": p, "p_at_floor": bool(floor), "n_boot": n_boot, "n_null": n_null})
     return pd.DataFrame(rows, columns=list(CORRELATION_COLUMNS))
-
-
-def format_p(p: float, n_null: int, at_floor: bool | None = None) -> str:
-    """A permutation p as printed: ``< 1/n_null`` (e.g. ``< 0.001`` for 1,000 shuffles) when no shuffle
-    reached the statistic (``at_floor``; default: ``p`` equals the floor ``1 / (1 + n_null)``), else
-    ``p`` to 3 significant digits; ``nan`` for a missing p."""
-    if p is None or not np.isfinite(p):
-        return "nan"
-    if at_floor is None:
-        at_floor = abs(float(p) * (1 + int(n_null)) - 1) < 1e-9
-    return f"< {1 / int(n_null):.3g}" if at_floor else f"{float(p):.3g}"
 
 
 def contingency(join: pd.DataFrame) -> pd.DataFrame:

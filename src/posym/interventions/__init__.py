@@ -8,6 +8,7 @@ from posym.interventions.temperature import TEMPERATURE_FAMILIES, Temperature, t
 from posym.interventions.rope import ROPE_FAMILIES, Ntk, RopeBase, ntk, ntk_theta, rope_base
 from posym.interventions.interpolate import Interpolate, interpolate, interpolation_scale
 from posym.interventions.freq_mask import FreqMask, freq_mask
+from posym.interventions.yarn import Yarn, yarn
 from posym.interventions.spec import NONE, describe, parse_intervention
 from posym.interventions.apply import intervened, with_layers
 from posym.interventions.plan import check_interventions, holds_under_kv_cache, plan_interventions
@@ -15,4 +16,4 @@ from posym.interventions.plan import check_interventions, holds_under_kv_cache, 
 __all__ = ["REGISTRY", "Intervention", "register", "TEMPERATURE_FAMILIES", "Temperature", "temperature",
            "temperature_scale", "describe", "NONE", "parse_intervention", "ROPE_FAMILIES", "RopeBase", "Ntk", "ntk",
            "ntk_theta", "rope_base", "FreqMask", "freq_mask", "Interpolate", "interpolate", "interpolation_scale",
-           "intervened", "with_layers", "plan_interventions", "check_interventions", "holds_under_kv_cache"]
+           "intervened", "with_layers", "plan_interventions", "check_interventions", "holds_under_kv_cache", "Yarn", "yarn"]

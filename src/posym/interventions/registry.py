@@ -18,6 +18,7 @@ Adding an intervention is one class in one module::
 from __future__ import annotations
 
 import dataclasses
+import re
 from abc import ABC, abstractmethod
 from typing import Any, Callable, ClassVar, ContextManager, Mapping, Sequence, TypeVar
 
@@ -48,6 +49,9 @@ class Intervention(ABC):
     example: ClassVar[str] = ""
     #: True when :meth:`with_layers` may restrict it to some layers (it has a ``layers`` field).
     per_layer: ClassVar[bool] = False
+    #: True when it may act on some query heads only (a ``heads`` field, ``heads=L0H1+L2H3``; docs/interventions.md,
+    #: "Head selections"): its change is per query head exactly (scaling or masking that head's q).
+    per_head: ClassVar[bool] = False
     #: True when it is exact under a KV cache and padding: it changes the model at absolute positions
     #: or at none, never by the forward's token indices or length (docs/interventions.md).
     exact_under_kv_cache: ClassVar[bool] = False
@@ -76,6 +80,8 @@ class Intervention(ABC):
         when it acts on every layer or names other layers already."""
         if not self.per_layer:
             raise PosymError(f"{self.canonical()} acts on every layer; --layers applies to {per_layer_names()} only")
+        if getattr(self, "heads", None) is not None:
+            raise PosymError(f"{self.canonical()}: heads= names its layers already; drop --layers")
         layers = tuple(int(l) for l in layers)
         if self.layers is not None and self.layers != layers:  # type: ignore[attr-defined]
             raise PosymError(f"{self.canonical()}: layers given twice (in the string and --layers)")
@@ -108,6 +114,60 @@ def per_layer_names() -> str:
     return " and ".join(n for n, cls in REGISTRY.items() if cls.per_layer)
 
 
+def per_head_names() -> str:
+    """The registered names that take ``heads=`` (:attr:`Intervention.per_head`), joined by ``and``."""
+    return " and ".join(n for n, cls in REGISTRY.items() if cls.per_head)
+
+
+def format_head_pairs(pairs: Sequence[tuple[int, int]]) -> str:
+    """``((0, 1), (2, 3))`` -> ``L0H1+L2H3`` (the ``heads=`` value; pairs written as given)."""
+    return "+".join(f"L{int(layer)}H{int(head)}" for layer, head in pairs)
+
+
+def parse_head_pairs(text: str, name: str = "heads") -> tuple[tuple[int, int], ...]:
+    """``L3H1+L5H0`` -> ``((3, 1), (5, 0))``, sorted, each once; a one-line PosymError (naming
+    ``name``) on anything else (an empty list, a repeated head, a type name: resolve it first)."""
+    items = [t.strip() for t in str(text).split("+")]
+    pairs = [_HEAD_PAIR.fullmatch(t) for t in items]
+    if not text or not all(pairs):
+        raise PosymError(f"{name}: {text!r} is not a list of heads like L3H1+L5H0 (layer and query head, 0-based, "
+                         "joined by '+'; a head type is resolved to such a list first: posym.heads.selection.resolve_heads)")
+    out = [(int(m.group(1)), int(m.group(2))) for m in pairs]  # type: ignore[union-attr]
+    if len(set(out)) != len(out):
+        raise PosymError(f"{name}: {text!r} names a head twice; give each once")
+    return tuple(sorted(out))
+
+
+_HEAD_PAIR = re.compile(r"L(\d+)H(\d+)")
+
+
+def parse_heads_key(kv: Mapping[str, str], layers: Sequence[int] | None) -> tuple[tuple[int, int], ...] | None:
+    """The ``heads=`` value of a per-head intervention's keys (None when absent); a one-line PosymError
+    beside ``layers=`` (the heads name their layers)."""
+    if "heads" not in kv:
+        return None
+    if layers is not None:
+        raise PosymError("heads= names its layers (L3H1 is layer 3, query head 1); drop layers=")
+    return parse_head_pairs(kv["heads"], "heads")
+
+
+def check_heads_arg(heads: Sequence[tuple[int, int]] | None, layers: Sequence[int] | None,
+                    name: str) -> tuple[tuple[int, int], ...] | None:
+    """``heads`` of a context manager's call as sorted ``(layer, head)`` pairs (None stays None); a
+    one-line PosymError beside ``layers``, for an empty selection or a pair that is not two integers."""
+    if heads is None:
+        return None
+    if layers is not None:
+        raise PosymError(f"{name}: heads names its layers; give heads or layers, not both")
+    try:
+        pairs = [(int(layer), int(head)) for layer, head in heads]
+    except (TypeError, ValueError):
+        raise PosymError(f"{name}: heads must be (layer, query head) pairs of integers, got {heads!r}") from None
+    if any(layer < 0 or head < 0 for layer, head in pairs):
+        raise PosymError(f"{name}: heads must be (layer, query head) pairs of integers >= 0, got {heads!r}")
+    return parse_head_pairs(format_head_pairs(pairs), f"{name}: heads")
+
+
 def format_number(x: float) -> str:
     """``1.0`` -> ``1``, ``0.5`` -> ``0.5``, ``1e20`` -> ``1e+20`` (shortest round-trip repr; integers
     written as digits up to 10^15): a number in a canonical string."""
@@ -125,5 +185,6 @@ def parse_ids(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split("+"))
 
 
-__all__ = ["REGISTRY", "DEFAULT_N_TRAIN", "MAX_N_TRAIN", "Intervention", "register", "per_layer_names", "format_number",
-           "format_ids", "parse_ids"]
+__all__ = ["REGISTRY", "DEFAULT_N_TRAIN", "MAX_N_TRAIN", "Intervention", "register", "per_layer_names", "per_head_names",
+           "format_head_pairs", "parse_head_pairs", "parse_heads_key", "check_heads_arg", "format_number", "format_ids",
+           "parse_ids"]

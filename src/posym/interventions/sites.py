@@ -62,6 +62,18 @@ def linear_sites(model: nn.Module, layers: Sequence[int] | None,
     return ad, out
 
 
+def head_sites(model: nn.Module, heads: Sequence[tuple[int, int]],
+               name: str) -> tuple[RopeAdapter, list[tuple[tuple[int, nn.Module, nn.Module, bool], tuple[int, ...]]]]:
+    """The adapter and, per layer named in ``heads`` (``(layer, query head)`` pairs), its site (as
+    :func:`linear_sites`) with that layer's query heads; a one-line PosymError (naming ``name``) for a
+    head or layer the model lacks, or anything :func:`linear_sites` refuses."""
+    ad, sites = linear_sites(model, sorted({int(layer) for layer, _ in heads}), name)
+    bad = [f"L{layer}H{h}" for layer, h in heads if not 0 <= int(h) < ad.n_heads]
+    if bad:
+        raise PosymError(f"{name}: no head {bad[0]}: the model has {ad.n_heads} query heads per layer (H0..H{ad.n_heads - 1})")
+    return ad, [(site, tuple(sorted({int(h) for layer, h in heads if int(layer) == site[0]}))) for site in sites]
+
+
 QKFn = Callable[[Tensor, int, bool], Tensor]
 
 
@@ -110,6 +122,20 @@ def scale_dims(out: Tensor, per_head: Tensor, n: int) -> Tensor:
     return out * (m.repeat(n) if out.ndim == 3 else m)
 
 
+def scale_heads(out: Tensor, m: Tensor, n: int, heads_first: bool) -> Tensor:
+    """``out`` with token ``t``'s head ``h`` times ``m[t, h]`` (``m``: ``[T or 1, n, hd or 1]``), in any
+    site layout (``[B, T, n·hd]``, ``[B, T, n, hd]``, ``[B, n, T, hd]``): the per-query-head form of
+    :func:`scale_tokens` and :func:`scale_dims` (``heads=``). A factor of exactly 1.0 leaves a head's
+    values bit-identical."""
+    m = m.to(out.device, out.dtype)
+    if out.ndim == 3:
+        B, T, D = out.shape
+        return (out.reshape(B, T, n, D // n) * m).reshape(out.shape)
+    if heads_first_layout(out, n, heads_first):
+        return out * m.transpose(0, 1)
+    return out * m
+
+
 def prepend_hook(module: nn.Module, hook) -> torch.utils.hooks.RemovableHandle:
     """``hook`` as a forward hook of ``module`` that runs before the module's other forward hooks."""
     return module.register_forward_hook(hook, prepend=True)
@@ -128,5 +154,5 @@ def with_full_forward(context: Callable[..., ContextManager[T]]) -> Callable[...
     return wrapped
 
 
-__all__ = ["LINEAR_QK_FAMILIES", "PER_HEAD", "hook_qk", "linear_sites", "time_axis", "scale_tokens", "scale_dims",
-           "prepend_hook", "with_full_forward"]
+__all__ = ["LINEAR_QK_FAMILIES", "PER_HEAD", "hook_qk", "linear_sites", "head_sites", "time_axis", "scale_tokens",
+           "scale_dims", "scale_heads", "prepend_hook", "with_full_forward"]

@@ -10,7 +10,7 @@ key (``temperature:beta=0.5,n_train=17``): those rows were measured *unfloored*
 from __future__ import annotations
 
 from posym.errors import PosymError
-from posym.interventions.registry import DEFAULT_N_TRAIN, REGISTRY, Intervention
+from posym.interventions.registry import DEFAULT_N_TRAIN, REGISTRY, Intervention, per_head_names
 from posym.interventions.temperature import Temperature
 from posym.runs.tables import NO_INTERVENTION
 
@@ -51,6 +51,8 @@ def parse_intervention(text: str) -> Intervention | None:
     cls = REGISTRY.get(name)
     allowed = cls.keys if cls is not None else ()
     bad = sorted(set(kv) - set(allowed))
+    if "heads" in bad:
+        raise PosymError(f"{text!r}: {name} does not act per query head; heads= applies to {per_head_names()} only")
     if bad:
         raise PosymError(f"{text!r}: unknown key(s) {', '.join(bad)}; {name} takes {', '.join(allowed)}")
     return None if cls is None else cls.parse(kv)
@@ -65,7 +67,7 @@ def legacy_temperature(text: str) -> str:
     if name.strip() != "temperature" or "floor" in keys or "form" in keys:
         return text
     spec = parse_intervention(text)
-    return describe(Temperature(spec.beta, spec.n_train, spec.form, spec.layers, False))
+    return describe(Temperature(spec.beta, spec.n_train, spec.form, spec.layers, False, spec.heads))
 
 
 __all__ = ["NONE", "DEFAULT_N_TRAIN", "Intervention", "names", "describe", "parse_intervention", "legacy_temperature"]

@@ -12,6 +12,8 @@ canonical string), never as a model change:
   angle per unit of distance becomes ``r·θ`` with ``r = (b′/b)^(−2(i−1)/d)`` (:func:`rope_ratio`);
 * ``position_scale`` ``c(n)``: positions times ``c`` (interpolation), so a distance ``s`` rotates by
   ``s·c·θ`` (``r = c``);
+* ``freq_ratio`` ``r_i``: the angle of frequency ID ``i`` times ``r_i`` (YaRN's per-frequency blend
+  of ×1 and ×1/F), so a distance ``s`` rotates by ``s·r_i·θ``;
 * ``keep``: the kept frequency IDs (freq-mask). If ``i`` is dropped the plane contributes nothing:
   every logit is 0 (``Δ = 0``, uniform attention).
 
@@ -66,12 +68,13 @@ Scale = Callable[[np.ndarray], np.ndarray]
 class Effect:
     """An intervention in plain numbers: ``logit_scale(n)`` and ``position_scale(n)`` map lengths
     ``[N]`` to factors ``[N]`` (None = 1), ``base`` a new RoPE base, ``keep`` the kept frequency IDs
-    (None = all)."""
+    (None = all), ``freq_ratio(i)`` the factor on the angle of frequency ID ``i`` (None = 1; YaRN)."""
 
     logit_scale: Scale | None = None
     position_scale: Scale | None = None
     base: float | None = None
     keep: tuple[int, ...] | None = None
+    freq_ratio: Callable[[int], float] | None = None
 
 
 def frequency_id(theta: float, rotary_dim: int, base: float) -> int:
@@ -213,6 +216,8 @@ def intervened_table(effects: Mapping[str, Effect], lengths: Iterable[int] = DEF
         s = _scale(effect.logit_scale, ns, f"{name}: the logit scale")
         c = _scale(effect.position_scale, ns, f"{name}: the position scale")
         ratio = 1.0 if effect.base is None else rope_ratio(ids[mech], rotary_dim, base, effect.base)
+        if effect.freq_ratio is not None:
+            ratio *= float(effect.freq_ratio(ids[mech]))
         kept = effect.keep is None or ids[mech] in effect.keep
         for n, sn, cn in zip(ns.tolist(), s, c):
             r = ratio * cn

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from posym.heads.head_types import format_p
+from posym.stats import format_p
 
 
 def _fmt_corr(corr: pd.DataFrame) -> str:
