@@ -1,4 +1,5 @@
-"""The studies: ``head-types`` (every head of an LLM typed two ways), ``interventions`` (trained models under
+"""The studies: ``head-types`` (every head of an LLM typed two ways), ``head-sets`` (typed head sets vs
+matched random sets), ``interventions`` (trained models under
 inference-time interventions), ``sensitivity`` (reproduction variants) and ``pe-study`` (training-time
 positional encodings); docs/interventions.md, docs/llm.md."""
 
@@ -10,7 +11,7 @@ from posym.cli.common import (LLM_MODEL_OPTIONS, SUPPRESS, TASK_CHOICES, TASK_HE
                               add_llm_model_options, add_quiet, add_swap_exclude, call, not_, show)
 from posym.cli.llm import PROMPT_OPTIONS, add_entities, add_min_mass
 from posym.cli.types import (VariantsAction, device_type, finite_float, gamma_type, int_list, nonneg_int,
-                             positive_float, positive_int, search_grid_type, str_list, variant)
+                             positive_float, positive_int, positive_int_list, search_grid_type, str_list, variant)
 
 #: posym.studies.head_types.PROMPT_SOURCES (kept equal by tests/cli/test_cli_defaults.py)
 SOURCES = ("repeated", "binding", "number", "letter")
@@ -38,6 +39,13 @@ def _cmd_sensitivity(a: argparse.Namespace) -> None:
 def _cmd_pe_study(a: argparse.Namespace) -> None:
     from posym.studies.encodings import pe_study
     show(call(pe_study, a, "variants", "out", names=("force", "intervention", "lengthgen")))
+
+
+def _cmd_head_sets(a: argparse.Namespace) -> None:
+    from posym.studies.head_sets import head_sets
+    show(call(head_sets, a, "model", progress=("quiet", not_),
+              names=("readout", "out", "sets", "controls", "seed", "doses", "directions", "intervene", "lengths",
+                     "temperature_lengths", "n", "task", "force")))
 
 
 def _variants(p: argparse.ArgumentParser, help: str) -> None:
@@ -97,6 +105,33 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     iv.add_argument("--device", type=device_type, default=SUPPRESS)
     add_quiet(iv, "no progress bars")
     iv.set_defaults(func=_cmd_interventions)
+
+    hs = sub.add_parser("head-sets", help="which heads and frequencies carry each mechanism: frequency dose curves "
+                                          "and a temperature inside typed head sets vs matched random sets (docs/head_sets.md)")
+    hs.add_argument("model", help="a trained posym model: run, HF Trainer output_dir, checkpoint-N/ or model folder")
+    hs.add_argument("--readout", required=True, metavar="FILE",
+                    help="the head readout of the same model (posym head-types' head_types.csv or a scores.csv)")
+    hs.add_argument("--out", required=True, help="study directory (re-running the command reuses measured cells)")
+    hs.add_argument("--sets", type=str_list(), default=SUPPRESS,
+                    help="head types to test, comma list (default positional,symbolic,previous-token,induction,sink)")
+    hs.add_argument("--controls", type=positive_int, default=SUPPRESS,
+                    help="K matched random head sets per set (seeds SEED..SEED+K-1; default 20)")
+    hs.add_argument("--doses", type=positive_int_list, default=SUPPRESS,
+                    help="k frequency IDs dropped, comma list (default 1,2,4,... up to half the rotary pairs)")
+    hs.add_argument("--directions", type=str_list(), default=SUPPRESS,
+                    help="low (k slowest IDs), high (k fastest), random (default all three)")
+    add_intervene_args(hs, layers=False, metavar="temperature:KEY=VALUE[,...]",
+                       help="temperature settings applied to each set only (repeatable; default "
+                            "temperature:beta=0.5,n_train=17)")
+    hs.add_argument("--lengths", type=int_list, default=SUPPRESS, help="added lengths of the dose curves (default 0)")
+    hs.add_argument("--temperature-lengths", type=int_list, default=SUPPRESS,
+                    help="added lengths of the temperature part (default 0,50,100,200)")
+    hs.add_argument("--n", type=positive_int, default=SUPPRESS, help="test prompts (the same for every intervention)")
+    hs.add_argument("--seed", type=nonneg_int, default=SUPPRESS, help="data seed, first control seed, random-ID seed")
+    hs.add_argument("--task", default=SUPPRESS, choices=TASK_CHOICES, help=TASK_HELP)
+    add_force(hs, "replace existing tables and figures (the outcome cache is kept)")
+    add_quiet(hs, "no progress bar")
+    hs.set_defaults(func=_cmd_head_sets)
 
     sv = sub.add_parser("sensitivity", help="compare reproduction variants (training choices) and test whether "
                                              "head discrepancy predicts length extrapolation")

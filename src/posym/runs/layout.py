@@ -137,6 +137,13 @@ INTERVENTIONS_LENGTHGEN = "interventions_lengthgen.csv"  # every model's lengthg
 INTERVENTION_HEADS = "intervention_heads.csv"  # per model folder: scores of every head under each intervention
 FIG_INTERVENTIONS = "fig5b_interventions_{task}"
 FIG_INTERVENTION_HEADS = "intervention_heads_{task}"
+HEAD_SETS = "head_sets.csv"  # posym head-sets: one row per cell (set x dose or temperature x length)
+HEAD_SETS_CONTROLS = "head_sets_controls.csv"  # one row per matched random control draw of each cell
+HEAD_SETS_MD = "head_sets.md"
+HEAD_SETS_JSON = "head_sets.json"  # the study's settings, sets, control seeds, readout, notes
+HEAD_SETS_OUTCOMES = "head_sets_outcomes.jsonl"  # the cache: per-prompt outcomes per (intervention, length)
+FIG_HEAD_SETS_DOSES = "head_sets_doses_{set}"
+FIG_HEAD_SETS_TEMPERATURE = "head_sets_temperature_{set}"
 
 
 def safe_name(text: str) -> str:

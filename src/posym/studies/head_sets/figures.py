@@ -1,0 +1,70 @@
+"""The head-set study's figures (docs/head_sets.md), drawn from ``head_sets.csv`` on
+:func:`posym.report.figures.new_figure` (no pyplot): per set, accuracy vs the dose k of each direction,
+and accuracy vs added length under the set's temperature — the typed set as a line, its K matched
+random controls as a 5–95 % band with their mean, the untouched model dotted. The null and the number of
+prompts are printed in each figure's subtitle; legends sit outside the axes."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from posym.report.figures import new_figure
+from posym.studies.head_sets.study import DOSE, NULL, TEMPERATURE
+
+TYPED, CONTROL, UNTOUCHED, ALL_HEADS = "C0", "grey", "black", "C3"
+
+
+def _subtitle(t: pd.DataFrame) -> str:
+    n, k = int(t["n_prompts"].max()), int(t["n_controls"].max())
+    return f"null: {NULL} (K = {k}, band 5–95 %); n = {n} prompts"
+
+
+def _panel(ax, g: pd.DataFrame, x: str, name: str) -> None:
+    g = g.sort_values(x)
+    ax.fill_between(g[x], g["ctrl_acc_q05"], g["ctrl_acc_q95"], color=CONTROL, alpha=0.25, lw=0,
+                    label="controls 5–95 %")
+    ax.plot(g[x], g["ctrl_acc_mean"], color=CONTROL, ls="--", marker=".", label="controls mean")
+    ax.plot(g[x], g["acc"], color=TYPED, marker="o", ms=4, label=f"{name} heads")
+    ax.plot(g[x], g["acc_none"], color=UNTOUCHED, ls=":", label="untouched")
+
+
+def plot_dose_curves(table: pd.DataFrame, set_name: str):
+    """Accuracy vs k (frequency IDs dropped inside the set) per direction, for one set at its smallest
+    added length: one panel per direction."""
+    t = table[(table["part"] == DOSE) & (table["set"] == set_name)]
+    t = t[t["extra_tokens"] == t["extra_tokens"].min()]
+    dirs = list(dict.fromkeys(t["what"]))
+    fig, axes = new_figure((3.4 * max(1, len(dirs)) + 1.6, 3.2), 1, max(1, len(dirs)), squeeze=False, sharey=True)
+    for ax, d in zip(axes[0], dirs):
+        _panel(ax, t[t["what"] == d], "k", set_name)
+        what = {"low": "k slowest IDs dropped", "high": "k fastest IDs dropped"}.get(d, "k random IDs dropped")
+        ax.set(xlabel=f"k ({what})", title=d, ylim=(-0.02, 1.02))
+    axes[0][0].set_ylabel("accuracy")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    heads = t["heads"].iloc[0] if len(t) else ""
+    fig.suptitle(f"{set_name} heads ({heads}): frequency dose curves, +{int(t['extra_tokens'].min()) if len(t) else 0} "
+                 f"tokens\n{_subtitle(t) if len(t) else NULL}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_temperature_curve(table: pd.DataFrame, set_name: str):
+    """Accuracy vs added length under each temperature setting applied to the set only (one panel per
+    setting), the same setting on every head beside it."""
+    t = table[(table["part"] == TEMPERATURE) & (table["set"] == set_name)]
+    settings = list(dict.fromkeys(t["what"]))
+    fig, axes = new_figure((4.2 * max(1, len(settings)) + 1.6, 3.2), 1, max(1, len(settings)), squeeze=False,
+                           sharey=True)
+    for ax, s in zip(axes[0], settings):
+        g = t[t["what"] == s].sort_values("extra_tokens")
+        _panel(ax, g, "extra_tokens", set_name)
+        ax.plot(g["extra_tokens"], g["acc_all_heads"], color=ALL_HEADS, ls="-.", label="all heads")
+        ax.set(xlabel="added target-window tokens", title=s, ylim=(-0.02, 1.02))
+    axes[0][0].set_ylabel("accuracy")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    fig.suptitle(f"{set_name} heads: temperature on the set only\n{_subtitle(t) if len(t) else NULL}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+__all__ = ["plot_dose_curves", "plot_temperature_curve"]

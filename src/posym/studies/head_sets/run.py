@@ -1,0 +1,235 @@
+"""``posym head-sets``: which heads and which frequencies carry each mechanism (issue 37; docs/head_sets.md).
+
+For each typed head set of a model (read from its head readout, :mod:`posym.heads.selection`) and its K
+matched random controls (``random:<type>,seed=seed+j``): (b) frequency-ablation dose curves inside the
+set (``freq-mask:keep=…,heads=…``: the k slowest, fastest or random IDs dropped) and (a) a temperature
+applied to the set only (``temperature:…,heads=…``), accuracy vs added length. NTK, rope-base, YaRN
+and interpolation change the rotary of the shared key too, so they are not exact per query head and
+the mechanism refuses them with ``heads=`` (docs/interventions.md): not in this study.
+
+Every intervention's per-prompt outcomes (:func:`posym.lengthgen.outcomes.task_outcomes`, the same
+prompts for all) are appended to ``OUT/head_sets_outcomes.jsonl`` as they are measured: a rerun with the
+same arguments (also after a kill) measures only what is missing; ``--force`` replaces the tables and
+figures, never the cache (delete it to measure afresh).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from posym.checks import check_int
+from posym.errors import PosymError
+from posym.heads.selection import TYPE_NAMES, Head, format_heads, matched_control, read_readout, typed_heads
+from posym.interventions import describe, intervened, parse_intervention
+from posym.lengthgen.outcomes import task_outcomes
+from posym.model.adapters import get_adapter
+from posym.runs import layout
+from posym.runs.resolve import check_model_folder, resolve_model
+from posym.studies.head_sets.figures import plot_dose_curves, plot_temperature_curve
+from posym.studies.head_sets.study import DEFAULT_SETS, DEFAULT_TEMPERATURE, DIRECTIONS, NOT_PER_HEAD, NULL, \
+    TEMPERATURE_LENGTHS
+from posym.studies.head_sets.tables import NONE, Evaluate, cell_rows, plan_cells, study_table, table_markdown
+from posym.verbs import Outputs, VerbResult, figure_paths
+
+
+def default_doses(n_freq: int) -> tuple[int, ...]:
+    """1, 2, 4, … up to half the rotary pairs."""
+    out, k = [], 1
+    while k <= max(1, n_freq // 2):
+        out.append(k)
+        k *= 2
+    return tuple(out)
+
+
+def check_settings(*, sets: Sequence[str], controls: int, directions: Sequence[str], temperature: Sequence[str],
+                   lengths: Sequence[int], temperature_lengths: Sequence[int], doses: Sequence[int] | None,
+                   n: int) -> tuple[list[str], list[str]]:
+    """The options checked before any work (one-line PosymError each): ``(sets, canonical temperature strings)``."""
+    sets = list(dict.fromkeys(str(s) for s in sets))
+    bad = [s for s in sets if s not in TYPE_NAMES or s.startswith("random")]
+    if bad or not sets:
+        raise PosymError(f"--sets: unknown set {bad[0] if bad else '(none given)'!r}; sets are head types: {', '.join(TYPE_NAMES)}")
+    check_int(controls, "--controls", lo=1)
+    check_int(n, "--n", lo=1)
+    bad = [d for d in directions if d not in DIRECTIONS]
+    if bad or not directions:
+        what = repr(bad[0]) if bad else "(none given)"
+        raise PosymError(f"--directions: unknown direction {what}; give some of {', '.join(DIRECTIONS)}")
+    for name, values in (("--lengths", lengths), ("--temperature-lengths", temperature_lengths)):
+        for v in values:
+            check_int(v, name, lo=0)
+    for k in doses or ():
+        check_int(k, "--doses", lo=1)
+    temps = []
+    for text in temperature:
+        spec = parse_intervention(text)
+        canon = describe(spec)
+        name = canon.split(":")[0]
+        if name in NOT_PER_HEAD:
+            raise PosymError(f"--intervene {text}: {name} is not exact per query head (it rotates the shared keys too); "
+                             "the head-set study takes temperature settings only")
+        if name != "temperature" or ",heads=" in canon or ",layers=" in canon:
+            raise PosymError(f"--intervene {text}: give a temperature setting without heads= or layers= "
+                             "(the study applies it to each head set), e.g. temperature:beta=0.5,n_train=17")
+        temps.append(canon)
+    return sets, temps
+
+
+def resolve_sets(table: pd.DataFrame, sets: Sequence[str], n_layers: int, n_heads: int, controls: int,
+                 seed: int) -> tuple[dict[str, tuple[Head, ...]], dict[str, list[tuple[int, tuple[Head, ...]]]], list[str]]:
+    """Each set's heads read from the readout ``table``, its K matched controls ``(seed + j, heads)`` and
+    the notes of the sets skipped (no heads). A set that cannot be matched, or a head outside the model,
+    is a one-line PosymError (drop the set from ``--sets``)."""
+    typed, ctrls, notes = {}, {}, []
+    for s in sets:
+        heads = typed_heads(table, s)
+        if not heads:
+            notes.append(f"{s}: no head of this type in the readout; skipped")
+            continue
+        out = [format_heads([h]) for h in heads if not (0 <= h[0] < n_layers and 0 <= h[1] < n_heads)]
+        if out:
+            raise PosymError(f"--readout: {s} head {out[0]} is not in this model ({n_layers} layers x {n_heads} heads); "
+                             "give the readout of the same model")
+        try:
+            ctrls[s] = [(seed + j, matched_control(heads, n_layers, n_heads, seed + j, s)) for j in range(controls)]
+        except PosymError as e:
+            raise PosymError(f"{e}; drop {s} from --sets") from None
+        typed[s] = heads
+    if not typed:
+        raise PosymError(f"no head set has heads in the readout ({'; '.join(notes)}); give other --sets or another --readout")
+    return typed, ctrls, notes
+
+
+def measure_head_sets(evaluate: Evaluate, readout: pd.DataFrame, *, n_layers: int, n_heads: int, n_freq: int,
+                      sets: Sequence[str] = DEFAULT_SETS, controls: int = 20, seed: int = 0,
+                      doses: Sequence[int] | None = None, directions: Sequence[str] = DIRECTIONS,
+                      lengths: Sequence[int] = (0,), temperature: Sequence[str] = DEFAULT_TEMPERATURE,
+                      temperature_lengths: Sequence[int] = TEMPERATURE_LENGTHS, readout_name: str = "",
+                      task: str = "") -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """The study on any model: ``evaluate(intervention, added length)`` gives per-prompt outcomes
+    (``correct``, ``rank``; the same prompts for every intervention). Returns ``(head_sets table,
+    controls table, notes)`` (columns: docs/head_sets.md)."""
+    sets, temps = check_settings(sets=sets, controls=controls, directions=directions, temperature=temperature,
+                                 lengths=lengths, temperature_lengths=temperature_lengths, doses=doses, n=1)
+    doses = tuple(int(k) for k in doses) if doses is not None else default_doses(n_freq)
+    if max(doses) >= n_freq:
+        raise PosymError(f"--doses: k = {max(doses)} drops every rotary pair or more (the model has {n_freq} "
+                         f"frequency IDs); give k from 1 to {n_freq - 1}")
+    typed, ctrls, notes = resolve_sets(readout, sets, n_layers, n_heads, controls, check_int(seed, "--seed", lo=0))
+    cells = plan_cells(list(typed), doses=doses, directions=directions, lengths=lengths, temperature=temps,
+                       temperature_lengths=temperature_lengths, n_freq=n_freq, seed=seed)
+    rows, crows = [], []
+    for cell in cells:
+        row, c = cell_rows(cell, typed[cell.set], ctrls[cell.set], n_freq, evaluate)
+        rows.append(row)
+        crows += c
+    all_heads = {(t, int(e)): float(evaluate(t, int(e))["correct"].mean()) for t in temps for e in temperature_lengths}
+    table = study_table(rows, readout=readout_name, task=task, seed=seed, all_heads=all_heads)
+    return table, pd.DataFrame(crows), notes
+
+
+class OutcomeCache:
+    """``head_sets_outcomes.jsonl``: one line per (model, task, n, data seed, intervention, added length)
+    with the per-prompt ``correct`` and ``rank``; append-only, a torn last line ignored."""
+
+    def __init__(self, path: Path, key: dict):
+        self.path, self.key, self.data = path, key, {}
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a torn last line of a killed run
+                if {k: r.get(k) for k in key} == key:
+                    self.data[(r["intervention"], int(r["extra_tokens"]))] = pd.DataFrame(
+                        {"correct": r["correct"], "rank": r["rank"]})
+
+    def get(self, intervention: str, extra: int) -> pd.DataFrame | None:
+        return self.data.get((intervention, int(extra)))
+
+    def put(self, intervention: str, extra: int, out: pd.DataFrame) -> None:
+        self.data[(intervention, int(extra))] = out[["correct", "rank"]].reset_index(drop=True)
+        rec = {**self.key, "intervention": intervention, "extra_tokens": int(extra),
+               "correct": [int(x) for x in out["correct"]], "rank": [float(x) for x in out["rank"]]}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+def head_sets(model: str | os.PathLike, *, readout: str | os.PathLike, out: str | os.PathLike,
+              sets: Sequence[str] = DEFAULT_SETS, controls: int = 20, seed: int = 0, doses: Sequence[int] | None = None,
+              directions: Sequence[str] = DIRECTIONS, intervene: Sequence[str] = DEFAULT_TEMPERATURE,
+              lengths: Sequence[int] = (0,), temperature_lengths: Sequence[int] = TEMPERATURE_LENGTHS, n: int = 200,
+              task: str | None = None, force: bool = False, progress: bool = True) -> VerbResult:
+    """The head-set study of one trained posym model (run, Trainer output or model folder; module doc):
+    ``head_sets.csv`` (one row per cell), ``head_sets_controls.csv`` (one row per control draw),
+    ``head_sets.md``, ``head_sets.json`` and two figures per set in ``out``. ``doses``: default 1, 2, 4, …
+    up to half the rotary pairs; ``lengths``: the dose curves' added lengths; ``temperature_lengths``:
+    the temperature part's. Every option is checked before the model loads or a file is written."""
+    from tqdm.auto import tqdm
+
+    sets, temps = check_settings(sets=sets, controls=controls, directions=directions, temperature=intervene,
+                                 lengths=lengths, temperature_lengths=temperature_lengths, doses=doses, n=n)
+    table = read_readout(readout)
+    for s in sets:
+        typed_heads(table, s)  # a readout lacking the type's columns: one line, before any work
+    ckpt, task = check_model_folder(model, task)
+    out = Path(out)
+    stems = [out / layout.FIG_HEAD_SETS_DOSES.format(set=s) for s in sets] + \
+            [out / layout.FIG_HEAD_SETS_TEMPERATURE.format(set=s) for s in sets]
+    files = [out / f for f in (layout.HEAD_SETS, layout.HEAD_SETS_CONTROLS, layout.HEAD_SETS_MD, layout.HEAD_SETS_JSON)]
+    outputs = Outputs(files + [p for s in stems for p in figure_paths(s)], force).check()
+    resolved = resolve_model(model, task)
+    ad = get_adapter(resolved.model)
+    n_layers, n_heads, n_freq = ad.n_layers, ad.n_heads, ad.rotary_dim // 2
+    k_max = max(doses) if doses else 1
+    if k_max >= n_freq:
+        raise PosymError(f"--doses: k = {k_max} drops every rotary pair or more (the model has {n_freq} frequency IDs); "
+                         f"give k from 1 to {n_freq - 1}")
+    resolve_sets(table, sets, n_layers, n_heads, controls, seed)  # unmatched sets: one line before any measurement
+    cache = OutcomeCache(out / layout.HEAD_SETS_OUTCOMES, {"model": str(Path(ckpt).resolve()), "task": task, "n": int(n),
+                                                           "data_seed": int(seed)})
+    bar = tqdm(desc=f"head-sets {task}", disable=not progress, unit="iv")
+    measured = [0]
+
+    def evaluate(interv: str, extra: int) -> pd.DataFrame:
+        canon = describe(parse_intervention(interv)) if interv != NONE else NONE
+        got = cache.get(canon, extra)
+        if got is None:
+            got = task_outcomes(resolved.model, task, extra, n, seed, intervene=lambda: intervened(resolved.model, canon))
+            cache.put(canon, extra, got)
+            measured[0] += 1
+            bar.update(1)
+            bar.set_postfix_str(f"{canon[:40]} +{extra}")
+        return got
+
+    t, c, notes = measure_head_sets(evaluate, table, n_layers=n_layers, n_heads=n_heads, n_freq=n_freq, sets=sets,
+                                    controls=controls, seed=seed, doses=doses, directions=directions, lengths=lengths,
+                                    temperature=temps, temperature_lengths=temperature_lengths,
+                                    readout_name=str(Path(readout)), task=task)
+    bar.close()
+    outputs.csv(t, out / layout.HEAD_SETS)
+    outputs.csv(c, out / layout.HEAD_SETS_CONTROLS)
+    outputs.text(table_markdown(t, NULL) + "".join(f"\nNote: {x}\n" for x in notes), out / layout.HEAD_SETS_MD)
+    outputs.json({"model": str(model), "task": task, "readout": str(Path(readout)), "sets": sorted(set(t["set"])),
+                  "controls": controls, "control_seeds": [seed, seed + controls - 1], "seed": seed,
+                  "doses": sorted(set(int(k) for k in t.loc[t["part"] == "dose", "k"])), "directions": list(directions),
+                  "temperature": temps, "lengths": list(lengths), "temperature_lengths": list(temperature_lengths),
+                  "n": n, "null": NULL, "notes": notes, "measured_now": measured[0]}, out / layout.HEAD_SETS_JSON)
+    for s in sorted(set(t["set"])):
+        if ((t["set"] == s) & (t["part"] == "dose")).any():
+            outputs.figure(plot_dose_curves(t, s), out / layout.FIG_HEAD_SETS_DOSES.format(set=s))
+        if ((t["set"] == s) & (t["part"] == "temperature")).any():
+            outputs.figure(plot_temperature_curve(t, s), out / layout.FIG_HEAD_SETS_TEMPERATURE.format(set=s))
+    summary = (f"head-sets {task}: {len(t)} cells over {', '.join(sorted(set(t['set'])))} (K = {controls} controls, "
+               f"n = {n}); {measured[0]} interventions measured now, the rest from the cache\n"
+               + "".join(f"note: {x}\n" for x in notes) + f"wrote {out / layout.HEAD_SETS}")
+    return VerbResult(table=t, files=list(outputs.written), summary=summary, data={"notes": notes, "measured": measured[0]})
+
+
+__all__ = ["OutcomeCache", "check_settings", "default_doses", "head_sets", "measure_head_sets", "resolve_sets"]

@@ -1,0 +1,41 @@
+"""The head-set study's fixed choices (docs/head_sets.md): the sets, the directions, the defaults and the
+prediction written before anything was measured (docs/results/head_sets.md, from Papers A/B)."""
+
+from __future__ import annotations
+
+#: The head sets compared with their matched random controls (types of posym.heads.selection, SPEC §7).
+DEFAULT_SETS: tuple[str, ...] = ("positional", "symbolic", "previous-token", "induction", "sink")
+#: Which frequency IDs a dose drops (ID 1 = fastest, Paper B's numbering, as ``freq-mask``): ``low`` the k
+#: slowest (the largest IDs), ``high`` the k fastest (IDs 1..k), ``random`` k drawn once per study seed
+#: (a seeded permutation of the IDs, its first k: the random doses are nested).
+DIRECTIONS: tuple[str, ...] = ("low", "high", "random")
+#: The default inference-time temperature applied to one head set (docs/interventions.md).
+DEFAULT_TEMPERATURE: tuple[str, ...] = ("temperature:beta=0.5,n_train=17",)
+#: Added lengths of the temperature part (the dose curves default to +0).
+TEMPERATURE_LENGTHS: tuple[int, ...] = (0, 50, 100, 200)
+#: The null printed beside every figure and table.
+NULL = "K matched random head sets, same heads per layer"
+#: The two parts of the study (the ``part`` column).
+DOSE, TEMPERATURE = "dose", "temperature"
+#: Interventions the mechanism cannot restrict exactly to query heads (refused with ``heads=``): not in this study.
+NOT_PER_HEAD = ("ntk", "rope-base", "yarn", "interpolate")
+
+#: The prediction written before any measurement (Papers A/B), per (set, part/direction, task).
+PREDICTION: dict[tuple[str, str, str], str] = {
+    ("positional", "high", "number"): "hurts far more than the controls: Index heads read the fastest pairs",
+    ("positional", "low", "number"): "little effect, near the controls",
+    ("symbolic", "low", "letter"): "hurts more than the controls: Retrieval heads read slow pairs",
+    ("symbolic", "high", "letter"): "small effect, near the controls",
+    ("symbolic", "temperature", "letter"): "recovers most of the all-heads gain at long lengths",
+    ("positional", "temperature", "letter"): "none of the all-heads gain",
+    ("positional", "temperature", "number"): "none of the all-heads gain",
+}
+
+
+def prediction(set_name: str, what: str, task: str) -> str:
+    """The written prediction of a cell (``what``: a direction or ``temperature``), "" when none was made."""
+    return PREDICTION.get((set_name, what, task), "")
+
+
+__all__ = ["DEFAULT_SETS", "DEFAULT_TEMPERATURE", "DIRECTIONS", "DOSE", "NOT_PER_HEAD", "NULL", "PREDICTION",
+           "TEMPERATURE", "TEMPERATURE_LENGTHS", "prediction"]

@@ -1,0 +1,148 @@
+"""The head-set study's plan and statistics (docs/head_sets.md), compute only: which interventions each
+cell measures on the typed set and on its K matched random controls, and the table of the effects
+(SPEC §3, §7; docs/statistics.md).
+
+A **cell** is (set, dose direction, k) at an added length, or (set, temperature setting, added length).
+Its effect is ``untouched − intervened`` accuracy, paired over the same prompts: on the typed set with a
+paired bootstrap CI (:func:`posym.stats.paired_bootstrap`), on each control; the permutation p of the
+typed set against its controls (:func:`posym.stats.control_p_value`: one-sided "hurts more" for the
+dose cells, two-sided for temperature, which may rescue or harm) and Benjamini–Hochberg over every
+cell of the study (:func:`posym.stats.benjamini_hochberg`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from posym.errors import PosymError
+from posym.heads.selection import Head, format_heads
+from posym.stats import benjamini_hochberg, control_p_value, paired_bootstrap
+from posym.studies.head_sets.study import DIRECTIONS, DOSE, TEMPERATURE, prediction
+
+#: Per-prompt outcomes of one (intervention string, added length): a table with ``correct`` and ``rank``.
+Evaluate = Callable[[str, int], pd.DataFrame]
+NONE = "none"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell: ``part`` (dose | temperature), the set, ``what`` (a direction, or the temperature
+    setting's canonical string), ``k`` and the ``dropped`` IDs (dose; 0 / () for temperature), the added length."""
+
+    part: str
+    set: str
+    what: str
+    k: int
+    dropped: tuple[int, ...]
+    length: int
+
+    def intervention(self, heads: Sequence[Head], n_freq: int) -> str:
+        """The intervention of this cell on ``heads`` (canonical order: ``keep`` then ``heads``)."""
+        pairs = format_heads(sorted(heads))
+        if self.part == DOSE:
+            keep = "+".join(str(i) for i in range(1, n_freq + 1) if i not in self.dropped)
+            return f"freq-mask:keep={keep},heads={pairs}"
+        return f"{self.what},heads={pairs}"
+
+
+def dropped_ids(direction: str, k: int, n_freq: int, seed: int) -> tuple[int, ...]:
+    """The frequency IDs (1 = fastest) a dose of ``k`` drops: ``high`` 1..k, ``low`` the k largest,
+    ``random`` the first k of ``numpy.random.default_rng(seed).permutation`` of 1..n_freq (sorted)."""
+    if direction == "high":
+        return tuple(range(1, k + 1))
+    if direction == "low":
+        return tuple(range(n_freq - k + 1, n_freq + 1))
+    if direction == "random":
+        return tuple(sorted(int(i) for i in np.random.default_rng(seed).permutation(np.arange(1, n_freq + 1))[:k]))
+    raise PosymError(f"unknown direction {direction!r}; directions: {', '.join(DIRECTIONS)}")
+
+
+def plan_cells(sets: Sequence[str], *, doses: Sequence[int], directions: Sequence[str], lengths: Sequence[int],
+               temperature: Sequence[str], temperature_lengths: Sequence[int], n_freq: int, seed: int) -> list[Cell]:
+    """Every cell of the study, sets outermost (dose cells, then temperature cells)."""
+    cells: list[Cell] = []
+    for s in sets:
+        cells += [Cell(DOSE, s, d, int(k), dropped_ids(d, int(k), n_freq, seed), int(e))
+                  for e in lengths for d in directions for k in doses]
+        cells += [Cell(TEMPERATURE, s, t, 0, (), int(e)) for t in temperature for e in temperature_lengths]
+    return cells
+
+
+def _q(x: np.ndarray, q: float) -> float:
+    return float(np.quantile(x, q))
+
+
+def cell_rows(cell: Cell, heads: Sequence[Head], controls: Sequence[tuple[int, Sequence[Head]]], n_freq: int,
+              evaluate: Evaluate) -> tuple[dict, list[dict]]:
+    """The row of one cell (statistics but BH, columns of docs/head_sets.md) and one row per control draw.
+    ``controls``: ``(seed, heads)`` of each matched random set."""
+    base = evaluate(NONE, cell.length)
+    typed_iv = cell.intervention(heads, n_freq)
+    typed = evaluate(typed_iv, cell.length)
+    if len(typed) != len(base):
+        raise PosymError(f"{typed_iv}: {len(typed)} prompts against {len(base)} untouched; the outcomes are not paired")
+    effect, lo, hi = paired_bootstrap(base["correct"], typed["correct"], seed=0)
+    ctrl_rows, ctrl_eff, ctrl_acc, ctrl_rank = [], [], [], []
+    for j_seed, c_heads in controls:
+        iv = cell.intervention(c_heads, n_freq)
+        out = evaluate(iv, cell.length)
+        acc = float(out["correct"].mean())
+        ctrl_eff.append(float(base["correct"].mean()) - acc)
+        ctrl_acc.append(acc)
+        ctrl_rank.append(float(out["rank"].mean()))
+        ctrl_rows.append({"part": cell.part, "set": cell.set, "what": cell.what, "k": cell.k, "extra_tokens": cell.length,
+                          "control_seed": j_seed, "heads": format_heads(c_heads), "intervention": iv, "acc": acc,
+                          "rank": ctrl_rank[-1], "effect": ctrl_eff[-1], "n_prompts": len(out)})
+    e, a = np.asarray(ctrl_eff), np.asarray(ctrl_acc)
+    two = cell.part == TEMPERATURE
+    row = {"part": cell.part, "set": cell.set, "what": cell.what, "k": cell.k,
+           "dropped": "+".join(map(str, cell.dropped)), "extra_tokens": cell.length, "intervention": typed_iv,
+           "heads": format_heads(heads), "n_heads": len(heads), "n_prompts": len(base), "n_controls": len(controls),
+           "control_seeds": f"{controls[0][0]}..{controls[-1][0]}",
+           "acc_none": float(base["correct"].mean()), "acc": float(typed["correct"].mean()),
+           "effect": effect, "effect_lo": lo, "effect_hi": hi,
+           "rank_none": float(base["rank"].mean()), "rank": float(typed["rank"].mean()),
+           "ctrl_effect_mean": float(e.mean()), "ctrl_effect_sd": float(e.std(ddof=1)) if e.size > 1 else float("nan"),
+           "ctrl_acc_mean": float(a.mean()), "ctrl_acc_min": float(a.min()), "ctrl_acc_max": float(a.max()),
+           "ctrl_acc_q05": _q(a, 0.05), "ctrl_acc_q95": _q(a, 0.95), "ctrl_rank_mean": float(np.mean(ctrl_rank)),
+           "alternative": "two-sided" if two else "greater", "p": control_p_value(effect, e, two_sided=two)}
+    return row, ctrl_rows
+
+
+def study_table(rows: list[dict], *, readout: str, task: str, seed: int, all_heads: dict[tuple[str, int], float]) -> pd.DataFrame:
+    """The study table from :func:`cell_rows`' rows: BH over every cell (``p_bh``), the readout, task and
+    seeds recorded, the all-heads accuracy of each temperature cell (``acc_all_heads``: the same setting on
+    every head, keyed by (setting, length)) and the written prediction."""
+    t = pd.DataFrame(rows)
+    if t.empty:
+        return t
+    t["p_bh"] = benjamini_hochberg(t["p"].to_numpy())
+    t["acc_all_heads"] = [all_heads.get((w, int(e)), float("nan")) if p == TEMPERATURE else float("nan")
+                          for p, w, e in zip(t["part"], t["what"], t["extra_tokens"])]
+    t["prediction"] = [prediction(s, TEMPERATURE if p == TEMPERATURE else w, task)
+                       for s, p, w in zip(t["set"], t["part"], t["what"])]
+    t.insert(0, "task", task)
+    t["readout"] = readout
+    t["data_seed"] = seed
+    return t
+
+
+def table_markdown(t: pd.DataFrame, null: str) -> str:
+    """``head_sets.md``: one line per cell (effect [CI], controls' mean effect, p, BH p)."""
+    from posym.stats import format_p
+
+    lines = [f"Null: {null}. Effect = untouched − intervened accuracy, paired over the same prompts.", "",
+             "| part | set | what | k | +len | heads | n | effect [95% CI] | controls (mean ± sd) | p | p (BH) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in t.itertuples(index=False):
+        lines.append(f"| {r.part} | {r.set} | {r.what} | {r.k} | {r.extra_tokens} | {r.heads} | {r.n_prompts} | "
+                     f"{r.effect:+.3f} [{r.effect_lo:+.3f}, {r.effect_hi:+.3f}] | {r.ctrl_effect_mean:+.3f} ± "
+                     f"{r.ctrl_effect_sd:.3f} (K={r.n_controls}) | {format_p(r.p, r.n_controls)} | {r.p_bh:.3g} |")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["Cell", "Evaluate", "NONE", "cell_rows", "dropped_ids", "plan_cells", "study_table", "table_markdown"]
