@@ -37,6 +37,7 @@ def plot_dose_curves(table: pd.DataFrame, set_name: str):
     fig, axes = new_figure((3.4 * max(1, len(dirs)) + 1.6, 3.2), 1, max(1, len(dirs)), squeeze=False, sharey=True)
     for ax, d in zip(axes[0], dirs):
         _panel(ax, t[t["what"] == d], "k", set_name)
+        ax.set_xticks(sorted(set(int(k) for k in t["k"])))
         what = {"low": "k slowest IDs dropped", "high": "k fastest IDs dropped"}.get(d, "k random IDs dropped")
         ax.set(xlabel=f"k ({what})", title=d, ylim=(-0.02, 1.02))
     axes[0][0].set_ylabel("accuracy")
