@@ -11,7 +11,7 @@ from posym.cli.types import arch_type, device_type, key_value, nonneg_int, pe_ty
 #: The TrainConfig fields ``posym train`` takes as options (beside ``--set``: ``model_overrides``).
 CONFIG_OPTIONS = ("preset", "seed", "data_seed", "order_seed", "steps", "eval_every", "checkpoint_every",
                   "checkpoint_extra_every", "track_heads", "track_prompts", "precision", "compile", "batch_size",
-                  "epochs", "final_model", "distractors", "pe", "arch")
+                  "epochs", "final_model", "distractors", "pe", "arch", "n_test")
 CONFIG = "posym.verbs.train:TrainConfig"
 
 
@@ -49,6 +49,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                  CONFIG)
     t.add_argument("--epochs", type=positive_float, default=SUPPRESS,
                    help="passes over the 432,000 training samples instead of --steps (3 at batch 192 = 6,750 steps)")
+    verb_default(t.add_argument("--n-test", type=positive_int, default=SUPPRESS, metavar="N",
+                                help="sequences of the final test evaluation (default %(verb_default)s, SPEC §1.3's "
+                                     "test split; a few hundred suffice for a quick run)"), CONFIG, show="{:,}".format)
     t.add_argument("--final-model", default=SUPPRESS, choices=["last", "best"],
                    help="the model test accuracy and analyses use: last step (default) or the first "
                         "checkpoint with the best validation accuracy (HF load_best_model_at_end)")

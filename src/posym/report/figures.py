@@ -255,7 +255,7 @@ def plot_lengthgen(summaries: dict[str, pd.DataFrame], ax: Axes | None = None,
                    paper: dict[str, dict[int, float]] | None = None) -> Figure:
     """Fig. 5B: accuracy vs added target-window tokens per task (mean ± sd band over seeds); Paper A's
     digitised points as markers when ``paper`` is given."""
-    fig, ax = fig_ax(ax)
+    fig, ax = fig_ax(ax, layout="constrained")
     colors = {"number": "#d95f02", "letter": "#1b9e77"}
     for task, s in summaries.items():
         s = s.sort_values("extra_tokens")
@@ -271,5 +271,5 @@ def plot_lengthgen(summaries: dict[str, pd.DataFrame], ax: Axes | None = None,
     ax.axhline(0.9, color="grey", lw=0.5, ls=":")
     ax.set(xlabel="added target-window tokens", ylabel="accuracy", ylim=(-0.02, 1.02),
            title="length generalization")
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)  # off the curves
     return fig

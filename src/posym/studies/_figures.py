@@ -18,7 +18,7 @@ def plot_variant_curves(curves: pd.DataFrame):
     tasks = [t for t in TASKS if (curves["task"] == t).any()]
     palette = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     colors = {v: palette[i % len(palette)] for i, v in enumerate(dict.fromkeys(curves["variant"]))}  # same in every panel
-    fig, axes = new_figure((5.2 * max(1, len(tasks)), 3.8), 1, max(1, len(tasks)), squeeze=False)
+    fig, axes = new_figure((5.2 * max(1, len(tasks)), 3.8), 1, max(1, len(tasks)), squeeze=False, layout="constrained")
     for ax, task in zip(axes[0], tasks):
         for name, g in curves[curves["task"] == task].groupby("variant", sort=False):
             g = g.sort_values("extra_tokens")
@@ -33,8 +33,9 @@ def plot_variant_curves(curves: pd.DataFrame):
         ax.set_xscale("symlog", linthresh=100)
         ax.set(xlabel="added target-window tokens", ylabel="accuracy", ylim=(-0.02, 1.02), xlim=(0, None),
                title=f"Fig. 5B by variant: {task} task")
-        ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
+    # one legend beside the panels (a variant has one colour in every panel), off the curves
+    handles = {label: h for ax in axes[0] for h, label in zip(*ax.get_legend_handles_labels())}
+    fig.legend(list(handles.values()), list(handles), fontsize=7, loc="outside right upper")
     return fig
 
 

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from posym.constants import GAMMA, TASKS
@@ -28,13 +29,15 @@ def write_page(out: str | os.PathLike, outputs: Outputs | None = None) -> Path:
     goal line and figures as a section of the same page."""
     # imported here: both studies' verbs import this module
     from posym.studies.intervention_study.page import interventions_page
+    from posym.studies.intervention_study.study import prediction_applies
     from posym.studies.intervention_study.tables import prediction_rows, settings_display, summary_rows
 
     out = Path(out)
     summary = read_table(out / layout.INTERVENTIONS)
     try:
-        settings = settings_display(json.loads((out / layout.INTERVENTIONS_JSON).read_text()))
-    except (OSError, ValueError):
+        record = json.loads((out / layout.INTERVENTIONS_JSON).read_text())
+        settings = settings_display(record)
+    except (OSError, ValueError, AttributeError):
         raise PosymError(f"{out / layout.INTERVENTIONS_JSON} is not a study record (not JSON); run the study "
                          "again into this folder to rebuild it") from None
     tasks = [t for t in TASKS if t in set(summary["task"])]
@@ -46,10 +49,51 @@ def write_page(out: str | os.PathLike, outputs: Outputs | None = None) -> Path:
             if png.is_file():
                 figs[caption] = png
     header, rows = summary_rows(summary, prediction=False)
-    page = interventions_page(out, header, rows, prediction_rows(tasks), figs, settings, encodings=_encodings(out))
+    paper = prediction_applies(record)
+    lengths = out / layout.INTERVENTIONS_LENGTHGEN
+    own = None if paper or not lengths.is_file() else own_length_columns(summary, read_table(lengths))
+    if own is not None:  # the lengths this study measured in place of the paper setting's report lengths
+        n_acc = sum(h.startswith("acc +") for h in header)
+        first = next(i for i, h in enumerate(header) if h.startswith("acc +"))
+        header = [*header[:first], *own[0], *header[first + n_acc:]]
+        rows = [[*r[:first], *cells, *r[first + n_acc:]] for r, cells in zip(rows, own[1])]
+    page = interventions_page(out, header, rows, prediction_rows(tasks) if paper else None, figs, settings,
+                              encodings=_encodings(out), own_grid=own is not None)
     path = out / layout.INTERVENTIONS_HTML
     (outputs or Outputs([path], True).check()).text(page, path)
     return path
+
+
+#: At most this many added lengths of a study's own grid become columns of its page (spread over the grid).
+MAX_LENGTH_COLUMNS = 8
+
+
+def own_length_columns(summary: pd.DataFrame, lengthgen: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The accuracy columns of the study page over the added lengths the study measured (SPEC §1.4; at
+    most :data:`MAX_LENGTH_COLUMNS`, spread over the grid, its ends kept) instead of the paper setting's
+    report lengths: (header cells, one row of cells per row of ``summary``), each cell the mean ± sd over
+    models (:func:`posym.report.format.fmt_ms`) of each model's accuracy at that length, mean over data
+    seeds; "—" where a row's models did not measure it. ``lengthgen``: ``interventions_lengthgen.csv``."""
+    from posym.report.format import fmt_ms, mean_sd
+
+    measured = sorted(int(e) for e in lengthgen["extra_tokens"].unique())
+    if len(measured) > MAX_LENGTH_COLUMNS:
+        picks = np.unique(np.linspace(0, len(measured) - 1, MAX_LENGTH_COLUMNS).round().astype(int))
+        measured = [measured[i] for i in picks]
+    per_model = lengthgen.groupby(["task", "intervention", "model", "extra_tokens"])["acc"].mean()
+    rows = []
+    for _, r in summary.iterrows():
+        try:
+            mine = per_model.loc[(r["task"], r["intervention"])]
+        except KeyError:
+            mine = pd.Series(dtype=float)
+        cells = []
+        for e in measured:
+            values = mine.xs(e, level="extra_tokens") if len(mine) and e in mine.index.get_level_values(-1) else []
+            m, sd, _ = mean_sd(values)
+            cells.append(fmt_ms(m, sd, None, 2))
+        rows.append(cells)
+    return [f"acc +{e:,}" for e in measured], rows
 
 
 def _encodings(out: Path) -> tuple | None:
@@ -68,4 +112,4 @@ def _encodings(out: Path) -> tuple | None:
     return header, rows, goal_line(table), figs
 
 
-__all__ = ["ENCODINGS_FIG2C", "write_page"]
+__all__ = ["ENCODINGS_FIG2C", "MAX_LENGTH_COLUMNS", "own_length_columns", "write_page"]

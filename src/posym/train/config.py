@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from posym import presets
+from posym.checks import check_positive_int
 from posym.constants import TASKS
 from posym.errors import PosymError
 
@@ -161,8 +162,9 @@ def make_config(task: str, preset: str = "quick", **kwargs: Any) -> TrainConfig:
     if cfg.steps > MAX_STEPS:
         raise PosymError(f"steps={cfg.steps} exceeds {MAX_STEPS:,} (at the paper preset's ≈ 5 steps/s on a CPU "
                          f"that is over {MAX_STEPS // 5 // 86400:,} days); give a smaller --steps")
-    if cfg.track_prompts < 1 or cfg.n_val < 1 or cfg.n_test < 1:
-        raise PosymError("track_prompts, n_val and n_test must be positive")
+    if cfg.track_prompts < 1 or cfg.n_val < 1:
+        raise PosymError("track_prompts and n_val must be positive")
+    check_positive_int(cfg.n_test, "n_test")  # the final test evaluation's sequences (SPEC §1.3)
     if cfg.precision not in PRECISIONS:
         raise PosymError(f"unknown precision {cfg.precision!r}; choose one of {list(PRECISIONS)}")
     if isinstance(cfg.log, str):

@@ -126,18 +126,30 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
         except PosymError as exc:  # e.g. a full disk: the measured points are safe in the table
             raise PosymError(f"{exc}; {table_path} holds every measured point: rerun with --resume to write the "
                              "summary and figure from it without measuring again") from None
-        cols = ["extra_tokens", "acc_mean", "acc_sd"] + [f"acc_hop{h}_mean" for h in range(1, 5)]
         lines = []
         for name, g in summary.groupby(INTERVENTION, sort=False):
             if len(names) > 1 or name != NO_INTERVENTION:
                 lines.append(f"== {name}")
-            lines.append(g[cols].round(3).to_string(index=False))
+            lines.append(_curve_text(g))
             lines.append(f"largest added length with accuracy >= 0.9: {largest_length_above(g)}")
         text = ("\n".join(lines) + "\n"
                 f"time {table['seconds'].sum():.0f} s, peak RSS {table['peak_rss_mb'].max():.0f} MB; wrote {table_path}"
                 + (f"\n{note}" if note else ""))
         return VerbResult(table, list(dict.fromkeys(outputs.written)), text,
                           {"summary": summary, "task": task, "step": ckpt_step})
+
+
+def _curve_text(summary: pd.DataFrame) -> str:
+    """One curve of a length summary (:func:`~posym.lengthgen.trained.summarize_lengthgen`, Paper A
+    Fig. 5B) as printed: added length, mean accuracy, its sd over data seeds ("n/a" over one seed, as the
+    report writes it: :func:`posym.report.format.fmt_ms`; the CSV keeps its number) and the per-hop means."""
+    from posym.report.format import fmt_num
+
+    cols = ["extra_tokens", "acc_mean", "acc_sd"] + [f"acc_hop{h}_mean" for h in range(1, 5)]
+    shown = summary[cols].round(3)
+    one = summary["n_seeds"].to_numpy() < 2 if "n_seeds" in summary else np.zeros(len(summary), bool)
+    shown["acc_sd"] = ["n/a" if single else fmt_num(sd) for single, sd in zip(one, summary["acc_sd"])]
+    return shown.to_string(index=False)
 
 
 def _cell(value) -> str:

@@ -11,7 +11,8 @@ import pandas as pd
 import torch
 
 from posym.errors import PosymError
-from posym.reading import READ_POINTER
+from posym.constants import GAMMA
+from posym.reading import MIN_MASS, READ_POINTER
 from posym.heads.scores import DEFAULT_TAU
 from posym.heads.tracking import score_table
 from posym.interventions import Intervention, check_interventions, intervened, plan_interventions
@@ -256,6 +257,52 @@ def score_sequences(model: str | os.PathLike, *, text: str | os.PathLike | None 
     return pd.concat(tables, ignore_index=True)
 
 
+#: Rows of the per-head table that ``posym scores --text / --ids`` prints (the file holds them all).
+FIRST_ROWS = 5
+#: Heads named per kind in the summary of ``posym scores --text / --ids`` before "… (N in all)".
+NAMED_HEADS = 12
+
+
+def _named(heads: pd.DataFrame) -> str:
+    names = [f"L{int(r.layer)}.H{int(r.head)}" for r in heads.itertuples()]
+    more = f", … ({len(names)} in all)" if len(names) > NAMED_HEADS else ""
+    return ", ".join(names[:NAMED_HEADS]) + more if names else "none"
+
+
+def _heads_summary(table: pd.DataFrame, swap_exclude: str = "bos", gamma: float = GAMMA) -> list[str]:
+    """The head counts printed before a table of scores of a model's own sequences (SPEC §3): per
+    intervention and τ, the heads with too little attention on the swapped keys to be read (mean
+    ``swap_mass`` < :data:`posym.reading.MIN_MASS`: uninformative), and among the others the pure
+    positional and pure symbolic heads at ``gamma`` (:func:`posym.heads.dynamics.classify`), named;
+    attention sinks where the table has an ``is_sink`` column, else how to find them."""
+    from posym.heads.dynamics import classify
+
+    keys = [k for k in (INTERVENTION, "tau") if k in table]
+    values = [c for c in ("s_pos", "s_sym", "swap_mass", "is_sink") if c in table]
+    heads = table.groupby([*keys, "layer", "head"], as_index=False, sort=False)[values].mean()
+    several = len(heads.groupby(keys, sort=False)) > 1 if keys else False
+    lines = []
+    for key, g in heads.groupby(keys, sort=False) if keys else [((), heads)]:
+        key = key if isinstance(key, tuple) else (key,)
+        if several:
+            lines.append("== " + ", ".join(f"{k} {v:g}" if k == "tau" else str(v) for k, v in zip(keys, key)))
+        weak = g["swap_mass"].to_numpy(float) < MIN_MASS
+        kept = g[~weak]
+        kind = classify(kept["s_pos"].to_numpy(float), kept["s_sym"].to_numpy(float), gamma)
+        lines.append(f"{len(g)} heads: {int((kind == 'positional').sum())} pure positional, "
+                     f"{int((kind == 'symbolic').sum())} pure symbolic (γ = {gamma:g}) among the {len(kept)} with "
+                     f"swap mass >= {MIN_MASS:g}; {int(weak.sum())} uninformative (swap mass < {MIN_MASS:g})")
+        lines.append(f"  pure positional: {_named(kept[kind == 'positional'])}")
+        lines.append(f"  pure symbolic: {_named(kept[kind == 'symbolic'])}")
+        if "is_sink" in g:
+            lines.append(f"  attention sinks: {_named(g[g['is_sink'] > 0.5])}")
+    if "is_sink" not in heads:
+        why = ("the start token is kept out of the swaps, so a sink head reads as uninformative" if swap_exclude != "none"
+               else "with --swap-exclude none a sink head reads as pure symbolic")
+        lines.append(f"attention sinks: not read by scores ({why}); posym head-types --model MODEL marks them")
+    return lines
+
+
 def default_out(path: str | os.PathLike | None = None, series: Sequence[str | os.PathLike] | None = None) -> Path:
     """Where ``posym scores`` writes without ``--out``: ``RUN/scores.csv`` for a posym run directory;
     ``FOLDER/checkpoint_scores.csv`` for a series given as one folder (an HF ``output_dir``, whose
@@ -298,14 +345,19 @@ def scores(path: str | os.PathLike | None = None, *, series: Sequence[str | os.P
     cols = [c for c in (*by, "s_pos", "s_sym", "entropy") if c in last]
     steps = f" at {df['step'].nunique()} steps" if "step" in df else ""
     note = in_progress_note(path, int(df["step"].max()) if "step" in df else None) if path is not None and not own else ""
+    excluded = kwargs.get("swap_exclude", "bos" if own else "none")
+    table = last[cols].groupby(by, sort=not several).mean().round(3)
     if own:
         n = int(df["prompt"].nunique()) if "prompt" in df else int(df["n_prompts"].iloc[0])
         blocks = kwargs.get("blocks")
         note = (f"{n} sequences of {kwargs.get('text') or kwargs.get('ids')}, "
                 f"{f'{blocks} blocks' if blocks else 'token swaps'}")
-    text = (last[cols].groupby(by, sort=not several).mean().round(3).to_string()
-            + f"\nwrote {len(df)} rows{steps} to {out}" + (f"\n{note}" if note else ""))
-    excluded = kwargs.get("swap_exclude", "bos" if own else "none")
+        shown = "\n".join(_heads_summary(df, excluded)) + (
+            f"\nfirst {min(len(table), FIRST_ROWS)} of {len(table)} rows (all of them in the file):\n"
+            + table.head(FIRST_ROWS).to_string())
+    else:
+        shown = table.to_string()
+    text = shown + f"\nwrote {len(df)} rows{steps} to {out}" + (f"\n{note}" if note else "")
     text += f"\nswap-exclude: {excluded} (keys kept out of the swaps; docs/spec.md §3)"
     text += f"\n{READ_POINTER}"
     return VerbResult(df, outputs.written, text)

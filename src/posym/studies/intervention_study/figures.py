@@ -27,7 +27,7 @@ def plot_intervention_curves(lengthgen: pd.DataFrame, task: str, paper: Mapping[
     fams = [f for f in FAMILY_ORDER if any(family(i) == f for i in t["intervention"].unique())]
     ncol = min(3, max(1, len(fams)))
     nrow = max(1, math.ceil(len(fams) / ncol))
-    fig, axes = new_figure((4.2 * ncol, 3.2 * nrow), nrow, ncol, squeeze=False, sharey=True)
+    fig, axes = new_figure((4.2 * ncol, 4.4 * nrow), nrow, ncol, squeeze=False, sharey=True, layout="constrained")
 
     def curve(g: pd.DataFrame) -> pd.DataFrame:
         per_model = [summarize_lengthgen(m.drop(columns="intervention"))[["extra_tokens", "acc_mean"]]
@@ -58,12 +58,11 @@ def plot_intervention_curves(lengthgen: pd.DataFrame, task: str, paper: Mapping[
         ax.set_xscale("symlog", linthresh=100)
         ax.set_xlim(left=0)
         ax.set(title=f"{task} task · {fam}", xlabel="added target-window tokens", ylim=(-0.02, 1.02))
-        ax.legend(fontsize=6.5, loc="lower left")
+        ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, borderaxespad=0)  # below
     for ax in axes[:, 0]:
         ax.set_ylabel("accuracy (mean over models)")
     for ax in list(axes.flat)[len(fams):]:
         ax.set_visible(False)
-    fig.tight_layout()
     return fig
 
 

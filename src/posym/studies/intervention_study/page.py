@@ -12,13 +12,21 @@ from typing import Any, Sequence
 from posym.report.html import escape, figure_html, note_html, page_html, table_html, written_at
 
 
+#: What the page says in place of the prediction for models it was not written for.
+NO_PREDICTION = ("No prediction was written for this model: the study's prediction (docs/interventions.md) "
+                 "speaks of the paper preset's GPT-J models (SPEC §2) only.")
+
+
 def interventions_page(out_dir: str | os.PathLike, header: Sequence[str], rows: Sequence[Sequence[Any]],
-                       prediction: tuple[Sequence[str], Sequence[Sequence[Any]]], figures: dict[str, Path],
-                       settings: dict, encodings: tuple | None = None) -> str:
+                       prediction: tuple[Sequence[str], Sequence[Sequence[Any]]] | None, figures: dict[str, Path],
+                       settings: dict, encodings: tuple | None = None, own_grid: bool = False) -> str:
     """The interventions study (docs/interventions.md) as a self-contained HTML page: how to read it,
-    the table intervention × task with the theory's prediction, Fig. 5B per intervention family and the
-    head readout of each task, and the settings (models, grid, n); with ``encodings`` (header, rows,
-    goal, figures of ``posym pe-study`` in the same folder) a section on the training-time encodings."""
+    the table intervention × task with the theory's prediction (``None``: models it was not written
+    for, :func:`~posym.studies.intervention_study.study.prediction_applies`, and a sentence saying so),
+    Fig. 5B per intervention family and the head readout of each task, and the settings (models, grid,
+    n); ``own_grid``: the table's accuracy columns are the lengths the study measured; with
+    ``encodings`` (header, rows, goal, figures of ``posym pe-study`` in the same folder) a section on
+    the training-time encodings."""
     out = Path(out_dir)
     when = written_at()
     body = ["<h1>posym — interventions at inference</h1>",
@@ -28,9 +36,11 @@ def interventions_page(out_dir: str | os.PathLike, header: Sequence[str], rows: 
                   "≥ 0.9 at every grid point (mean ± sd over models; “never”: below 0.9 already at +0; "
                   "“grid end”: still ≥ 0.9 at the last measured length). “acc +L” is the accuracy at L added "
                   "tokens (“—”: not on this grid). “pure pos/sym +L”: pure positional / symbolic heads "
-                  "(γ = 0.1, SPEC §3) on inputs with L added tokens, mean over models. The prediction "
-                  "was written before anything was measured."),
-            "<h2>Prediction (written before measuring)</h2>", table_html(*prediction),
+                  "(γ = 0.1, SPEC §3) on inputs with L added tokens, mean over models."
+                  + (" The “acc +L” columns are the added lengths this study measured." if own_grid else "")
+                  + (" The prediction was written before anything was measured." if prediction else "")),
+            "<h2>Prediction (written before measuring)</h2>",
+            table_html(*prediction) if prediction else f"<p>{escape(NO_PREDICTION)}</p>",
             "<h2>Intervention × task</h2>", table_html(header, rows, num_cols=(2,)),
             "<h2>Figures</h2>", *[figure_html(path, caption, out) for caption, path in figures.items()],
             "<h2>Settings</h2>",
@@ -45,4 +55,4 @@ def interventions_page(out_dir: str | os.PathLike, header: Sequence[str], rows: 
     return page_html("posym — interventions study", body)
 
 
-__all__ = ["interventions_page"]
+__all__ = ["NO_PREDICTION", "interventions_page"]

@@ -3,6 +3,10 @@ rescue, the ``layers=index`` setting and the prediction written before anything 
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
+from posym.presets import PRESETS
+
 #: Accuracy at +0 an intervention must keep to count as a rescue (docs/interventions.md, "The study": the
 #: best setting of a family keeps mean accuracy ≥ 0.99 at +0).
 MIN_ACC_AT_ZERO = 0.99
@@ -35,5 +39,21 @@ PREDICTION: dict[tuple[str, str], str] = {
     ("freq-mask@index", "letter"): "no Index layers: not measured",
 }
 
-__all__ = ["FAMILY_ORDER", "HEAD_LENGTHS", "INDEX_LAYERS", "MIN_ACC_AT_ZERO", "PREDICTION", "REPORT_LENGTHS",
-           "SEARCH_GRID"]
+#: The models :data:`PREDICTION` was written for: the paper preset's GPT-J (SPEC §2), as
+#: :func:`posym.runs.resolve.model_architecture` records it (model type, layers, heads, width).
+PREDICTED_ARCHITECTURE: tuple = ("gptj", PRESETS["paper"].model["n_layer"], PRESETS["paper"].model["n_head"],
+                                 PRESETS["paper"].model["n_embd"])
+
+
+def prediction_applies(record: Mapping[str, Any]) -> bool:
+    """Whether :data:`PREDICTION` speaks of a study's models: every model in its record
+    (``interventions.json``, every call's ``architectures``) is the paper preset's GPT-J
+    (:data:`PREDICTED_ARCHITECTURE`). A record from before the architectures were recorded (posym
+    runs only) keeps the prediction."""
+    calls = record.get("calls", []) if "calls" in record else [record]
+    archs = [tuple(a) for c in calls if isinstance(c, Mapping) for a in (c.get("architectures") or {}).values()]
+    return all(a == PREDICTED_ARCHITECTURE for a in archs)
+
+
+__all__ = ["FAMILY_ORDER", "HEAD_LENGTHS", "INDEX_LAYERS", "MIN_ACC_AT_ZERO", "PREDICTED_ARCHITECTURE", "PREDICTION",
+           "REPORT_LENGTHS", "SEARCH_GRID", "prediction_applies"]
