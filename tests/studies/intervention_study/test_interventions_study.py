@@ -34,7 +34,8 @@ def test_the_study_writes_tables_figures_page_and_continues(runs, tmp_path, monk
     s = res.table
     assert set(zip(s["task"], s["intervention"])) == {(t, i) for t in ("number", "letter") for i in
                                                        ("none", "ntk:kappa=4", "temperature:beta=1,n_train=17,floor=1")}
-    assert (s.loc[s["intervention"] == "ntk:kappa=4", "prediction"] != "").all()
+    # the prediction was written for the paper preset's GPT-J, not for this tiny one: the column stays empty
+    assert (s.loc[s["intervention"] == "ntk:kappa=4", "prediction"].fillna("") == "").all()
     for f in ("interventions.csv", "interventions.md", "interventions.html", "interventions.json",
               "interventions_lengthgen.csv", "fig5b_interventions_number.png", "intervention_heads_letter.png",
               "number-s0/lengthgen.csv", "number-s0/intervention_heads.csv"):

@@ -34,6 +34,7 @@ from posym.studies._page import write_page
 from posym.studies.intervention_study import tables
 from posym.studies.intervention_study.figures import plot_head_readout, plot_intervention_curves
 from posym.studies.intervention_study.study import HEAD_LENGTHS, INDEX_LAYERS, SEARCH_GRID
+from posym.studies.intervention_study.study import prediction_applies
 from posym.studies.intervention_study.tables import best_settings, for_model, study_grid, study_settings, study_summary, \
     summary_markdown
 from posym.verbs import Outputs, VerbResult, figure_paths
@@ -340,7 +341,7 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *, 
         done_lines.append(f"{label}: {len(plan)} interventions, {len(res.table)} lengthgen rows"
                           + (f"; no Index layers, not measured: {', '.join(skipped)}" if skipped else ""))
     lg, hd = study_settings(*_collect(out))
-    summary = study_summary(lg, hd if len(hd) else None)
+    summary = study_summary(lg, hd if len(hd) else None, predicted=prediction_applies(_record(out, call)))
     task_list = [t for t in TASKS if t in set(lg["task"])]
     files = [out / layout.INTERVENTIONS, out / layout.INTERVENTIONS_MD, out / layout.INTERVENTIONS_HTML,
              out / layout.INTERVENTIONS_JSON, out / layout.INTERVENTIONS_LENGTHGEN]

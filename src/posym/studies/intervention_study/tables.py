@@ -79,11 +79,12 @@ def pure_head_counts(heads: pd.DataFrame, gamma: float = GAMMA) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def study_summary(lengthgen: pd.DataFrame, heads: pd.DataFrame | None = None) -> pd.DataFrame:
+def study_summary(lengthgen: pd.DataFrame, heads: pd.DataFrame | None = None, predicted: bool = True) -> pd.DataFrame:
     """The study table: one row per (task, intervention) with the number of models, the reach (mean,
     sd; a model that never reaches 0.9 at +0 counts as −1), accuracy at each report length (mean,
     sd), the mean accuracy over the grid, the pure heads at each head-readout length (mean over
-    models, "positional/symbolic") and the prediction (:data:`PREDICTION`)."""
+    models, "positional/symbolic") and the prediction (:data:`PREDICTION`; empty unless ``predicted``:
+    it was written for the paper preset's GPT-J models only, :func:`study.prediction_applies`)."""
     per = model_reach(lengthgen)
     pure = pure_head_counts(heads) if heads is not None and len(heads) else None
     rows = []
@@ -100,7 +101,7 @@ def study_summary(lengthgen: pd.DataFrame, heads: pd.DataFrame | None = None) ->
             for e in HEAD_LENGTHS:
                 p = pure[(pure["task"] == task) & (pure["intervention"] == interv) & (pure["extra_tokens"] == e)]
                 row[f"pure_{e}"] = (f"{p['positional'].mean():.1f}/{p['symbolic'].mean():.1f}" if len(p) else "—")
-        row["prediction"] = "—" if interv == "none" else PREDICTION.get((family(interv), task), "")
+        row["prediction"] = "—" if interv == "none" else PREDICTION.get((family(interv), task), "") if predicted else ""
         rows.append(row)
     out = pd.DataFrame(rows)
     if out.empty:
