@@ -92,7 +92,7 @@ def _task_yaml(task: str, length: int, variant: str, data: Path, chance: float, 
                  "dataset_kwargs": {"data_files": {"test": str(data)}}, "test_split": "test"}
     if chat:
         cfg.update(description=INSTRUCTIONS[task], doc_to_text="{{sequence}}", num_fewshot=n_examples,
-                   fewshot_config={"sampler": "first_n", "samples": [{"sequence": q, "answer": a}
+                   fewshot_config={"sampler": "first_n", "samples": [{"sequence": q, "answer": a, "choices": [a], "answer_index": 0}
                                                                      for q, a in worked_examples(task, n_examples)]})
     else:
         cfg.update(doc_to_text="prompt", num_fewshot=0)
@@ -137,8 +137,8 @@ def check_grid(tasks: Sequence[str], lengths: Sequence[int], runs: int, n: int, 
     bad = [t for t in tasks if t not in TASKS]
     if bad or not tasks:
         raise PosymError(f"unknown task(s) {bad or list(tasks)}; choose from {', '.join(TASKS)}")
-    if not lengths or any(int(x) != x or x < 2 for x in lengths):
-        raise PosymError(f"lengths must be integers >= 2, got {list(lengths)}")
+    if not lengths or any(int(x) != x or x < 1 for x in lengths):
+        raise PosymError(f"lengths must be positive integers, got {list(lengths)}")
     if int(runs) != runs or runs < 1 or int(n) != n or n < 1:
         raise PosymError(f"runs and n must be >= 1, got runs={runs}, n={n}")
     worked_examples(tasks[0], n_examples)  # its range check
