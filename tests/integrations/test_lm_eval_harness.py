@@ -116,16 +116,19 @@ def test_smollm2_choice_equals_posym(tmp_path):
 
     from posym.lengthgen.llm_eval import llm_eval
     from posym.verbs.export import export_lm_eval
-    from posym.model.llm import load_llm
+    from posym.model.llm import llm_source
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))
-    lm, tok = load_llm()
-    model_dir = tmp_path / "smollm2"
-    lm.to(torch.float32).save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
+    folder, name = llm_source()  # the same GGUF file, dequantised by transformers in both
     grid = dict(lengths=(12, 24), runs=1, n=8)
     export_lm_eval(tmp_path / "pack", tasks=("letter",), **grid)
-    results = _harness(model_dir, tmp_path / "pack", ["posym_letter_1hop_chat"], chat=True)
-    table = llm_eval(model_dir, out=tmp_path / "posym", tasks=("letter",), protocol="choice", progress=False, **grid).table
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    results = lm_eval.simple_evaluate(
+        model="hf", model_args=f"pretrained={folder},gguf_file={name},dtype=float32",
+        tasks=["posym_letter_1hop_chat"], task_manager=TaskManager(include_path=str(tmp_path / "pack")),
+        device="cpu", batch_size=1, apply_chat_template=True, fewshot_as_multiturn=True)["results"]
+    table = llm_eval(out=tmp_path / "posym", tasks=("letter",), protocol="choice", progress=False, **grid).table
     for row in table.itertuples():
         assert results[f"posym_letter_1hop_chat_L{row.length}"]["acc,none"] == pytest.approx(row.mean, abs=1e-12)
