@@ -191,8 +191,10 @@ Written by `posym export lm-eval` (prompt version {PROMPT_VERSION}): tasks {", "
 
 | name | protocol | prompt | equals |
 |---|---|---|---|
-| `{group_name(first)}` (`_L<len>`) | log-likelihood choice over the window tokens, metric `acc` | plain `Input:`/`Output:` | `posym llm eval --protocol choice`, tokenizer without chat template |
-| `{group_name(first, "_gen")}` | greedy, {MAX_GEN_TOKS} tokens, first word vs target (`exact_match`) | plain | `posym llm eval` (generate) |
+| `{group_name(first)}` (`_L<len>`) | log-likelihood choice over the window tokens (`acc`) | plain | \
+`posym llm eval --protocol choice`, no chat template |
+| `{group_name(first, "_gen")}` | greedy, {MAX_GEN_TOKS} tokens, first word vs target (`exact_match`) | plain | \
+`posym llm eval` (generate) |
 | `{group_name(first, "_chat")}` | as the first, chat template | chat | `posym llm eval --protocol choice` on a chat model |
 | `{group_name(first, "_chat_gen")}` | as the second, chat template | chat | `posym llm eval` on a chat model |
 
