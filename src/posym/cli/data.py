@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from posym.cli.common import SUPPRESS, TASK_CHOICES, OneLineParser, add_force, call, show
-from posym.cli.types import nonneg_int
+from posym.cli.types import nonneg_int, positive_int, positive_int_list, str_list
 
 
 def _cmd_data_export(a: argparse.Namespace) -> None:
@@ -18,7 +18,23 @@ def _cmd_data_show(a: argparse.Namespace) -> None:
     show(call(show_data, a, "task", names=("split", "n", "seed", "extra_tokens")))
 
 
+def _cmd_export_lm_eval(a: argparse.Namespace) -> None:
+    from posym.verbs.export import export_lm_eval
+    show(call(export_lm_eval, a, "out", names=("tasks", "lengths", "runs", "n", "n_examples", "force")))
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
+    ex = sub.add_parser("export", help="posym's tasks for other tools (lm-evaluation-harness; docs/llm.md)")
+    exsub = ex.add_subparsers(dest="export_verb", required=True, parser_class=OneLineParser)
+    le = exsub.add_parser("lm-eval", help="the 1-hop LLM prompts as an lm-eval task pack (SPEC §1.5)")
+    le.add_argument("--out", required=True, help="folder for the task YAMLs and their JSONL data")
+    le.add_argument("--tasks", type=str_list(TASK_CHOICES), default=SUPPRESS, help="number,letter (default: both)")
+    le.add_argument("--lengths", type=positive_int_list, default=SUPPRESS, help="target-window sizes (default: SPEC §1.5's)")
+    le.add_argument("--runs", type=positive_int, default=SUPPRESS, help="datasets per length (run seeds 0..R-1)")
+    le.add_argument("--n", type=positive_int, default=SUPPRESS, help="samples per run and length")
+    le.add_argument("--n-examples", type=nonneg_int, default=SUPPRESS, help="worked examples in each prompt")
+    add_force(le)
+    le.set_defaults(func=_cmd_export_lm_eval)
     data = sub.add_parser("data", help="generate, export and inspect task data (SPEC §1)")
     dsub = data.add_subparsers(dest="data_verb", required=True, parser_class=OneLineParser)
     for name, fn, helptext in [("export", _cmd_data_export, "write samples as JSONL"),
