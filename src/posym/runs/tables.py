@@ -86,7 +86,8 @@ _SCORE_COLUMNS = {
 
 #: The tables of a run directory (SPEC §2–§5), by the name :func:`load_run` gives them.
 RUN_TABLES: dict[str, TableSchema] = {
-    "metrics": TableSchema(layout.METRICS, "evaluation (split `val`) and for the final test (split `test`)", {
+    "metrics": TableSchema(layout.METRICS, "evaluation (split `val`) and for the final test (split `test`: the first `n_test` "
+                           "sequences of the test split, all 45,600 unless `posym train --n-test N`)", {
         "split": "`val` or `test`", "step": "optimizer step (0 = before training)",
         "train_loss": "mean training loss since the previous evaluation (nats)", "lr": "learning rate",
         "loss": "cross-entropy of the answer token on the split (nats)", "acc": "answer accuracy (fraction)",
