@@ -54,7 +54,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                            help="also write token ids (input_ids, label_id) and the vocabulary OUT_STEM.vocab.json")
             d.add_argument("--format", choices=["jsonl", "hf"], default=SUPPRESS,
                            help="jsonl, or hf: a datasets.load_dataset folder (Parquet splits train/val/test of "
-                                "--n samples each, ids included, dataset card; docs/datasets.md)")
+                                "--n samples each, ids included, dataset card; docs/runs.md)")
             d.add_argument("--llm", action="store_true", default=SUPPRESS,
                            help="with --format hf: the 1-hop LLM prompts (SPEC §1.5), one split per length, "
                                 "--runs x --n samples each")
