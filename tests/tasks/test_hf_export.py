@@ -1,7 +1,8 @@
 """``posym data export --format hf``: the tasks as ``datasets`` folders (issue 38 point 2; SPEC §1, §1.4, §1.5).
 
 The pandas tests read the Parquet files and the card and always run (pyarrow is in ``[dev]``); the
-round-trip tests load the folder with ``datasets.load_dataset`` offline and skip without ``datasets``.
+round-trip tests load the folder with ``datasets.load_dataset`` offline (``datasets`` is in ``[dev]``; they
+skip without it) and are ``medium`` (importing ``datasets`` takes seconds).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def _load(root, tmp_path, monkeypatch):
     return datasets.load_dataset(str(root), cache_dir=str(tmp_path / "cache"))
 
 
+@pytest.mark.medium  # importing datasets takes seconds
 @pytest.mark.parametrize("task, extra", [("number", 0), ("letter", 3)])
 def test_load_dataset_round_trip(task, extra, tmp_path, monkeypatch):
     root = tmp_path / "ds"
@@ -108,6 +110,7 @@ def test_load_dataset_round_trip(task, extra, tmp_path, monkeypatch):
         _assert_task_split(ds[split].to_pandas(), task, split, 25, 1, extra)
 
 
+@pytest.mark.medium
 def test_load_dataset_round_trip_llm_prompts(tmp_path, monkeypatch):
     root = tmp_path / "llm"
     assert main(["data", "export", "--task", "number", "--format", "hf", "--llm", "--lengths", "12,16",
