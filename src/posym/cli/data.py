@@ -10,7 +10,8 @@ from posym.cli.types import nonneg_int, positive_int, positive_int_list, str_lis
 
 def _cmd_data_export(a: argparse.Namespace) -> None:
     from posym.verbs.data import export
-    show(call(export, a, "task", "split", "n", "out", names=("seed", "extra_tokens", "ids", "force")))
+    show(call(export, a, "task", "split", "n", "out", names=("seed", "extra_tokens", "ids", "format", "llm",
+                                                                     "lengths", "runs", "force")))
 
 
 def _cmd_data_show(a: argparse.Namespace) -> None:
@@ -37,7 +38,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     le.set_defaults(func=_cmd_export_lm_eval)
     data = sub.add_parser("data", help="generate, export and inspect task data (SPEC §1)")
     dsub = data.add_subparsers(dest="data_verb", required=True, parser_class=OneLineParser)
-    for name, fn, helptext in [("export", _cmd_data_export, "write samples as JSONL"),
+    for name, fn, helptext in [("export", _cmd_data_export, "write samples as JSONL or a datasets folder (--format hf)"),
                                ("show", _cmd_data_show, "print decoded examples")]:
         export = name == "export"
         d = dsub.add_parser(name, help=helptext)
@@ -48,8 +49,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         d.add_argument("--extra-tokens", type=nonneg_int, default=SUPPRESS, help="extra target-window tokens (SPEC §1.4)")
         d.add_argument("--seed", type=nonneg_int, default=SUPPRESS, help="data seed (splits derive from it)")
         if export:
-            d.add_argument("--out", required=True, help="output .jsonl file")
+            d.add_argument("--out", required=True, help="output .jsonl file (--format hf: a folder)")
             d.add_argument("--ids", action="store_true", default=SUPPRESS,
                            help="also write token ids (input_ids, label_id) and the vocabulary OUT_STEM.vocab.json")
+            d.add_argument("--format", choices=["jsonl", "hf"], default=SUPPRESS,
+                           help="jsonl, or hf: a datasets.load_dataset folder (Parquet splits train/val/test of "
+                                "--n samples each, ids included, dataset card; docs/runs.md)")
+            d.add_argument("--llm", action="store_true", default=SUPPRESS,
+                           help="with --format hf: the 1-hop LLM prompts (SPEC §1.5), one split per length, "
+                                "--runs x --n samples each")
+            d.add_argument("--lengths", type=positive_int_list, default=SUPPRESS,
+                           help="with --llm: target-window sizes (default: SPEC §1.5's)")
+            d.add_argument("--runs", type=positive_int, default=SUPPRESS, help="with --llm: datasets per length (run seeds 0..R-1)")
             add_force(d)
         d.set_defaults(func=fn)
