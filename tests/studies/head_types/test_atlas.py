@@ -17,7 +17,7 @@ import torch
 from posym.cli import main
 from posym.heads.frequencies import frequency_use, weighted_frequency_id
 from posym.studies.head_types import head_types
-from posym.studies.head_types.atlas import (HEAD_COLUMNS, META_KEY, SET_COLUMNS, atlas, atlas_columns, column_dtype,
+from posym.studies.head_types.atlas import (HEAD_COLUMNS, META_KEY, SET_COLUMNS, atlas_columns, column_dtype,
                                             read_atlas_meta)
 from posym.tasks.llm_prompts import ATTRIBUTES, ENTITIES
 from posym.tasks.repeated import repeated_ids
@@ -55,6 +55,7 @@ def made(tiny, tmp_path_factory):
     return out
 
 
+@pytest.mark.integration
 def test_one_row_per_head_with_the_documented_columns(made, tiny):
     _, model, _ = tiny
     t = pd.read_parquet(made / "atlas.parquet")
@@ -76,6 +77,7 @@ def test_one_row_per_head_with_the_documented_columns(made, tiny):
     np.testing.assert_allclose(csv["binding_s_sym"], t["binding_s_sym"], rtol=1e-12)
 
 
+@pytest.mark.integration
 def test_metadata_round_trips(made, tiny):
     _, model, _ = tiny
     meta = read_atlas_meta(made / "atlas.parquet")
@@ -93,6 +95,7 @@ def test_metadata_round_trips(made, tiny):
     assert meta["columns"] == {c: column_dtype(c) for c in atlas_columns(SETS)}
 
 
+@pytest.mark.integration
 def test_values_equal_head_types_for_the_same_settings(made, tiny, tmp_path):
     d, model, tok = tiny
     t = pd.read_parquet(made / "atlas.parquet")
@@ -114,6 +117,7 @@ def test_values_equal_head_types_for_the_same_settings(made, tiny, tmp_path):
     assert (t["repeated_dominant_id"] == exp["dominant_id"]).all()
 
 
+@pytest.mark.integration
 def test_refuses_to_overwrite_without_force(made, tiny, capsys):
     d, _, _ = tiny
     before = (made / "atlas.parquet").read_bytes()
