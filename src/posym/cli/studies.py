@@ -24,6 +24,12 @@ def _cmd_head_types(a: argparse.Namespace) -> None:
                      "window_length", "force")))
 
 
+def _cmd_atlas(a: argparse.Namespace) -> None:
+    from posym.studies.head_types.atlas import atlas
+    show(call(atlas, a, n_entities="entities", progress=("quiet", not_),
+              names=(*LLM_MODEL_OPTIONS, *PROMPT_OPTIONS, "gamma", "pure_fraction", "window_length", "force")))
+
+
 def _cmd_interventions(a: argparse.Namespace) -> None:
     from posym.studies.intervention_study import interventions
     show(call(interventions, a, "runs", "out", progress=("quiet", not_),
@@ -82,6 +88,28 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     ht.add_argument("--n-examples", type=nonneg_int, default=SUPPRESS, help="worked examples in each 1-hop prompt")
     add_force(ht)
     ht.set_defaults(func=_cmd_head_types)
+
+    at = sub.add_parser("atlas", help="the head atlas of a model, the file to publish beside a paper: one Parquet "
+                                      "row per head (s_POS/s_SYM per prompt set, detectors, types, sinks, "
+                                      "frequency ID), settings in its metadata")
+    add_llm_model_options(at, out_help="output directory (default: runs/atlas/<model>/)")
+    at.add_argument("--prompts", type=str_list(("all", *SOURCES)), default=SUPPRESS,
+                    help="prompt sets: repeated, binding, number, letter, a comma list or all (default: all)")
+    add_swap_exclude(at, "keys kept out of the swaps (default bos; none = SPEC §3 exactly)")
+    at.add_argument("--n", type=positive_int, default=SUPPRESS, help="prompts per set")
+    at.add_argument("--length", type=positive_int, default=SUPPRESS,
+                    help="tokens of the random sequence each repeated prompt holds twice (1 + 2 x length tokens)")
+    at.add_argument("--seed", type=nonneg_int, default=SUPPRESS, help="data seed")
+    at.add_argument("--tau", type=positive_float, default=SUPPRESS, help="softmax temperature of the swap weights")
+    at.add_argument("--gamma", type=gamma_type, default=SUPPRESS, help="purity tolerance of the readings, in (0, 0.5)")
+    add_min_mass(at, "a prompt's reading is uninformative below this swap mass (default {min_mass})")
+    at.add_argument("--pure-fraction", type=finite_float, default=SUPPRESS,
+                    help="share of prompts on which a head pure on the mean must be pure (0..1; default 0.9)")
+    at.add_argument("--window-length", type=positive_int, default=SUPPRESS, help="target-window length of the 1-hop sets")
+    add_entities(at, "facts per binding prompt")
+    at.add_argument("--n-examples", type=nonneg_int, default=SUPPRESS, help="worked examples in each 1-hop prompt")
+    add_force(at)
+    at.set_defaults(func=_cmd_atlas)
 
     iv = sub.add_parser("interventions", help="the interventions study: trained models of both tasks under each "
                                               "inference-time intervention (Fig. 5B, heads, theory's prediction)")
