@@ -168,6 +168,15 @@ def ablated_logits(model: nn.Module, input_ids, heads: Iterable[tuple[int, int]]
         return predict(model, ids, batch_size=batch_size, device=device)[1]
 
 
+def _mean_outputs(model: nn.Module, ids: np.ndarray, mean_batch, batch_size: int) -> list[torch.Tensor]:
+    """The per-position head outputs that ``"mean"`` ablation puts in (:func:`head_output_means`), over
+    ``mean_batch`` (default: the evaluation prompts ``ids``, whose length it must have)."""
+    ref = ids if mean_batch is None else _ids(mean_batch)
+    if ref.shape[1] != ids.shape[1]:
+        raise PosymError(f"mean_batch prompts have length {ref.shape[1]}, the evaluation batch {ids.shape[1]}")
+    return head_output_means(model, ref, batch_size=batch_size)
+
+
 def ablate_heads(model: nn.Module, batch: TaskBatch, modes: str | Sequence[str] = MODES,
                  batch_size: int = 512, mean_batch: TaskBatch | np.ndarray | None = None,
                  progress: bool = False) -> pd.DataFrame:
@@ -192,12 +201,7 @@ def ablate_heads(model: nn.Module, batch: TaskBatch, modes: str | Sequence[str] 
         return {"mode": mode, "layer": layer, "head": head, **accuracy_table(pred, labels, hops)}
 
     rows = [row("none", -1, -1, predict(model, ids, batch_size=batch_size, device=device)[0])]
-    means = None
-    if "mean" in modes:
-        ref = ids if mean_batch is None else _ids(mean_batch)
-        if ref.shape[1] != ids.shape[1]:
-            raise PosymError(f"mean_batch prompts have length {ref.shape[1]}, the evaluation batch {ids.shape[1]}")
-        means = head_output_means(model, ref, batch_size=batch_size)
+    means = _mean_outputs(model, ids, mean_batch, batch_size) if "mean" in modes else None
     bar = tqdm(total=len(modes) * L * H, desc="ablating heads", unit="head", disable=not progress)
     for mode in modes:
         for layer in range(L):
@@ -236,12 +240,7 @@ def ablate_head_set(model: nn.Module, batch: TaskBatch, heads: Sequence[tuple[in
         return {"mode": mode, "layer": -1, "head": -1, **accuracy_table(pred, labels, hops)}
 
     rows = [row("none", predict(model, ids, batch_size=batch_size, device=device)[0])]
-    means = None
-    if "mean" in modes:
-        ref = ids if mean_batch is None else _ids(mean_batch)
-        if ref.shape[1] != ids.shape[1]:
-            raise PosymError(f"mean_batch prompts have length {ref.shape[1]}, the evaluation batch {ids.shape[1]}")
-        means = head_output_means(model, ref, batch_size=batch_size)
+    means = _mean_outputs(model, ids, mean_batch, batch_size) if "mean" in modes else None
     for mode in modes:
         with ablated(model, heads, mode, means):
             rows.append(row(mode, predict(model, ids, batch_size=batch_size, device=device)[0]))
