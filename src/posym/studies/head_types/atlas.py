@@ -34,7 +34,7 @@ import pandas as pd
 from posym.constants import GAMMA
 from posym.errors import PosymError
 from posym.runs import layout
-from posym.studies.head_types.run import head_types_out, parse_sources
+from posym.studies.head_types.run import head_types_out, load_inputs, parse_sources
 from posym.studies.head_types.study import DEFAULT_REPEAT_LENGTH, DEFAULT_SWAP_EXCLUDE, PROMPT_SOURCES
 from posym.verbs import Outputs, VerbResult
 
@@ -169,15 +169,14 @@ def atlas(model: Any = None, gguf: str | os.PathLike | None = None, *, tokenizer
     from posym.checks import check_gamma, check_positive_int, check_taus
     from posym.heads.detectors import detector_scores
     from posym.heads.head_types import SINK_SHARE, check_pure_fraction, join_head_types, source_scores
-    from posym.heads.llm_heads import check_min_mass, layer_types, load_lm, relative_depth
+    from posym.heads.llm_heads import check_min_mass, layer_types, relative_depth
     from posym.heads.prompt_readings import per_prompt_kinds
-    from posym.heads.scores import DEFAULT_TAU, vocab_size
+    from posym.heads.scores import DEFAULT_TAU
     from posym.heads.swaps import parse_swap_exclude
     from posym.model.adapters import get_adapter
     from posym.reading import MIN_MASS
     from posym.runs.tables import parquet_available, parquet_path
-    from posym.tasks.llm_prompts import DEFAULT_LENGTH, DEFAULT_N_ENTITIES, DEFAULT_N_EXAMPLES, build_prompts
-    from posym.tasks.repeated import repeated_ids
+    from posym.tasks.llm_prompts import DEFAULT_LENGTH, DEFAULT_N_ENTITIES, DEFAULT_N_EXAMPLES
 
     # ---- every check before any load or write (as head_types checks them)
     sources = parse_sources(prompts)
@@ -209,11 +208,8 @@ def atlas(model: Any = None, gguf: str | os.PathLike | None = None, *, tokenizer
         print(f"atlas: output folder {out}{os.sep}", file=sys.stderr, flush=True)
 
     # ---- inputs (the head-types study's)
-    lm, tok, label = load_lm(model, gguf, tokenizer, device, dtype)
-    rep = repeated_ids(tok, vocab_size(lm) or len(tok), n, length, seed)
-    built = {s: (None if s == "repeated" else build_prompts(tok, s, n, seed, length=window_length,
-                                                            n_entities=n_entities, n_examples=n_examples))
-             for s in sources}
+    lm, tok, label, rep, built = load_inputs(model, gguf, tokenizer, device, dtype, sources, n, length, seed,
+                                             window_length, n_entities, n_examples)
     ad = get_adapter(lm)
 
     # ---- compute: detectors once (repeated sequences), then each set's join and frequency IDs

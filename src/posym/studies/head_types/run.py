@@ -51,6 +51,24 @@ def head_types_out(model: Any = None, gguf: str | os.PathLike | None = None) -> 
     return Path(HEAD_TYPES_OUT_ROOT) / heads_out(model, gguf).name
 
 
+def load_inputs(model: Any, gguf: str | None, tokenizer: Any, device: str, dtype: Any, sources: Sequence[str],
+                n: int, length: int, seed: int, window_length: int, n_entities: int, n_examples: int):
+    """The model and prompts of a head-types readout (``posym head-types``, ``posym atlas``):
+    ``(lm, tokenizer, label, repeated ids [n, 1 + 2·length], {source: prompts or None})`` — the
+    repeated random sequences and each other source's LLM prompt set (SPEC §7, §1.5)."""
+    from posym.heads.llm_heads import load_lm
+    from posym.heads.scores import vocab_size
+    from posym.tasks.llm_prompts import build_prompts
+    from posym.tasks.repeated import repeated_ids
+
+    lm, tok, label = load_lm(model, gguf, tokenizer, device, dtype)
+    rep = repeated_ids(tok, vocab_size(lm) or len(tok), n, length, seed)
+    built = {s: (None if s == "repeated" else build_prompts(tok, s, n, seed, length=window_length,
+                                                            n_entities=n_entities, n_examples=n_examples))
+             for s in sources}
+    return lm, tok, label, rep, built
+
+
 def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, tokenizer: Any = None,
                prompts: str | Sequence[str] = PROMPT_SOURCES, swap_exclude: str = DEFAULT_SWAP_EXCLUDE,
                n: int = 32, length: int = DEFAULT_REPEAT_LENGTH, seed: int = 0, tau: float | None = None,
@@ -82,14 +100,13 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
     from posym.heads.head_types import (SINK_SHARE, check_pure_fraction, contingency, format_contingency,
                                         informative_correlations, join_head_types, pure_counts, sink_counts,
                                         source_scores)
-    from posym.heads.llm_heads import check_min_mass, load_lm
+    from posym.heads.llm_heads import check_min_mass
     from posym.heads.prompt_readings import per_prompt_kinds
     from posym.reading import MIN_MASS, READ_POINTER
-    from posym.heads.scores import DEFAULT_TAU, vocab_size
+    from posym.heads.scores import DEFAULT_TAU
     from posym.checks import check_positive_int as positive_int
     from posym.heads.swaps import parse_swap_exclude
-    from posym.tasks.llm_prompts import DEFAULT_LENGTH, DEFAULT_N_ENTITIES, DEFAULT_N_EXAMPLES, build_prompts
-    from posym.tasks.repeated import repeated_ids
+    from posym.tasks.llm_prompts import DEFAULT_LENGTH, DEFAULT_N_ENTITIES, DEFAULT_N_EXAMPLES
 
     # ---- every check before any load or write
     sources = parse_sources(prompts)
@@ -120,11 +137,8 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
         print(f"head types: output folder {out}{os.sep}", file=sys.stderr, flush=True)
 
     # ---- inputs
-    lm, tok, label = load_lm(model, gguf, tokenizer, device, dtype)
-    rep = repeated_ids(tok, vocab_size(lm) or len(tok), n, length, seed)
-    built = {s: (None if s == "repeated" else build_prompts(tok, s, n, seed, length=window_length,
-                                                            n_entities=n_entities, n_examples=n_examples))
-             for s in sources}
+    lm, tok, label, rep, built = load_inputs(model, gguf, tokenizer, device, dtype, sources, n, length, seed,
+                                             window_length, n_entities, n_examples)
 
     # ---- compute: detectors once (on the repeated sequences), then each source's scores and join
     joins, corrs, conts = [], [], []
