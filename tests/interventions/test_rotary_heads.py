@@ -214,3 +214,15 @@ def test_heads_the_model_lacks_are_one_line_errors(text, msg):
     with pytest.raises(PosymError, match="not both"):
         with rope_base(model, 500.0, layers=[0], heads=[(0, 0)]):
             pass
+
+
+def test_left_padding_reads_the_position_ids():
+    """A left-padded row with its position ids (as ``generate`` passes them) equals the unpadded row."""
+    model, ids = MODELS["llama_mha"](), _ids(T=8, B=1)
+    padded = torch.cat((torch.zeros(1, 3, dtype=ids.dtype), ids), dim=1)
+    mask = torch.cat((torch.zeros(1, 3, dtype=torch.long), torch.ones_like(ids)), dim=1)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with intervened(model, "ntk:kappa=4,heads=L0H1+L1H2"), torch.no_grad():
+        plain = model(ids).logits[:, -1]
+        left = model(padded, attention_mask=mask, position_ids=pos).logits[:, -1]
+    assert torch.allclose(plain, left, atol=1e-5)

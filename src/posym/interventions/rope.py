@@ -11,7 +11,8 @@ pairs a p-RoPE / NoPE run does not rotate stay unrotated) and the default-RoPE r
 replaced inside the context (``extend_positions`` past the training length) is rebuilt with θ′ before
 the next forward reads it, so a length sweep inside the context stays at θ′. Note: the GPT-J
 adapter's ``inv_freq`` (used by frequency analyses) is fixed at base 10,000; the rotation itself
-(``cos_sin``, hence the head scores) reads the rebuilt table.
+(``cos_sin``, hence the head scores) reads the rebuilt table. With ``layers=`` / ``heads=`` only those
+query heads change, by a delta rotation of their q and k (:mod:`posym.interventions.rotary_heads`).
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ How: the ``inv_freq`` (``{layer_type}_inv_freq``) buffers of the default-RoPE ro
 table is rebuilt as ``a·[sin | cos](p·inv_freq)`` (the pairs a p-RoPE / NoPE run does not rotate stay
 unrotated), also when it is extended inside the context. The original tensors and values are put back
 on exit, also after an exception. The score engine reads the same rotary (``RopeAdapter.cos_sin``), so
-the fast and reference head scores see the change. ``factor=1`` keeps every table (and with no
+the fast and reference head scores see the change. With ``layers=`` / ``heads=`` only those query heads
+change, by a delta rotation of their q and k (:mod:`posym.interventions.rotary_heads`). ``factor=1`` keeps every table (and with no
 attention factor other than 1, the logits) bit for bit. Exact under a KV cache: it changes the rotation
 at absolute positions."""
 
