@@ -1,7 +1,8 @@
 """``heads=`` on temperature and freq-mask (docs/interventions.md, "Head selections"): only the selected
 query heads change (the others' attention bit-identical, also under GQA: the shared key/value heads are
 untouched), all heads selected equals the no-``heads`` intervention, the fast and reference score paths
-agree under a selection, the canonical strings (``heads`` last; without it unchanged), one-line refusals."""
+agree under a selection, the canonical strings (``heads`` last; without it unchanged), one-line refusals.
+The rotary interventions' selections: tests/interventions/test_rotary_heads.py."""
 
 from __future__ import annotations
 
@@ -147,9 +148,10 @@ def test_canonical_strings():
 
 
 @pytest.mark.parametrize("text, msg", [
-    ("ntk:kappa=4,heads=L0H0", "heads= applies to temperature and freq-mask only"),
-    ("rope-base:theta=20000,heads=L0H0", "does not act per query head"),
-    ("interpolate:factor=2,heads=L0H0", "does not act per query head"),
+    # the rotary interventions take heads= too (tests/interventions/test_rotary_heads.py)
+    ("ntk:kappa=4,layers=0,heads=L0H0", "drop layers="),
+    ("rope-base:theta=20000,heads=L0", "is not a list of heads"),
+    ("interpolate:factor=2,heads=L0H0+L0H0", "names a head twice"),
     ("temperature:beta=1,layers=0,heads=L0H0", "drop layers="),
     ("freq-mask:keep=1,heads=L0H0+L0H0", "names a head twice"),
     ("freq-mask:keep=1,heads=", "is not a list of heads"),

@@ -153,8 +153,7 @@ def test_canonical_strings_and_errors():
         with pytest.raises(PosymError, match=msg) as e:
             parse_intervention(text)
         assert "\n" not in str(e.value)
-    with pytest.raises(PosymError, match="temperature and freq-mask only"):
-        with_layers(parse_intervention("ntk:kappa=2"), [0])
+    assert with_layers(parse_intervention("ntk:kappa=2"), [0]) == parse_intervention("ntk:kappa=2,layers=0")
     assert with_layers(parse_intervention("temperature:beta=1"), [1]).layers == (1,)
     with pytest.raises(PosymError, match="layers given twice"):
         with_layers(parse_intervention("freq-mask:keep=1,layers=0"), [1])

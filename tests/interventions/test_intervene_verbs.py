@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from posym.errors import PosymError
-from posym.interventions import FreqMask, Temperature, plan_interventions
+from posym.interventions import FreqMask, Temperature, parse_intervention, plan_interventions
 from posym.model import build_model, model_config
 from posym.runs.layout import write_meta
 from posym.train.checkpoints import save_checkpoint
@@ -47,8 +47,9 @@ def test_plan_parses_applies_layers_and_refuses_in_one_line():
                         (["temperature:beta=1", "temperature:beta=1,n_train=17"], "repeats")):
         with pytest.raises(PosymError, match=needle):
             plan_interventions(bad)
-    with pytest.raises(PosymError, match="--layers applies to temperature and freq-mask only"):
-        plan_interventions(["ntk:kappa=4"], layers=[0])
+    assert plan_interventions(["ntk:kappa=4"], layers=[0]) == (parse_intervention("ntk:kappa=4,layers=0"),)
+    with pytest.raises(PosymError, match="drop --layers"):
+        plan_interventions(["ntk:kappa=4,heads=L0H0"], layers=[0])
     with pytest.raises(PosymError, match="--layers restricts an intervention"):
         plan_interventions(None, layers=[0])
 

@@ -114,7 +114,7 @@ def test_an_old_table_without_the_column_holds_untouched_rows(model_dir, tmp_pat
 
 @pytest.mark.parametrize("intervene,layers,msg", [
     (["nope:x=1"], None, "unknown intervention"), (["ntk:kappa=0.5"], None, ">= 1"),
-    (["ntk:kappa=2"], [0], "temperature and freq-mask only"), (["freq-mask:keep=99"], None, "1..16"),
+    (["ntk:kappa=2"], [7], "layer 7 out of range"), (["freq-mask:keep=99"], None, "1..16"),
     (["temperature:beta=1,layers=7"], None, "layer"), (["none", "none"], None, "give each once")])
 def test_bad_interventions_are_refused_before_any_work(model_dir, tmp_path, intervene, layers, msg):
     out = tmp_path / "lg.csv"

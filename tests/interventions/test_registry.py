@@ -62,13 +62,16 @@ def test_rope_base_and_ntk_are_two_classes_and_the_old_constructor_still_works()
 
 
 def test_per_layer_and_kv_cache_are_class_properties():
-    assert {n for n, c in REGISTRY.items() if c.per_layer} == {"temperature", "freq-mask"}
+    every = {"temperature", "rope-base", "ntk", "interpolate", "freq-mask", "yarn"}
+    assert {n for n, c in REGISTRY.items() if c.per_layer} == every
+    assert {n for n, c in REGISTRY.items() if c.per_head} == every
     assert {n for n, c in REGISTRY.items() if c.exact_under_kv_cache} == {"rope-base", "ntk", "freq-mask", "yarn"}
     assert holds_under_kv_cache(None) and holds_under_kv_cache(Ntk(kappa=2.0))
     assert not holds_under_kv_cache(Interpolate(n_train=17))
     assert with_layers(FreqMask((1,)), [2]) == FreqMask((1,), (2,))
-    with pytest.raises(PosymError, match="--layers applies to temperature and freq-mask only"):
-        Interpolate(factor=2.0).with_layers([0])
+    assert Interpolate(factor=2.0).with_layers([0]) == Interpolate(factor=2.0, layers=(0,))
+    with pytest.raises(PosymError, match="drop --layers"):
+        Interpolate(factor=2.0, heads=((0, 0),)).with_layers([0])
 
 
 def _help_names() -> set[str]:
@@ -149,6 +152,8 @@ def test_a_new_intervention_is_one_registered_class(scratch_registry):
         parse_intervention("weight-scale:beta=2")
     with pytest.raises(PosymError, match="acts on every layer"):
         with_layers(spec, [0])
+    with pytest.raises(PosymError, match="weight-scale does not act per query head"):
+        parse_intervention("weight-scale:alpha=2,heads=L0H0")
     with pytest.raises(PosymError, match="taken"):
         register("weight-scale")(WeightScale)
 

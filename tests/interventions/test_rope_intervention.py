@@ -208,7 +208,7 @@ def test_in_float64_the_fast_and_reference_scores_agree_to_1e10_under_a_base_cha
 @pytest.mark.parametrize("call, msg", [(lambda m: rope_base(m, 0.0), "> 0"),
                                        (lambda m: rope_base(m, -5), "> 0"),
                                        (lambda m: rope_base(m, math.inf), "finite"),
-                                       (lambda m: rope_base(m, 100.0, layers=[0]), "per-layer"),
+                                       (lambda m: rope_base(m, 100.0, layers=[5]), "out of range"),
                                        (lambda m: ntk(m, 0.5), ">= 1"),
                                        (lambda m: ntk(m, "x"), "not a number"),
                                        (lambda m: ntk(m, 1e300), "<= 1e"),  # was OverflowError (probe T1)

@@ -19,18 +19,20 @@ sequence, no KV cache, no left padding).
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ContextManager, Iterator, Mapping
+from typing import Any, ContextManager, Iterator, Mapping, Sequence
 
 import numpy as np
 from torch import Tensor, nn
 
 from posym.checks import check_float
 from posym.errors import PosymError
-from posym.interventions.registry import MAX_N_TRAIN, Intervention, format_number, register
+from posym.interventions.registry import MAX_N_TRAIN, Intervention, format_number, parse_heads_key, register
 from posym.interventions.sites import with_full_forward
-from posym.interventions.rope import _family, _gptj_tables, _rope_modules, gptj_table
+from posym.interventions.rope import (_family, _gptj_tables, _rope_modules, gptj_table, parse_layers_key, selected_heads,
+                                      selection_suffix, selection_words)
 
 #: The largest fixed interpolation factor: ``c = 1/F`` maps a million-token context into one position.
 MAX_FACTOR = 1e6
@@ -46,28 +48,35 @@ class Interpolate(Intervention):
 
     factor: float | None = None
     n_train: int | None = None
+    layers: tuple[int, ...] | None = None
+    heads: tuple[tuple[int, int], ...] | None = None
 
-    keys = ("factor", "n_train")
+    keys = ("factor", "n_train", "layers", "heads")
     example = "interpolate:n_train=17"
+    per_layer = True
+    per_head = True
 
     @classmethod
     def parse(cls, kv: Mapping[str, str]) -> Interpolate:
-        """``factor`` (in [1, 1e6], fixed) or ``n_train`` (dynamic): exactly one."""
-        return check_interpolate(kv.get("factor"), kv.get("n_train"))
+        """``factor`` (in [1, 1e6], fixed) or ``n_train`` (dynamic): exactly one; ``layers`` or ``heads``."""
+        spec = check_interpolate(kv.get("factor"), kv.get("n_train"))
+        layers = parse_layers_key(kv, "interpolate")
+        return dataclasses.replace(spec, layers=layers, heads=parse_heads_key(kv, layers))
 
     def canonical(self) -> str:
-        """``interpolate:factor=F`` or ``interpolate:n_train=N``."""
+        """``interpolate:factor=F`` or ``interpolate:n_train=N``, then ``layers=…`` or ``heads=…``."""
         if self.factor is not None:
-            return f"interpolate:factor={format_number(self.factor)}"
-        return f"interpolate:n_train={self.n_train}"
+            return f"interpolate:factor={format_number(self.factor)}" + selection_suffix(self)
+        return f"interpolate:n_train={self.n_train}" + selection_suffix(self)
 
     def describe(self) -> str:
+        where = "" if self.layers is None and self.heads is None else f" in {selection_words(self)}"
         if self.factor is not None:
-            return f"RoPE positions p -> p/{self.factor:g} (fixed position interpolation)"
-        return f"RoPE positions p -> p·min(1, {self.n_train}/n), n the input length (dynamic position interpolation)"
+            return f"RoPE positions p -> p/{self.factor:g} (fixed position interpolation){where}"
+        return f"RoPE positions p -> p·min(1, {self.n_train}/n), n the input length (dynamic position interpolation){where}"
 
     def apply(self, model: nn.Module) -> ContextManager[Interpolate]:
-        return interpolate(model, factor=self.factor, n_train=self.n_train)
+        return interpolate(model, factor=self.factor, n_train=self.n_train, layers=self.layers, heads=self.heads)
 
     def theory_effect(self, base: float, rotary_dim: int) -> dict[str, Any]:
         """Positions times ``c(n)`` (:func:`interpolation_scale`)."""
@@ -109,11 +118,23 @@ def _length(args: tuple, kwargs: dict) -> int | None:
 
 @with_full_forward
 @contextmanager
-def interpolate(model: nn.Module, *, factor: float | None = None, n_train: int | None = None) -> Iterator[Interpolate]:
+def interpolate(model: nn.Module, *, factor: float | None = None, n_train: int | None = None,
+                layers: Sequence[int] | None = None, heads: Sequence[tuple[int, int]] | None = None) -> Iterator[Interpolate]:
     """Context manager: RoPE positions ``p`` → ``p·c`` (module docstring) for the duration; restored on
-    exit. ``factor=1`` (and ``n_train`` ≥ every input length) is a bit-for-bit no-op. Yields the
-    :class:`Interpolate` applied."""
+    exit. ``factor=1`` (and ``n_train`` ≥ every input length) is a bit-for-bit no-op. ``layers`` /
+    ``heads``: only those query heads (a delta rotation of their q and k,
+    :mod:`posym.interventions.rotary_heads`). Yields the :class:`Interpolate` applied."""
     spec = check_interpolate(factor, n_train)
+    sel = selected_heads(model, layers, heads, "interpolate")
+    if sel is not None:
+        from posym.interventions.rotary_heads import rotary_heads
+
+        spec = dataclasses.replace(spec, layers=None if layers is None else tuple(int(l) for l in layers),
+                                   heads=None if heads is None else sel)
+        with rotary_heads(model, sel, spec.canonical(), None,
+                          position_scale=lambda n: interpolation_scale(spec, n)):
+            yield spec
+        return
     inner, mt = _family(model, "interpolate")
     state = {"c": 1.0}
     handles = []

@@ -110,13 +110,18 @@ def register(name: str) -> Callable[[C], C]:
 
 
 def per_layer_names() -> str:
-    """The registered names that act per layer, joined by ``and`` (``temperature and freq-mask``)."""
-    return " and ".join(n for n, cls in REGISTRY.items() if cls.per_layer)
+    """The registered names that act per layer (``temperature, rope-base and freq-mask``)."""
+    return _joined([n for n, cls in REGISTRY.items() if cls.per_layer])
 
 
 def per_head_names() -> str:
-    """The registered names that take ``heads=`` (:attr:`Intervention.per_head`), joined by ``and``."""
-    return " and ".join(n for n, cls in REGISTRY.items() if cls.per_head)
+    """The registered names that take ``heads=`` (:attr:`Intervention.per_head`), as :func:`per_layer_names`."""
+    return _joined([n for n, cls in REGISTRY.items() if cls.per_head])
+
+
+def _joined(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def format_head_pairs(pairs: Sequence[tuple[int, int]]) -> str:

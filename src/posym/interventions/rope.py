@@ -11,7 +11,8 @@ pairs a p-RoPE / NoPE run does not rotate stay unrotated) and the default-RoPE r
 replaced inside the context (``extend_positions`` past the training length) is rebuilt with θ′ before
 the next forward reads it, so a length sweep inside the context stays at θ′. Note: the GPT-J
 adapter's ``inv_freq`` (used by frequency analyses) is fixed at base 10,000; the rotation itself
-(``cos_sin``, hence the head scores) reads the rebuilt table.
+(``cos_sin``, hence the head scores) reads the rebuilt table. With ``layers=`` / ``heads=`` only those
+query heads change, by a delta rotation of their q and k (:mod:`posym.interventions.rotary_heads`).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from torch import Tensor, nn
 
 from posym.checks import check_float
 from posym.errors import PosymError
-from posym.interventions.registry import Intervention, format_number, register
+from posym.interventions.registry import (Intervention, check_heads_arg, format_head_pairs, format_ids, format_number,
+                                          parse_heads_key, parse_ids, register)
 from posym.interventions.sites import with_full_forward
 from posym.model.adapters import unwrap_model
-from posym.model.pe import GPTJ_BASE, MAX_ROPE_BASE, MIN_ROPE_BASE, config_pe, gptj_rotary_table
+from posym.model.pe import GPTJ_BASE, MAX_ROPE_BASE, MIN_ROPE_BASE, config_pe, gptj_inv_freq, gptj_rotary_table
 
 #: model_type values whose RoPE base and positions this module can change (default RoPE: one base for
 #: all layers, or one per layer type).
@@ -39,17 +41,22 @@ ROPE_FAMILIES: tuple[str, ...] = ("gptj", "llama", "mistral", "qwen2", "qwen3", 
 @register("rope-base")
 @dataclass(frozen=True)
 class RopeBase(Intervention):
-    """A RoPE base change to θ′ = ``theta``. ``RopeBase(kappa=κ)`` (the one class of both before
+    """A RoPE base change to θ′ = ``theta``, on every layer, on ``layers`` or on query ``heads`` only
+    (:mod:`posym.interventions.rotary_heads`). ``RopeBase(kappa=κ)`` (the one class of both before
     :class:`Ntk` existed) builds the :class:`Ntk` of κ."""
 
     theta: float | None = None
     kappa: float | None = None
+    layers: tuple[int, ...] | None = None
+    heads: tuple[tuple[int, int], ...] | None = None
 
-    keys = ("theta",)
+    keys = ("theta", "layers", "heads")
     example = "rope-base:theta=20000"
-    exact_under_kv_cache = True  # new angles at absolute positions
+    per_layer = True
+    per_head = True
+    exact_under_kv_cache = True  # new angles at absolute positions (a selection reads the model's position ids)
 
-    def __new__(cls, theta: float | None = None, kappa: float | None = None) -> RopeBase:
+    def __new__(cls, theta: float | None = None, kappa: float | None = None, *args: Any, **kwargs: Any) -> RopeBase:
         return super().__new__(Ntk if cls is RopeBase and kappa is not None else cls)
 
     def __post_init__(self) -> None:
@@ -58,20 +65,23 @@ class RopeBase(Intervention):
 
     @classmethod
     def parse(cls, kv: Mapping[str, str]) -> RopeBase:
-        """``theta`` (in [1e-30, 1e30])."""
+        """``theta`` (in [1e-30, 1e30]), ``layers`` (``0+2``) or ``heads`` (``L0H1+L2H3``)."""
         if "theta" not in kv:
             raise PosymError("rope-base needs theta, e.g. rope-base:theta=20000")
-        return cls(theta=check_theta(kv["theta"]))
+        layers = parse_layers_key(kv, "rope-base")
+        return cls(theta=check_theta(kv["theta"]), layers=layers, heads=parse_heads_key(kv, layers))
 
     def canonical(self) -> str:
-        """``rope-base:theta=T``."""
-        return f"rope-base:theta={format_number(self.theta)}"
+        """``rope-base:theta=T`` then ``layers=…`` or ``heads=…`` when restricted."""
+        return f"rope-base:theta={format_number(self.theta)}" + selection_suffix(self)
 
     def describe(self) -> str:
-        return f"every RoPE base set to {self.theta:g}"
+        if self.layers is None and self.heads is None:
+            return f"every RoPE base set to {self.theta:g}"
+        return f"RoPE base set to {self.theta:g} in {selection_words(self)}"
 
     def apply(self, model: nn.Module) -> ContextManager[RopeBase]:
-        return rope_base(model, self.theta)
+        return rope_base(model, self.theta, layers=self.layers, heads=self.heads)
 
     def theory_effect(self, base: float, rotary_dim: int) -> dict[str, Any]:
         """The new base θ′."""
@@ -84,7 +94,7 @@ class Ntk(RopeBase):
     """An NTK-aware base change: each base θ becomes θ·κ^{d/(d−2)} (d = rotary dim); ``theta``: the
     new base once applied to a model with one base (None when unknown or several)."""
 
-    keys = ("kappa",)
+    keys = ("kappa", "layers", "heads")
     example = "ntk:kappa=4"
 
     def __post_init__(self) -> None:
@@ -93,24 +103,51 @@ class Ntk(RopeBase):
 
     @classmethod
     def parse(cls, kv: Mapping[str, str]) -> Ntk:
-        """``kappa`` (in [1, 1e30])."""
+        """``kappa`` (in [1, 1e30]), ``layers`` or ``heads``."""
         if "kappa" not in kv:
             raise PosymError("ntk needs kappa, e.g. ntk:kappa=4")
-        return cls(kappa=check_kappa(kv["kappa"]))
+        layers = parse_layers_key(kv, "ntk")
+        return cls(kappa=check_kappa(kv["kappa"]), layers=layers, heads=parse_heads_key(kv, layers))
 
     def canonical(self) -> str:
-        """``ntk:kappa=K`` (the applied ``theta`` is not part of it)."""
-        return f"ntk:kappa={format_number(self.kappa)}"
+        """``ntk:kappa=K`` then ``layers=…`` or ``heads=…`` (the applied ``theta`` is not part of it)."""
+        return f"ntk:kappa={format_number(self.kappa)}" + selection_suffix(self)
 
     def describe(self) -> str:
-        return f"every RoPE base θ set to θ·{self.kappa:g}^(d/(d-2)) (NTK-aware, d the rotary dim)"
+        if self.layers is None and self.heads is None:
+            return f"every RoPE base θ set to θ·{self.kappa:g}^(d/(d-2)) (NTK-aware, d the rotary dim)"
+        return f"RoPE base θ set to θ·{self.kappa:g}^(d/(d-2)) (NTK-aware, d the rotary dim) in {selection_words(self)}"
 
     def apply(self, model: nn.Module) -> ContextManager[Ntk]:
-        return ntk(model, self.kappa)
+        return ntk(model, self.kappa, layers=self.layers, heads=self.heads)
 
     def theory_effect(self, base: float, rotary_dim: int) -> dict[str, Any]:
         """The NTK base of ``base`` at ``rotary_dim`` (:func:`ntk_theta`)."""
         return {"base": float(ntk_theta(base, self.kappa, rotary_dim))}
+
+
+def parse_layers_key(kv: Mapping[str, str], name: str) -> tuple[int, ...] | None:
+    """The ``layers=`` value (``0+2``) of a rotary intervention's keys (None when absent); one-line PosymError."""
+    if "layers" not in kv:
+        return None
+    try:
+        return parse_ids(kv["layers"])
+    except ValueError:
+        raise PosymError(f"{name}: layers must be integers joined by '+', e.g. layers=0+2") from None
+
+
+def selection_suffix(spec: Any) -> str:
+    """``,layers=0+2`` / ``,heads=L0H1`` of a restricted rotary intervention (empty for every layer)."""
+    if spec.heads is not None:
+        return ",heads=" + format_head_pairs(spec.heads)
+    return ",layers=" + format_ids(spec.layers) if spec.layers is not None else ""
+
+
+def selection_words(spec: Any) -> str:
+    """``every layer``, ``layers 0+2`` or ``query heads L0H1`` (for :meth:`~Intervention.describe`)."""
+    if spec.heads is not None:
+        return "query heads " + format_head_pairs(spec.heads)
+    return "layers " + format_ids(spec.layers) if spec.layers is not None else "every layer"
 
 
 _BASE_RANGE = f"[{MIN_ROPE_BASE:g}, {MAX_ROPE_BASE:g}]"
@@ -300,32 +337,69 @@ def _bases(model: nn.Module, theta_of: Callable[[float], float]) -> Iterator[Non
             setattr(m, attr, t)
 
 
+def selected_heads(model: nn.Module, layers: Sequence[int] | None, heads: Sequence[tuple[int, int]] | None,
+                   name: str) -> tuple[tuple[int, int], ...] | None:
+    """The query heads a rotary intervention acts on: ``heads`` (checked), every head of ``layers``, or
+    None for every layer (the whole-model tables); one-line PosymError for both or a bad pair/layer."""
+    from posym.interventions.rotary_heads import layer_heads
+
+    heads = check_heads_arg(heads, layers, name)
+    if heads is None and layers is not None:
+        return layer_heads(model, layers, name)
+    return heads
+
+
 @with_full_forward
 @contextmanager
-def rope_base(model: nn.Module, theta: float, *, layers: Sequence[int] | None = None) -> Iterator[RopeBase]:
-    """Context manager: every layer's RoPE base set to θ′ = ``theta`` (rotary tables rebuilt, weights
-    untouched); the original tables restored on exit. ``layers`` must be None (all layers) for now; a
-    model with several bases (Gemma-3) is refused in one line (use :func:`ntk`)."""
+def rope_base(model: nn.Module, theta: float, *, layers: Sequence[int] | None = None,
+              heads: Sequence[tuple[int, int]] | None = None) -> Iterator[RopeBase]:
+    """Context manager: the RoPE base set to θ′ = ``theta`` (rotary tables rebuilt, weights untouched) on
+    every layer, or with ``layers`` / ``heads`` on those query heads only (a delta rotation of their q and
+    k, :mod:`posym.interventions.rotary_heads`); restored on exit. A model with several bases (Gemma-3)
+    is refused in one line (use :func:`ntk`)."""
+    from posym.interventions.rotary_heads import rotary_heads
+
     theta = check_theta(theta)
-    if layers is not None:
-        raise PosymError("rope-base: per-layer bases are not supported yet; leave layers unset (all layers)")
+    sel = selected_heads(model, layers, heads, "rope-base")
     model_theta(model)  # one base, or a one-line error
+    applied = RopeBase(theta=theta, layers=None if layers is None else tuple(int(l) for l in layers),
+                       heads=None if heads is None else sel)
+    if sel is not None:
+        new = lambda base, dim, pe: gptj_inv_freq(pe, dim, theta) if pe is not None else _default_inv_freq(theta, dim)  # noqa: E731
+        with rotary_heads(model, sel, applied.canonical(), new):
+            yield applied
+        return
     with _bases(model, lambda _: theta):
-        yield RopeBase(theta=theta)
+        yield applied
 
 
 @with_full_forward
 @contextmanager
-def ntk(model: nn.Module, kappa: float) -> Iterator[Ntk]:
+def ntk(model: nn.Module, kappa: float, *, layers: Sequence[int] | None = None,
+        heads: Sequence[tuple[int, int]] | None = None) -> Iterator[Ntk]:
     """Context manager: every rotary's base θ (each layer type's own, Gemma-3) set to the NTK-aware
-    θ·κ^{d/(d−2)}, d the rotary dim; κ = 1 leaves the tables (and the logits) unchanged. Yields the
+    θ·κ^{d/(d−2)}, d the rotary dim — on every layer, or with ``layers`` / ``heads`` on those query heads
+    only (:mod:`posym.interventions.rotary_heads`); κ = 1 leaves the logits unchanged. Yields the
     applied :class:`Ntk` (its ``theta`` None when the model has several bases)."""
+    from posym.interventions.rotary_heads import rotary_heads
+
     kappa = check_kappa(kappa)
+    sel = selected_heads(model, layers, heads, "ntk")
     d = rotary_dim(model)
     thetas = set(model_thetas(model).values())
+    applied = Ntk(theta=ntk_theta(thetas.pop(), kappa, d) if len(thetas) == 1 else None, kappa=kappa,
+                  layers=None if layers is None else tuple(int(l) for l in layers), heads=None if heads is None else sel)
+    if sel is not None:
+        def new(base: float, dim: int, pe) -> Tensor:
+            t = ntk_theta(base, kappa, dim)
+            return gptj_inv_freq(pe, dim, t) if pe is not None else _default_inv_freq(t, dim)
+        with rotary_heads(model, sel, applied.canonical(), new):
+            yield applied
+        return
     with _bases(model, lambda theta: ntk_theta(theta, kappa, d)):
-        yield Ntk(theta=ntk_theta(thetas.pop(), kappa, d) if len(thetas) == 1 else None, kappa=kappa)
+        yield applied
 
 
 __all__ = ["ROPE_FAMILIES", "GPTJ_BASE", "RopeBase", "Ntk", "check_theta", "check_kappa", "ntk_theta", "model_theta",
-           "model_thetas", "rotary_dim", "gptj_table", "rope_base", "ntk"]
+           "model_thetas", "rotary_dim", "gptj_table", "rope_base", "ntk", "parse_layers_key", "selection_suffix",
+           "selection_words", "selected_heads"]

@@ -22,7 +22,8 @@ How: the ``inv_freq`` (``{layer_type}_inv_freq``) buffers of the default-RoPE ro
 table is rebuilt as ``a·[sin | cos](p·inv_freq)`` (the pairs a p-RoPE / NoPE run does not rotate stay
 unrotated), also when it is extended inside the context. The original tensors and values are put back
 on exit, also after an exception. The score engine reads the same rotary (``RopeAdapter.cos_sin``), so
-the fast and reference head scores see the change. ``factor=1`` keeps every table (and with no
+the fast and reference head scores see the change. With ``layers=`` / ``heads=`` only those query heads
+change, by a delta rotation of their q and k (:mod:`posym.interventions.rotary_heads`). ``factor=1`` keeps every table (and with no
 attention factor other than 1, the logits) bit for bit. Exact under a KV cache: it changes the rotation
 at absolute positions."""
 
@@ -39,8 +40,10 @@ from torch import Tensor, nn
 
 from posym.checks import check_float, check_int
 from posym.errors import PosymError
-from posym.interventions.registry import MAX_N_TRAIN, Intervention, format_number, register
-from posym.interventions.rope import _family, _gptj_tables, _rope_tables, gptj_table, model_thetas
+from posym.interventions.registry import MAX_N_TRAIN, Intervention, format_number, parse_heads_key, register
+from posym.interventions.rope import (_family, _gptj_tables, _rope_tables, gptj_table, model_thetas, parse_layers_key,
+                                      selected_heads, selection_suffix, selection_words)
+from posym.interventions.rotary_heads import rotary_heads
 from posym.interventions.sites import with_full_forward
 from posym.model.pe import config_pe, gptj_inv_freq
 
@@ -65,10 +68,15 @@ class Yarn(Intervention):
     mscale: float | None = None
     mscale_all_dim: float | None = None
     truncate: bool = True
+    layers: tuple[int, ...] | None = None
+    heads: tuple[tuple[int, int], ...] | None = None
 
-    keys = ("factor", "original", "beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate")
+    keys = ("factor", "original", "beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate",
+            "layers", "heads")
     example = "yarn:factor=4,original=17"
-    exact_under_kv_cache = True  # new angles at absolute positions
+    per_layer = True
+    per_head = True
+    exact_under_kv_cache = True  # new angles at absolute positions (a selection reads the model's position ids)
 
     def __post_init__(self) -> None:
         check_yarn(self)
@@ -88,8 +96,9 @@ class Yarn(Intervention):
         if kv.get("truncate", "1") not in ("0", "1"):
             raise PosymError("yarn: truncate must be 1 (floor/ceil the correction dims, transformers' default) or 0")
         opt = {k: kv[k] for k in ("attention_factor", "mscale", "mscale_all_dim") if k in kv}
+        layers = parse_layers_key(kv, "yarn")
         return cls(kv["factor"], original, kv.get("beta_fast", BETA_FAST), kv.get("beta_slow", BETA_SLOW),
-                   truncate=kv.get("truncate", "1") == "1", **opt)
+                   truncate=kv.get("truncate", "1") == "1", layers=layers, heads=parse_heads_key(kv, layers), **opt)
 
     def canonical(self) -> str:
         """``yarn:factor=F,original=N`` then each optional key that differs from its default, in
@@ -102,11 +111,12 @@ class Yarn(Intervention):
                 parts.append(f"{key}={format_number(value)}")
         if not self.truncate:
             parts.append("truncate=0")
-        return "yarn:" + ",".join(parts)
+        return "yarn:" + ",".join(parts) + selection_suffix(self)
 
     def describe(self) -> str:
+        where = "" if self.layers is None and self.heads is None else f" in {selection_words(self)}"
         return (f"YaRN: RoPE frequencies blended between x1 and /{self.factor:g} by a ramp over original context "
-                f"{self.original}, logits x{self.scaling() ** 2:.4g} (attention factor {self.scaling():.4g})")
+                f"{self.original}, logits x{self.scaling() ** 2:.4g} (attention factor {self.scaling():.4g}){where}")
 
     def scaling(self) -> float:
         """The attention factor ``a`` that multiplies cos and sin (transformers' ``attention_scaling``)."""
@@ -221,6 +231,16 @@ def yarn(model: nn.Module, spec: Yarn) -> Iterator[Yarn]:
     originals restored on exit, also after an exception. A family outside
     :data:`~posym.interventions.rope.ROPE_FAMILIES` or a rotary that is not default RoPE is refused in
     one line before anything changes. Yields ``spec``."""
+    sel = selected_heads(model, spec.layers, spec.heads, "yarn")
+    if sel is not None:
+        def new(base: float, dim: int, pe) -> Tensor:
+            if pe is None:
+                return yarn_inv_freq(spec, base, dim)
+            inv = yarn_inv_freq(spec, float(pe.theta), dim)
+            return torch.where(gptj_inv_freq(pe, dim) == 0, torch.zeros_like(inv), inv)
+        with rotary_heads(model, sel, spec.canonical(), new, attention_factor=spec.scaling()):
+            yield spec
+        return
     inner, mt = _family(model, "yarn")
     a = spec.scaling()
     saved: list[tuple[nn.Module, str, Any]] = []
