@@ -95,7 +95,7 @@ def test_records_without_an_intervention_are_none(tiny_dirs, tmp_path):
 
 def test_llm_eval_bad_specs_fail_before_the_model_loads(tiny_dirs, tmp_path):
     for iv, layers, needle in ((["bogus"], None, "unknown intervention"),
-                               (["ntk:kappa=4"], [0], "--layers applies to temperature and freq-mask only"),
+                               (["none"], [0], "--layers restricts an intervention"),
                                (["temperature:beta=1"], [9], "layer")):
         with pytest.raises(PosymError, match=needle):
             llm_eval(str(tiny_dirs["chat"]), out=tmp_path / "x", protocol="choice", intervene=iv, layers=layers,

@@ -116,7 +116,7 @@ from posym.heads.score_formula import (
 )
 from posym.heads.score_paths import check_eager, position_content_logits, resolve_blocks, swap_layers, swap_units
 from posym.heads.swaps import as_ids, ids_length, parse_swap_exclude, query_positions
-from posym.model.adapters import RopeAdapter, eval_mode, get_adapter
+from posym.model.adapters import RopeAdapter, eval_mode, get_adapter, position_tied_qk
 
 
 # ================================================================================================
@@ -222,6 +222,8 @@ def _scores(model, input_ids, taus, query_pos, layers, method, blocks, batch_siz
     centred = check_centred(centred, cosine)
     _check_sizes(batch_size, chunk_size)
     ad = get_adapter(model)
+    if method == "fast" and position_tied_qk(ad.model):  # a per-head rotary change: the re-run sees it, the fast path not
+        method = "reference"
     with ad.covering(ids_length(input_ids)):
         ids, layers = _prepare(ad, input_ids, layers, method)
         B, T = ids.shape
@@ -331,6 +333,8 @@ def swap_attention(model, input_ids, query_pos: int | None = None, *, blocks: Bl
         raise PosymError(f"method must be 'fast' or 'reference', got {method!r}")
     _check_sizes(batch_size, chunk_size)
     ad = get_adapter(model)
+    if method == "fast" and position_tied_qk(ad.model):  # a per-head rotary change: the re-run sees it, the fast path not
+        method = "reference"
     with ad.covering(ids_length(input_ids)):
         ids, layers = _prepare(ad, input_ids, layers, method)
         qp = query_positions(query_pos, ids.shape[0], ids.shape[1])

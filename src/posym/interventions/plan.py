@@ -11,7 +11,7 @@ from torch import nn
 from posym.checks import check_layer_list
 from posym.errors import PosymError
 from posym.interventions.apply import intervened, with_layers
-from posym.interventions.registry import Intervention
+from posym.interventions.registry import Intervention, per_layer_names
 from posym.interventions.spec import describe, parse_intervention
 
 
@@ -31,7 +31,7 @@ def plan_interventions(intervene: Sequence[str] | str | None = None,
         if not layers:
             raise PosymError("--layers needs at least one layer index")
         if all(s is None for s in specs):
-            raise PosymError("--layers restricts an intervention: give --intervene temperature:... or freq-mask:...")
+            raise PosymError(f"--layers restricts an intervention: give --intervene NAME:... ({per_layer_names()})")
         specs = [None if s is None else with_layers(s, layers) for s in specs]
     seen: dict[str, str] = {}
     for text, spec in zip(texts or ["none"], specs):

@@ -16,9 +16,10 @@ one key: a selection must hold every query head of each key/value group it touch
 multi-head attention); a partial group is refused in one line naming the heads to add.
 
 The head scores' fast path (:func:`posym.heads.scores.scores_fast`) places a key's captured content at
-other positions, which a per-head delta rotation does not follow; while a selection is active, capturing
-q/k at a selected site (the adapter's capture hooks) is refused in one line — use the literal re-run
-(:func:`posym.heads.scores.scores_reference`), which runs the model's own forward.
+other positions, which a per-head delta rotation does not follow: while a selection is active the model
+carries :data:`posym.model.adapters.POSITION_TIED_QK`, and the head scores run the literal re-run
+(:func:`posym.heads.scores.scores_reference`, the model's own forward; ``method`` "reference" in the
+result) instead. Any other capture of q/k at a selected site (frequency analyses) is refused in one line.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from posym.errors import PosymError
 from posym.interventions.registry import format_head_pairs
 from posym.interventions.rope import _family, _gptj_tables, _rope_modules, model_theta, model_thetas
 from posym.interventions.sites import PER_HEAD, head_sites, hook_qk
-from posym.model.adapters import RopeAdapter, get_adapter, heads_first_layout
+from posym.model.adapters import POSITION_TIED_QK, RopeAdapter, get_adapter, heads_first_layout
 from posym.model.pe import PositionalEncoding, config_pe
 from posym.model.rope import apply_rotary, expand_pairs
 
@@ -171,11 +172,14 @@ def rotary_heads(model: nn.Module, heads: Sequence[tuple[int, int]], name: str, 
 
     def refuse_capture(module, args):
         if any(_is_capture_hook(h) for h in module._forward_hooks.values()):
-            raise PosymError(f"{name}: the q/k the score engine captures carry a per-head rotation at their own "
-                             "positions, which its fast path moves; use the literal re-run (scores_reference)")
+            raise PosymError(f"{name}: the captured q/k carry a per-head rotation at their own positions, which an "
+                             "analysis of captured q/k (the frequency analyses) would misread; apply it to all heads "
+                             "or measure this without heads=/layers=")
 
     rotaries = _gptj_tables(inner) if mt == "gptj" else _rope_modules(inner)
     handles = [inner.register_forward_pre_hook(grab_length, with_kwargs=True)]
+    marked = getattr(inner, POSITION_TIED_QK, None)
+    setattr(inner, POSITION_TIED_QK, name)
     try:
         handles += [m.register_forward_pre_hook(grab_positions, with_kwargs=True) for m in rotaries]
         for site, hs in per_layer:
@@ -191,6 +195,10 @@ def rotary_heads(model: nn.Module, heads: Sequence[tuple[int, int]], name: str, 
     finally:
         for h in handles:
             h.remove()
+        if marked is None:
+            delattr(inner, POSITION_TIED_QK)
+        else:
+            setattr(inner, POSITION_TIED_QK, marked)
 
 
 __all__ = ["NewFreq", "layer_heads", "check_whole_groups", "rotary_heads"]

@@ -71,6 +71,18 @@ def hook_handles() -> Iterator[list]:
 SUPPORTED: tuple[str, ...] = ("gptj", *FAMILIES)
 
 
+#: The attribute a per-head rotary intervention (``rope-base``/``ntk``/``interpolate``/``yarn`` with
+#: ``heads=`` or ``layers=``) sets on the model while active, its name as value: the q/k it changes carry a
+#: rotation tied to each token's own position, which the fast score path cannot move with the content
+#: (docs/interventions.md, "Head selections"), so :func:`position_tied_qk` sends the scores to the re-run.
+POSITION_TIED_QK = "_posym_position_tied_qk"
+
+
+def position_tied_qk(model: nn.Module) -> str | None:
+    """The name of the active per-head rotary intervention of ``model`` (:data:`POSITION_TIED_QK`), or None."""
+    return getattr(unwrap_model(model), POSITION_TIED_QK, None)
+
+
 class RopeAdapter:
     """Family-independent view of a RoPE causal LM's attention.
 
@@ -733,5 +745,5 @@ def get_adapter(model: nn.Module) -> RopeAdapter:
                      "(causal-LM classes; see docs/models.md)")
 
 
-__all__ = ["RopeAdapter", "GPTJAdapter", "HFRopeAdapter", "SUPPORTED", "get_adapter", "eval_mode", "hook_handles",
+__all__ = ["POSITION_TIED_QK", "position_tied_qk", "RopeAdapter", "GPTJAdapter", "HFRopeAdapter", "SUPPORTED", "get_adapter", "eval_mode", "hook_handles",
            "heads_first_layout", "supported_families", "unwrap_model"]

@@ -180,8 +180,8 @@ def test_layers_index_is_explicit_and_a_layer_number_stays_a_layer_number():
     assert _settings(["temperature:beta=1,layers=1000000"]) == ["temperature:beta=1,n_train=17,floor=1,layers=1000000"]
     assert _settings(["freq-mask:keep=2+1,layers=index", "temperature:beta=1,layers=index"]) == [
         "freq-mask:keep=1+2,layers=index", "temperature:beta=1,n_train=17,floor=1,layers=index"]
-    for texts, msg in ((["ntk:kappa=2,layers=index"], "temperature and freq-mask only"),
-                       (["freq-mask:keep=1,layers=index,layers=0"], "not a new key|given twice"),
+    assert _settings(["ntk:kappa=2,layers=index"]) == ["ntk:kappa=2,layers=index"]  # per layer since issue 37
+    for texts, msg in ((["freq-mask:keep=1,layers=index,layers=0"], "not a new key|given twice"),
                        (["freq-mask:keep=1,layers=index", "freq-mask:keep=1, layers=index"], "repeats")):
         with pytest.raises(PosymError, match=msg):
             _settings(texts)

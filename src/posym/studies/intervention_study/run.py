@@ -23,6 +23,7 @@ from posym.constants import TASKS
 from posym.errors import PosymError
 from posym.heads.tracking import lengthened_score_table
 from posym.interventions import check_interventions, describe, intervened, parse_intervention
+from posym.interventions.registry import per_layer_names
 from posym.lengthgen.trained import parse_grid
 from posym.model.adapters import get_adapter
 from posym.report.paper import LENGTHGEN
@@ -200,7 +201,7 @@ def _settings(intervene: Sequence[str]) -> list[str]:
         canon = describe(spec)
         if index:
             if spec is None or not spec.per_layer:
-                raise PosymError(f"{text!r}: layers={INDEX_LAYERS} applies to temperature and freq-mask only")
+                raise PosymError(f"{text!r}: layers={INDEX_LAYERS} applies to {per_layer_names()} only")
             if spec.layers is not None:
                 raise PosymError(f"{text!r}: layers given twice; write layers={INDEX_LAYERS} or a layer list, not both")
             canon += f",layers={INDEX_LAYERS}"
