@@ -51,7 +51,7 @@ def _cmd_head_sets(a: argparse.Namespace) -> None:
     from posym.studies.head_sets import head_sets
     show(call(head_sets, a, "model", progress=("quiet", not_),
               names=("readout", "out", "sets", "controls", "seed", "doses", "directions", "intervene", "lengths",
-                     "temperature_lengths", "n", "task", "force")))
+                     "temperature_lengths", "n", "task", "match", "force")))
 
 
 def _variants(p: argparse.ArgumentParser, help: str) -> None:
@@ -157,6 +157,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     hs.add_argument("--n", type=positive_int, default=SUPPRESS, help="test prompts (the same for every intervention)")
     hs.add_argument("--seed", type=nonneg_int, default=SUPPRESS, help="data seed, first control seed, random-ID seed")
     hs.add_argument("--task", default=SUPPRESS, choices=TASK_CHOICES, help=TASK_HELP)
+    hs.add_argument("--match", default=SUPPRESS, choices=("layer", "count"),
+                    help="controls with as many heads per layer as the set (layer, default) or as many heads in all, "
+                         "drawn from every head outside it (count: one-head-per-layer models)")
     add_force(hs, "replace existing tables and figures (the outcome cache is kept)")
     add_quiet(hs, "no progress bar")
     hs.set_defaults(func=_cmd_head_sets)

@@ -9,14 +9,19 @@ from __future__ import annotations
 import pandas as pd
 
 from posym.report.figures import new_figure
-from posym.studies.head_sets.study import DOSE, NULL, TEMPERATURE
+from posym.studies.head_sets.study import DOSE, NULL, TEMPERATURE, null_text
 
 TYPED, CONTROL, UNTOUCHED, ALL_HEADS = "C0", "grey", "black", "C3"
 
 
+def _null(t: pd.DataFrame) -> str:
+    """The null of the table's controls (its ``match`` column; layer-matched when absent)."""
+    return null_text(str(t["match"].iloc[0])) if "match" in t.columns and len(t) else NULL
+
+
 def _subtitle(t: pd.DataFrame) -> str:
     n, k = int(t["n_prompts"].max()), int(t["n_controls"].max())
-    return f"null: {NULL} (K = {k}, band 5–95 %); n = {n} prompts"
+    return f"null: {_null(t)} (K = {k}, band 5–95 %); n = {n} prompts"
 
 
 def _panel(ax, g: pd.DataFrame, x: str, name: str) -> None:

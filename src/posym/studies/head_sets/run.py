@@ -24,15 +24,15 @@ import pandas as pd
 
 from posym.checks import check_int
 from posym.errors import PosymError
-from posym.heads.selection import TYPE_NAMES, Head, format_heads, matched_control, read_readout, typed_heads
+from posym.heads.selection import MATCHES, TYPE_NAMES, Head, format_heads, matched_control, read_readout, typed_heads
 from posym.interventions import describe, intervened, parse_intervention
 from posym.lengthgen.outcomes import task_outcomes
 from posym.model.adapters import get_adapter
 from posym.runs import layout
 from posym.runs.resolve import check_model_folder, resolve_model
 from posym.studies.head_sets.figures import plot_dose_curves, plot_temperature_curve
-from posym.studies.head_sets.study import DEFAULT_SETS, DEFAULT_TEMPERATURE, DIRECTIONS, NOT_PER_HEAD, NULL, \
-    TEMPERATURE_LENGTHS
+from posym.studies.head_sets.study import DEFAULT_SETS, DEFAULT_TEMPERATURE, DIRECTIONS, NOT_PER_HEAD, \
+    TEMPERATURE_LENGTHS, null_text
 from posym.studies.head_sets.tables import NONE, Evaluate, cell_rows, plan_cells, study_table, table_markdown
 from posym.verbs import Outputs, VerbResult, figure_paths
 
@@ -81,10 +81,14 @@ def check_settings(*, sets: Sequence[str], controls: int, directions: Sequence[s
 
 
 def resolve_sets(table: pd.DataFrame, sets: Sequence[str], n_layers: int, n_heads: int, controls: int,
-                 seed: int) -> tuple[dict[str, tuple[Head, ...]], dict[str, list[tuple[int, tuple[Head, ...]]]], list[str]]:
-    """Each set's heads read from the readout ``table``, its K matched controls ``(seed + j, heads)`` and
-    the notes of the sets skipped (no heads). A set that cannot be matched, or a head outside the model,
-    is a one-line PosymError (drop the set from ``--sets``)."""
+                 seed: int, match: str = "layer") -> tuple[dict[str, tuple[Head, ...]],
+                                                          dict[str, list[tuple[int, tuple[Head, ...]]]], list[str]]:
+    """Each set's heads read from the readout ``table``, its K controls ``(seed + j, heads)`` matched by
+    ``match`` (``layer`` | ``count``: :func:`posym.heads.selection.matched_control`) and the notes of the
+    sets skipped (no heads). A set that cannot be matched, or a head outside the model, is a one-line
+    PosymError (``--match count``, or drop the set from ``--sets``)."""
+    if match not in MATCHES:
+        raise PosymError(f"--match: {match!r} is not a match; give {' or '.join(MATCHES)}")
     typed, ctrls, notes = {}, {}, []
     for s in sets:
         heads = typed_heads(table, s)
@@ -96,9 +100,9 @@ def resolve_sets(table: pd.DataFrame, sets: Sequence[str], n_layers: int, n_head
             raise PosymError(f"--readout: {s} head {out[0]} is not in this model ({n_layers} layers x {n_heads} heads); "
                              "give the readout of the same model")
         try:
-            ctrls[s] = [(seed + j, matched_control(heads, n_layers, n_heads, seed + j, s)) for j in range(controls)]
+            ctrls[s] = [(seed + j, matched_control(heads, n_layers, n_heads, seed + j, s, match)) for j in range(controls)]
         except PosymError as e:
-            raise PosymError(f"{e}; drop {s} from --sets") from None
+            raise PosymError(f"{e}, or drop {s} from --sets") from None
         typed[s] = heads
     if not typed:
         raise PosymError(f"no head set has heads in the readout ({'; '.join(notes)}); give other --sets or another --readout")
@@ -110,17 +114,18 @@ def measure_head_sets(evaluate: Evaluate, readout: pd.DataFrame, *, n_layers: in
                       doses: Sequence[int] | None = None, directions: Sequence[str] = DIRECTIONS,
                       lengths: Sequence[int] = (0,), temperature: Sequence[str] = DEFAULT_TEMPERATURE,
                       temperature_lengths: Sequence[int] = TEMPERATURE_LENGTHS, readout_name: str = "",
-                      task: str = "") -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+                      task: str = "", match: str = "layer") -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """The study on any model: ``evaluate(intervention, added length)`` gives per-prompt outcomes
     (``correct``, ``rank``; the same prompts for every intervention). Returns ``(head_sets table,
-    controls table, notes)`` (columns: docs/head_sets.md)."""
+    controls table, notes)`` (columns: docs/head_sets.md); ``match``: how the controls are matched (``layer``
+    | ``count``, :func:`resolve_sets`)."""
     sets, temps = check_settings(sets=sets, controls=controls, directions=directions, temperature=temperature,
                                  lengths=lengths, temperature_lengths=temperature_lengths, doses=doses, n=1)
     doses = tuple(int(k) for k in doses) if doses is not None else default_doses(n_freq)
     if max(doses) >= n_freq:
         raise PosymError(f"--doses: k = {max(doses)} drops every rotary pair or more (the model has {n_freq} "
                          f"frequency IDs); give k from 1 to {n_freq - 1}")
-    typed, ctrls, notes = resolve_sets(readout, sets, n_layers, n_heads, controls, check_int(seed, "--seed", lo=0))
+    typed, ctrls, notes = resolve_sets(readout, sets, n_layers, n_heads, controls, check_int(seed, "--seed", lo=0), match)
     cells = plan_cells(list(typed), doses=doses, directions=directions, lengths=lengths, temperature=temps,
                        temperature_lengths=temperature_lengths, n_freq=n_freq, seed=seed)
     rows, crows = [], []
@@ -129,7 +134,7 @@ def measure_head_sets(evaluate: Evaluate, readout: pd.DataFrame, *, n_layers: in
         rows.append(row)
         crows += c
     all_heads = {(t, int(e)): float(evaluate(t, int(e))["correct"].mean()) for t in temps for e in temperature_lengths}
-    table = study_table(rows, readout=readout_name, task=task, seed=seed, all_heads=all_heads)
+    table = study_table(rows, readout=readout_name, task=task, seed=seed, all_heads=all_heads, match=match)
     return table, pd.DataFrame(crows), notes
 
 
@@ -165,12 +170,13 @@ def head_sets(model: str | os.PathLike, *, readout: str | os.PathLike, out: str 
               sets: Sequence[str] = DEFAULT_SETS, controls: int = 20, seed: int = 0, doses: Sequence[int] | None = None,
               directions: Sequence[str] = DIRECTIONS, intervene: Sequence[str] = DEFAULT_TEMPERATURE,
               lengths: Sequence[int] = (0,), temperature_lengths: Sequence[int] = TEMPERATURE_LENGTHS, n: int = 200,
-              task: str | None = None, force: bool = False, progress: bool = True) -> VerbResult:
+              task: str | None = None, match: str = "layer", force: bool = False, progress: bool = True) -> VerbResult:
     """The head-set study of one trained posym model (run, Trainer output or model folder; module doc):
     ``head_sets.csv`` (one row per cell), ``head_sets_controls.csv`` (one row per control draw),
     ``head_sets.md``, ``head_sets.json`` and two figures per set in ``out``. ``doses``: default 1, 2, 4, …
     up to half the rotary pairs; ``lengths``: the dose curves' added lengths; ``temperature_lengths``:
-    the temperature part's. Every option is checked before the model loads or a file is written."""
+    the temperature part's; ``match``: the controls' matching (``layer``: as many heads per layer, ``count``:
+    as many heads in all). Every option is checked before the model loads or a file is written."""
     from tqdm.auto import tqdm
 
     sets, temps = check_settings(sets=sets, controls=controls, directions=directions, temperature=intervene,
@@ -191,7 +197,7 @@ def head_sets(model: str | os.PathLike, *, readout: str | os.PathLike, out: str 
     if k_max >= n_freq:
         raise PosymError(f"--doses: k = {k_max} drops every rotary pair or more (the model has {n_freq} frequency IDs); "
                          f"give k from 1 to {n_freq - 1}")
-    resolve_sets(table, sets, n_layers, n_heads, controls, seed)  # unmatched sets: one line before any measurement
+    resolve_sets(table, sets, n_layers, n_heads, controls, seed, match)  # unmatched sets: one line before any measurement
     cache = OutcomeCache(out / layout.HEAD_SETS_OUTCOMES, {"model": str(Path(ckpt).resolve()), "task": task, "n": int(n),
                                                            "data_seed": int(seed)})
     bar = tqdm(desc=f"head-sets {task}", disable=not progress, unit="iv")
@@ -211,23 +217,24 @@ def head_sets(model: str | os.PathLike, *, readout: str | os.PathLike, out: str 
     t, c, notes = measure_head_sets(evaluate, table, n_layers=n_layers, n_heads=n_heads, n_freq=n_freq, sets=sets,
                                     controls=controls, seed=seed, doses=doses, directions=directions, lengths=lengths,
                                     temperature=temps, temperature_lengths=temperature_lengths,
-                                    readout_name=str(Path(readout)), task=task)
+                                    readout_name=str(Path(readout)), task=task, match=match)
     bar.close()
     outputs.csv(t, out / layout.HEAD_SETS)
     outputs.csv(c, out / layout.HEAD_SETS_CONTROLS)
-    outputs.text(table_markdown(t, NULL) + "".join(f"\nNote: {x}\n" for x in notes), out / layout.HEAD_SETS_MD)
+    outputs.text(table_markdown(t, null_text(match)) + "".join(f"\nNote: {x}\n" for x in notes), out / layout.HEAD_SETS_MD)
     outputs.json({"model": str(model), "task": task, "readout": str(Path(readout)), "sets": sorted(set(t["set"])),
                   "controls": controls, "control_seeds": [seed, seed + controls - 1], "seed": seed,
                   "doses": sorted(set(int(k) for k in t.loc[t["part"] == "dose", "k"])), "directions": list(directions),
                   "temperature": temps, "lengths": list(lengths), "temperature_lengths": list(temperature_lengths),
-                  "n": n, "null": NULL, "notes": notes, "measured_now": measured[0]}, out / layout.HEAD_SETS_JSON)
+                  "n": n, "match": match, "null": null_text(match), "notes": notes, "measured_now": measured[0]},
+                 out / layout.HEAD_SETS_JSON)
     for s in sorted(set(t["set"])):
         if ((t["set"] == s) & (t["part"] == "dose")).any():
             outputs.figure(plot_dose_curves(t, s), out / layout.FIG_HEAD_SETS_DOSES.format(set=s))
         if ((t["set"] == s) & (t["part"] == "temperature")).any():
             outputs.figure(plot_temperature_curve(t, s), out / layout.FIG_HEAD_SETS_TEMPERATURE.format(set=s))
     summary = (f"head-sets {task}: {len(t)} cells over {', '.join(sorted(set(t['set'])))} (K = {controls} controls, "
-               f"n = {n}); {measured[0]} interventions measured now, the rest from the cache\n"
+               f"null: {null_text(match)}; n = {n}); {measured[0]} interventions measured now, the rest from the cache\n"
                + "".join(f"note: {x}\n" for x in notes) + f"wrote {out / layout.HEAD_SETS}")
     return VerbResult(table=t, files=list(outputs.written), summary=summary, data={"notes": notes, "measured": measured[0]})
 

@@ -13,8 +13,17 @@ DIRECTIONS: tuple[str, ...] = ("low", "high", "random")
 DEFAULT_TEMPERATURE: tuple[str, ...] = ("temperature:beta=0.5,n_train=17",)
 #: Added lengths of the temperature part (the dose curves default to +0).
 TEMPERATURE_LENGTHS: tuple[int, ...] = (0, 50, 100, 200)
-#: The null printed beside every figure and table.
+#: The null printed beside every figure and table (layer-matched controls, the default).
 NULL = "K matched random head sets, same heads per layer"
+#: The null of each ``--match`` (posym.heads.selection.MATCHES): ``count`` for models whose layers have too
+#: few other heads (posym's one-head-per-layer GPT-J).
+NULLS: dict[str, str] = {"layer": NULL, "count": "K random head sets of as many heads, drawn from all heads outside the set"}
+
+
+def null_text(match: str = "layer") -> str:
+    """The null of a study matched by ``match`` (:data:`NULLS`)."""
+    return NULLS[match]
+
 #: The two parts of the study (the ``part`` column).
 DOSE, TEMPERATURE = "dose", "temperature"
 #: Interventions the mechanism cannot restrict exactly to query heads (refused with ``heads=``): not in this study.
@@ -37,5 +46,5 @@ def prediction(set_name: str, what: str, task: str) -> str:
     return PREDICTION.get((set_name, what, task), "")
 
 
-__all__ = ["DEFAULT_SETS", "DEFAULT_TEMPERATURE", "DIRECTIONS", "DOSE", "NOT_PER_HEAD", "NULL", "PREDICTION",
-           "TEMPERATURE", "TEMPERATURE_LENGTHS", "prediction"]
+__all__ = ["DEFAULT_SETS", "DEFAULT_TEMPERATURE", "DIRECTIONS", "DOSE", "NOT_PER_HEAD", "NULL", "NULLS", "PREDICTION",
+           "TEMPERATURE", "TEMPERATURE_LENGTHS", "null_text", "prediction"]

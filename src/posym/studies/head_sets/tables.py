@@ -113,10 +113,11 @@ def cell_rows(cell: Cell, heads: Sequence[Head], controls: Sequence[tuple[int, S
     return row, ctrl_rows
 
 
-def study_table(rows: list[dict], *, readout: str, task: str, seed: int, all_heads: dict[tuple[str, int], float]) -> pd.DataFrame:
+def study_table(rows: list[dict], *, readout: str, task: str, seed: int, all_heads: dict[tuple[str, int], float],
+                match: str = "layer") -> pd.DataFrame:
     """The study table from :func:`cell_rows`' rows: BH over every cell (``p_bh``), the readout, task and
     seeds recorded, the all-heads accuracy of each temperature cell (``acc_all_heads``: the same setting on
-    every head, keyed by (setting, length)) and the written prediction."""
+    every head, keyed by (setting, length)), the controls' ``match`` (layer | count) and the written prediction."""
     t = pd.DataFrame(rows)
     if t.empty:
         return t
@@ -128,6 +129,7 @@ def study_table(rows: list[dict], *, readout: str, task: str, seed: int, all_hea
     t.insert(0, "task", task)
     t["readout"] = readout
     t["data_seed"] = seed
+    t["match"] = match
     return t
 
 
