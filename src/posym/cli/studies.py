@@ -148,12 +148,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="k frequency IDs dropped, comma list (default 1,2,4,... up to half the rotary pairs)")
     hs.add_argument("--directions", type=str_list(), default=SUPPRESS,
                     help="low (k slowest IDs), high (k fastest), random (default all three)")
-    add_intervene_args(hs, layers=False, metavar="temperature:KEY=VALUE[,...]",
-                       help="temperature settings applied to each set only (repeatable; default "
-                            "temperature:beta=0.5,n_train=17)")
+    add_intervene_args(hs, layers=False, metavar="NAME:KEY=VALUE[,...]",
+                       help="per-head interventions applied to each set only (repeatable; any that takes heads=; "
+                            "default temperature:beta=0.5,n_train=17)")
     hs.add_argument("--lengths", type=int_list, default=SUPPRESS, help="added lengths of the dose curves (default 0)")
-    hs.add_argument("--temperature-lengths", type=int_list, default=SUPPRESS,
-                    help="added lengths of the temperature part (default 0,50,100,200)")
+    hs.add_argument("--temperature-lengths", "--intervene-lengths", type=int_list, default=SUPPRESS,
+                    help="added lengths of the --intervene part (default 0,50,100,200)")
     hs.add_argument("--n", type=positive_int, default=SUPPRESS, help="test prompts (the same for every intervention)")
     hs.add_argument("--seed", type=nonneg_int, default=SUPPRESS, help="data seed, first control seed, random-ID seed")
     hs.add_argument("--task", default=SUPPRESS, choices=TASK_CHOICES, help=TASK_HELP)

@@ -1,6 +1,6 @@
 """The head-set study's figures (docs/head_sets.md), drawn from ``head_sets.csv`` on
 :func:`posym.report.figures.new_figure` (no pyplot): per set, accuracy vs the dose k of each direction,
-and accuracy vs added length under the set's temperature — the typed set as a line, its K matched
+and accuracy vs added length under each per-head intervention on the set — the typed set as a line, its K matched
 random controls as a 5–95 % band with their mean, the untouched model dotted. The null and the number of
 prompts are printed in each figure's subtitle; legends sit outside the axes."""
 
@@ -55,8 +55,8 @@ def plot_dose_curves(table: pd.DataFrame, set_name: str):
 
 
 def plot_temperature_curve(table: pd.DataFrame, set_name: str):
-    """Accuracy vs added length under each temperature setting applied to the set only (one panel per
-    setting), the same setting on every head beside it."""
+    """Accuracy vs added length under each per-head intervention setting (temperature, …) applied to the
+    set only (one panel per setting), the same setting on every head beside it; titled by the intervention."""
     t = table[(table["part"] == TEMPERATURE) & (table["set"] == set_name)]
     settings = list(dict.fromkeys(t["what"]))
     fig, axes = new_figure((4.2 * max(1, len(settings)) + 1.6, 3.2), 1, max(1, len(settings)), squeeze=False,
@@ -68,9 +68,13 @@ def plot_temperature_curve(table: pd.DataFrame, set_name: str):
         ax.set(xlabel="added target-window tokens", title=s, ylim=(-0.02, 1.02))
     axes[0][0].set_ylabel("accuracy")
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    fig.suptitle(f"{set_name} heads: temperature on the set only\n{_subtitle(t) if len(t) else NULL}", fontsize=9)
+    kinds = ", ".join(dict.fromkeys(s.split(":", 1)[0] for s in settings)) or "intervention"
+    fig.suptitle(f"{set_name} heads: {kinds} on the set only\n{_subtitle(t) if len(t) else NULL}", fontsize=9)
     fig.tight_layout()
     return fig
 
 
-__all__ = ["plot_dose_curves", "plot_temperature_curve"]
+#: A neutral name of :func:`plot_temperature_curve` (any per-head intervention).
+plot_intervention_curve = plot_temperature_curve
+
+__all__ = ["plot_dose_curves", "plot_intervention_curve", "plot_temperature_curve"]

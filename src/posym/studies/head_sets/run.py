@@ -2,10 +2,10 @@
 
 For each typed head set of a model (read from its head readout, :mod:`posym.heads.selection`) and its K
 matched random controls (``random:<type>,seed=seed+j``): (b) frequency-ablation dose curves inside the
-set (``freq-mask:keep=…,heads=…``: the k slowest, fastest or random IDs dropped) and (a) a temperature
-applied to the set only (``temperature:…,heads=…``), accuracy vs added length. NTK, rope-base, YaRN
-and interpolation change the rotary of the shared key too, so they are not exact per query head and
-the mechanism refuses them with ``heads=`` (docs/interventions.md): not in this study.
+set (``freq-mask:keep=…,heads=…``: the k slowest, fastest or random IDs dropped) and (a) any per-head
+intervention applied to the set only (``NAME:…,heads=…``; the registry's ``Intervention.per_head``:
+temperature and freq-mask today, docs/interventions.md), accuracy vs added length; an intervention that
+is not per head is refused in one line.
 
 Every intervention's per-prompt outcomes (:func:`posym.lengthgen.outcomes.task_outcomes`, the same
 prompts for all) are appended to ``OUT/head_sets_outcomes.jsonl`` as they are measured: a rerun with the
@@ -26,13 +26,13 @@ from posym.checks import check_int
 from posym.errors import PosymError
 from posym.heads.selection import MATCHES, TYPE_NAMES, Head, format_heads, matched_control, read_readout, typed_heads
 from posym.interventions import describe, intervened, parse_intervention
+from posym.interventions.registry import per_head_names
 from posym.lengthgen.outcomes import task_outcomes
 from posym.model.adapters import get_adapter
 from posym.runs import layout
 from posym.runs.resolve import check_model_folder, resolve_model
 from posym.studies.head_sets.figures import plot_dose_curves, plot_temperature_curve
-from posym.studies.head_sets.study import DEFAULT_SETS, DEFAULT_TEMPERATURE, DIRECTIONS, NOT_PER_HEAD, \
-    TEMPERATURE_LENGTHS, null_text
+from posym.studies.head_sets.study import DEFAULT_SETS, DEFAULT_TEMPERATURE, DIRECTIONS, TEMPERATURE_LENGTHS, null_text
 from posym.studies.head_sets.tables import NONE, Evaluate, cell_rows, plan_cells, study_table, table_markdown
 from posym.verbs import Outputs, VerbResult, figure_paths
 
@@ -49,7 +49,8 @@ def default_doses(n_freq: int) -> tuple[int, ...]:
 def check_settings(*, sets: Sequence[str], controls: int, directions: Sequence[str], temperature: Sequence[str],
                    lengths: Sequence[int], temperature_lengths: Sequence[int], doses: Sequence[int] | None,
                    n: int) -> tuple[list[str], list[str]]:
-    """The options checked before any work (one-line PosymError each): ``(sets, canonical temperature strings)``."""
+    """The options checked before any work (one-line PosymError each): ``(sets, canonical intervention
+    strings)``; ``temperature``: the ``--intervene`` settings, each per head (``Intervention.per_head``)."""
     sets = list(dict.fromkeys(str(s) for s in sets))
     bad = [s for s in sets if s not in TYPE_NAMES or s.startswith("random")]
     if bad or not sets:
@@ -68,14 +69,16 @@ def check_settings(*, sets: Sequence[str], controls: int, directions: Sequence[s
     temps = []
     for text in temperature:
         spec = parse_intervention(text)
+        if spec is None:
+            raise PosymError("--intervene none: give an intervention to apply to each head set, "
+                             "e.g. temperature:beta=0.5,n_train=17")
         canon = describe(spec)
-        name = canon.split(":")[0]
-        if name in NOT_PER_HEAD:
-            raise PosymError(f"--intervene {text}: {name} is not exact per query head (it rotates the shared keys too); "
-                             "the head-set study takes temperature settings only")
-        if name != "temperature" or ",heads=" in canon or ",layers=" in canon:
-            raise PosymError(f"--intervene {text}: give a temperature setting without heads= or layers= "
-                             "(the study applies it to each head set), e.g. temperature:beta=0.5,n_train=17")
+        if not type(spec).per_head:
+            raise PosymError(f"--intervene {text}: {spec.name} is not exact per query head; the head-set study takes "
+                             f"per-head interventions ({per_head_names()})")
+        if getattr(spec, "heads", None) is not None or getattr(spec, "layers", None) is not None:
+            raise PosymError(f"--intervene {text}: give it without heads= or layers= (the study applies it to each "
+                             "head set), e.g. temperature:beta=0.5,n_train=17")
         temps.append(canon)
     return sets, temps
 

@@ -24,10 +24,10 @@ def null_text(match: str = "layer") -> str:
     """The null of a study matched by ``match`` (:data:`NULLS`)."""
     return NULLS[match]
 
-#: The two parts of the study (the ``part`` column).
+#: The two parts of the study (the ``part`` column): (b) the dose curves, (a) a per-head intervention on the set
+#: vs added length — named ``temperature`` in the tables (its first intervention; ``intervention_kind`` names
+#: the one a row measured: any registered intervention whose ``Intervention.per_head`` is True).
 DOSE, TEMPERATURE = "dose", "temperature"
-#: Interventions the mechanism cannot restrict exactly to query heads (refused with ``heads=``): not in this study.
-NOT_PER_HEAD = ("ntk", "rope-base", "yarn", "interpolate")
 
 #: The prediction written before any measurement (Papers A/B), per (set, part/direction, task).
 PREDICTION: dict[tuple[str, str, str], str] = {
@@ -42,9 +42,10 @@ PREDICTION: dict[tuple[str, str, str], str] = {
 
 
 def prediction(set_name: str, what: str, task: str) -> str:
-    """The written prediction of a cell (``what``: a direction or ``temperature``), "" when none was made."""
+    """The written prediction of a cell (``what``: a direction or an intervention's name, e.g.
+    ``temperature``), "" when none was made."""
     return PREDICTION.get((set_name, what, task), "")
 
 
-__all__ = ["DEFAULT_SETS", "DEFAULT_TEMPERATURE", "DIRECTIONS", "DOSE", "NOT_PER_HEAD", "NULL", "NULLS", "PREDICTION",
+__all__ = ["DEFAULT_SETS", "DEFAULT_TEMPERATURE", "DIRECTIONS", "DOSE", "NULL", "NULLS", "PREDICTION",
            "TEMPERATURE", "TEMPERATURE_LENGTHS", "null_text", "prediction"]

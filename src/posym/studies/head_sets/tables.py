@@ -2,11 +2,12 @@
 cell measures on the typed set and on its K matched random controls, and the table of the effects
 (SPEC §3, §7; docs/statistics.md).
 
-A **cell** is (set, dose direction, k) at an added length, or (set, temperature setting, added length).
+A **cell** is (set, dose direction, k) at an added length, or (set, per-head intervention setting, added
+length) — part ``temperature`` in the tables, whatever the intervention (``intervention_kind`` names it).
 Its effect is ``untouched − intervened`` accuracy, paired over the same prompts: on the typed set with a
 paired bootstrap CI (:func:`posym.stats.paired_bootstrap`), on each control; the permutation p of the
 typed set against its controls (:func:`posym.stats.control_p_value`: one-sided "hurts more" for the
-dose cells, two-sided for temperature, which may rescue or harm) and Benjamini–Hochberg over every
+dose cells, two-sided for the intervention part, which may rescue or harm) and Benjamini–Hochberg over every
 cell of the study (:func:`posym.stats.benjamini_hochberg`).
 """
 
@@ -20,6 +21,7 @@ import pandas as pd
 
 from posym.errors import PosymError
 from posym.heads.selection import Head, format_heads
+from posym.interventions import describe, parse_intervention
 from posym.stats import benjamini_hochberg, control_p_value, paired_bootstrap
 from posym.studies.head_sets.study import DIRECTIONS, DOSE, TEMPERATURE, prediction
 
@@ -30,8 +32,9 @@ NONE = "none"
 
 @dataclass(frozen=True)
 class Cell:
-    """One cell: ``part`` (dose | temperature), the set, ``what`` (a direction, or the temperature
-    setting's canonical string), ``k`` and the ``dropped`` IDs (dose; 0 / () for temperature), the added length."""
+    """One cell: ``part`` (dose | temperature: the per-head intervention part), the set, ``what`` (a
+    direction, or the intervention setting's canonical string), ``k`` and the ``dropped`` IDs (dose; 0 / ()
+    otherwise), the added length."""
 
     part: str
     set: str
@@ -46,7 +49,12 @@ class Cell:
         if self.part == DOSE:
             keep = "+".join(str(i) for i in range(1, n_freq + 1) if i not in self.dropped)
             return f"freq-mask:keep={keep},heads={pairs}"
-        return f"{self.what},heads={pairs}"
+        return describe(parse_intervention(f"{self.what},heads={pairs}"))
+
+    @property
+    def kind(self) -> str:
+        """The intervention's registered name (``freq-mask`` for a dose; ``temperature``, ``ntk``, … otherwise)."""
+        return "freq-mask" if self.part == DOSE else self.what.split(":", 1)[0]
 
 
 def dropped_ids(direction: str, k: int, n_freq: int, seed: int) -> tuple[int, ...]:
@@ -99,7 +107,7 @@ def cell_rows(cell: Cell, heads: Sequence[Head], controls: Sequence[tuple[int, S
                           "rank": ctrl_rank[-1], "effect": ctrl_eff[-1], "n_prompts": len(out)})
     e, a = np.asarray(ctrl_eff), np.asarray(ctrl_acc)
     two = cell.part == TEMPERATURE
-    row = {"part": cell.part, "set": cell.set, "what": cell.what, "k": cell.k,
+    row = {"part": cell.part, "set": cell.set, "what": cell.what, "intervention_kind": cell.kind, "k": cell.k,
            "dropped": "+".join(map(str, cell.dropped)), "extra_tokens": cell.length, "intervention": typed_iv,
            "heads": format_heads(heads), "n_heads": len(heads), "n_prompts": len(base), "n_controls": len(controls),
            "control_seeds": f"{controls[0][0]}..{controls[-1][0]}",
@@ -116,7 +124,7 @@ def cell_rows(cell: Cell, heads: Sequence[Head], controls: Sequence[tuple[int, S
 def study_table(rows: list[dict], *, readout: str, task: str, seed: int, all_heads: dict[tuple[str, int], float],
                 match: str = "layer") -> pd.DataFrame:
     """The study table from :func:`cell_rows`' rows: BH over every cell (``p_bh``), the readout, task and
-    seeds recorded, the all-heads accuracy of each temperature cell (``acc_all_heads``: the same setting on
+    seeds recorded, the all-heads accuracy of each intervention cell (``acc_all_heads``: the same setting on
     every head, keyed by (setting, length)), the controls' ``match`` (layer | count) and the written prediction."""
     t = pd.DataFrame(rows)
     if t.empty:
@@ -124,8 +132,8 @@ def study_table(rows: list[dict], *, readout: str, task: str, seed: int, all_hea
     t["p_bh"] = benjamini_hochberg(t["p"].to_numpy())
     t["acc_all_heads"] = [all_heads.get((w, int(e)), float("nan")) if p == TEMPERATURE else float("nan")
                           for p, w, e in zip(t["part"], t["what"], t["extra_tokens"])]
-    t["prediction"] = [prediction(s, TEMPERATURE if p == TEMPERATURE else w, task)
-                       for s, p, w in zip(t["set"], t["part"], t["what"])]
+    t["prediction"] = [prediction(s, kind if p == TEMPERATURE else w, task)
+                       for s, p, w, kind in zip(t["set"], t["part"], t["what"], t["intervention_kind"])]
     t.insert(0, "task", task)
     t["readout"] = readout
     t["data_seed"] = seed
