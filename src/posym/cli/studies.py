@@ -51,7 +51,7 @@ def _cmd_head_sets(a: argparse.Namespace) -> None:
     from posym.studies.head_sets import head_sets
     show(call(head_sets, a, "model", progress=("quiet", not_),
               names=("readout", "out", "sets", "controls", "seed", "doses", "directions", "intervene", "lengths",
-                     "temperature_lengths", "n", "task", "match", "force")))
+                     "temperature_lengths", "n", "task", "match", "readout_n", "force")))
 
 
 def _variants(p: argparse.ArgumentParser, help: str) -> None:
@@ -160,6 +160,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     hs.add_argument("--match", default=SUPPRESS, choices=("layer", "count"),
                     help="controls with as many heads per layer as the set (layer, default) or as many heads in all, "
                          "drawn from every head outside it (count: one-head-per-layer models)")
+    hs.add_argument("--readout-n", type=nonneg_int, default=SUPPRESS,
+                    help="prompts of the typed set's head readout (s_POS/s_SYM) under each dose (default 64; 0 = off)")
     add_force(hs, "replace existing tables and figures (the outcome cache is kept)")
     add_quiet(hs, "no progress bar")
     hs.set_defaults(func=_cmd_head_sets)

@@ -28,7 +28,8 @@ def gptj_dir(tmp_path_factory):
 def test_one_head_per_layer_runs_under_count_and_is_refused_under_layer(gptj_dir, tmp_path, capsys):
     directory, readout = gptj_dir
     args = ["head-sets", str(directory), "--readout", str(readout), "--task", "number", "--sets", "positional",
-            "--controls", "2", "--doses", "1", "--directions", "high", "--temperature-lengths", "0", "--n", "4", "--quiet"]
+            "--controls", "2", "--doses", "1", "--directions", "high", "--temperature-lengths", "0", "--n", "4", "--readout-n", "0",
+            "--quiet"]
     assert main([*args, "--out", str(tmp_path / "layer")]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and "cannot match random:positional" in err[0] and "use --match count" in err[0], err

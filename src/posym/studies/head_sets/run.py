@@ -15,7 +15,6 @@ figures, never the cache (delete it to measure afresh).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Sequence
@@ -24,6 +23,7 @@ import pandas as pd
 
 from posym.checks import check_int
 from posym.errors import PosymError
+from posym.heads.tracking import lengthened_score_table
 from posym.heads.selection import MATCHES, TYPE_NAMES, Head, format_heads, matched_control, read_readout, typed_heads
 from posym.interventions import describe, intervened, parse_intervention
 from posym.interventions.registry import per_head_names
@@ -31,9 +31,11 @@ from posym.lengthgen.outcomes import task_outcomes
 from posym.model.adapters import get_adapter
 from posym.runs import layout
 from posym.runs.resolve import check_model_folder, resolve_model
+from posym.studies.head_sets.cache import READOUT, OutcomeCache
 from posym.studies.head_sets.figures import plot_dose_curves, plot_temperature_curve
 from posym.studies.head_sets.study import DEFAULT_SETS, DEFAULT_TEMPERATURE, DIRECTIONS, TEMPERATURE_LENGTHS, null_text
-from posym.studies.head_sets.tables import NONE, Evaluate, cell_rows, plan_cells, study_table, table_markdown
+from posym.studies.head_sets.tables import NONE, Evaluate, ReadHeads, cell_rows, plan_cells, readout_row, study_table, \
+    table_markdown
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
@@ -117,11 +119,14 @@ def measure_head_sets(evaluate: Evaluate, readout: pd.DataFrame, *, n_layers: in
                       doses: Sequence[int] | None = None, directions: Sequence[str] = DIRECTIONS,
                       lengths: Sequence[int] = (0,), temperature: Sequence[str] = DEFAULT_TEMPERATURE,
                       temperature_lengths: Sequence[int] = TEMPERATURE_LENGTHS, readout_name: str = "",
-                      task: str = "", match: str = "layer") -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+                      task: str = "", match: str = "layer",
+                      read_heads: ReadHeads | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """The study on any model: ``evaluate(intervention, added length)`` gives per-prompt outcomes
     (``correct``, ``rank``; the same prompts for every intervention). Returns ``(head_sets table,
     controls table, notes)`` (columns: docs/head_sets.md); ``match``: how the controls are matched (``layer``
-    | ``count``, :func:`resolve_sets`)."""
+    | ``count``, :func:`resolve_sets`); ``read_heads(intervention, added length)``: the per-head readout
+    (layer, head, s_pos, s_sym) giving each dose cell's ``s_pos_none, s_pos, s_sym_none, s_sym`` (the typed
+    set's means; None: NaN)."""
     sets, temps = check_settings(sets=sets, controls=controls, directions=directions, temperature=temperature,
                                  lengths=lengths, temperature_lengths=temperature_lengths, doses=doses, n=1)
     doses = tuple(int(k) for k in doses) if doses is not None else default_doses(n_freq)
@@ -134,56 +139,32 @@ def measure_head_sets(evaluate: Evaluate, readout: pd.DataFrame, *, n_layers: in
     rows, crows = [], []
     for cell in cells:
         row, c = cell_rows(cell, typed[cell.set], ctrls[cell.set], n_freq, evaluate)
-        rows.append(row)
+        rows.append({**row, **readout_row(cell, typed[cell.set], n_freq, read_heads)})
         crows += c
     all_heads = {(t, int(e)): float(evaluate(t, int(e))["correct"].mean()) for t in temps for e in temperature_lengths}
     table = study_table(rows, readout=readout_name, task=task, seed=seed, all_heads=all_heads, match=match)
     return table, pd.DataFrame(crows), notes
 
 
-class OutcomeCache:
-    """``head_sets_outcomes.jsonl``: one line per (model, task, n, data seed, intervention, added length)
-    with the per-prompt ``correct`` and ``rank``; append-only, a torn last line ignored."""
-
-    def __init__(self, path: Path, key: dict):
-        self.path, self.key, self.data = path, key, {}
-        if path.is_file():
-            for line in path.read_text().splitlines():
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a torn last line of a killed run
-                if {k: r.get(k) for k in key} == key:
-                    self.data[(r["intervention"], int(r["extra_tokens"]))] = pd.DataFrame(
-                        {"correct": r["correct"], "rank": r["rank"]})
-
-    def get(self, intervention: str, extra: int) -> pd.DataFrame | None:
-        return self.data.get((intervention, int(extra)))
-
-    def put(self, intervention: str, extra: int, out: pd.DataFrame) -> None:
-        self.data[(intervention, int(extra))] = out[["correct", "rank"]].reset_index(drop=True)
-        rec = {**self.key, "intervention": intervention, "extra_tokens": int(extra),
-               "correct": [int(x) for x in out["correct"]], "rank": [float(x) for x in out["rank"]]}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(rec) + "\n")
-
-
 def head_sets(model: str | os.PathLike, *, readout: str | os.PathLike, out: str | os.PathLike,
               sets: Sequence[str] = DEFAULT_SETS, controls: int = 20, seed: int = 0, doses: Sequence[int] | None = None,
               directions: Sequence[str] = DIRECTIONS, intervene: Sequence[str] = DEFAULT_TEMPERATURE,
               lengths: Sequence[int] = (0,), temperature_lengths: Sequence[int] = TEMPERATURE_LENGTHS, n: int = 200,
-              task: str | None = None, match: str = "layer", force: bool = False, progress: bool = True) -> VerbResult:
+              task: str | None = None, match: str = "layer", readout_n: int = 64, force: bool = False,
+              progress: bool = True) -> VerbResult:
     """The head-set study of one trained posym model (run, Trainer output or model folder; module doc):
     ``head_sets.csv`` (one row per cell), ``head_sets_controls.csv`` (one row per control draw),
     ``head_sets.md``, ``head_sets.json`` and two figures per set in ``out``. ``doses``: default 1, 2, 4, …
     up to half the rotary pairs; ``lengths``: the dose curves' added lengths; ``temperature_lengths``:
     the temperature part's; ``match``: the controls' matching (``layer``: as many heads per layer, ``count``:
-    as many heads in all). Every option is checked before the model loads or a file is written."""
+    as many heads in all); ``readout_n``: prompts of the head readout under each dose (0 = off; data seed
+    ``READOUT_SEED_OFFSET + seed``, :func:`posym.heads.tracking.lengthened_score_table`). Every option is
+    checked before the model loads or a file is written."""
     from tqdm.auto import tqdm
 
     sets, temps = check_settings(sets=sets, controls=controls, directions=directions, temperature=intervene,
                                  lengths=lengths, temperature_lengths=temperature_lengths, doses=doses, n=n)
+    check_int(readout_n, "--readout-n", lo=0)
     table = read_readout(readout)
     for s in sets:
         typed_heads(table, s)  # a readout lacking the type's columns: one line, before any work
@@ -203,8 +184,20 @@ def head_sets(model: str | os.PathLike, *, readout: str | os.PathLike, out: str 
     resolve_sets(table, sets, n_layers, n_heads, controls, seed, match)  # unmatched sets: one line before any measurement
     cache = OutcomeCache(out / layout.HEAD_SETS_OUTCOMES, {"model": str(Path(ckpt).resolve()), "task": task, "n": int(n),
                                                            "data_seed": int(seed)})
+    rcache = OutcomeCache(out / layout.HEAD_SETS_OUTCOMES, {**cache.key, "n": int(readout_n)}, kind=READOUT)
     bar = tqdm(desc=f"head-sets {task}", disable=not progress, unit="iv")
     measured = [0]
+
+    def read_heads(interv: str, extra: int) -> pd.DataFrame:
+        canon = describe(parse_intervention(interv))
+        got = rcache.get(canon, extra)
+        if got is None:
+            with intervened(resolved.model, canon):
+                got = lengthened_score_table(resolved.model, task, readout_n, extra, seed)
+            rcache.put(canon, extra, got)
+            measured[0] += 1
+            bar.update(1)
+        return got
 
     def evaluate(interv: str, extra: int) -> pd.DataFrame:
         canon = describe(parse_intervention(interv)) if interv != NONE else NONE
@@ -220,7 +213,8 @@ def head_sets(model: str | os.PathLike, *, readout: str | os.PathLike, out: str 
     t, c, notes = measure_head_sets(evaluate, table, n_layers=n_layers, n_heads=n_heads, n_freq=n_freq, sets=sets,
                                     controls=controls, seed=seed, doses=doses, directions=directions, lengths=lengths,
                                     temperature=temps, temperature_lengths=temperature_lengths,
-                                    readout_name=str(Path(readout)), task=task, match=match)
+                                    readout_name=str(Path(readout)), task=task, match=match,
+                                    read_heads=read_heads if readout_n else None)
     bar.close()
     outputs.csv(t, out / layout.HEAD_SETS)
     outputs.csv(c, out / layout.HEAD_SETS_CONTROLS)
@@ -229,7 +223,8 @@ def head_sets(model: str | os.PathLike, *, readout: str | os.PathLike, out: str 
                   "controls": controls, "control_seeds": [seed, seed + controls - 1], "seed": seed,
                   "doses": sorted(set(int(k) for k in t.loc[t["part"] == "dose", "k"])), "directions": list(directions),
                   "temperature": temps, "lengths": list(lengths), "temperature_lengths": list(temperature_lengths),
-                  "n": n, "match": match, "null": null_text(match), "notes": notes, "measured_now": measured[0]},
+                  "n": n, "readout_n": readout_n, "match": match, "null": null_text(match), "notes": notes,
+                  "measured_now": measured[0]},
                  out / layout.HEAD_SETS_JSON)
     for s in sorted(set(t["set"])):
         if ((t["set"] == s) & (t["part"] == "dose")).any():

@@ -27,7 +27,12 @@ from posym.studies.head_sets.study import DIRECTIONS, DOSE, TEMPERATURE, predict
 
 #: Per-prompt outcomes of one (intervention string, added length): a table with ``correct`` and ``rank``.
 Evaluate = Callable[[str, int], pd.DataFrame]
+#: The head readout under one (intervention string, added length): one row per head, ``layer, head, s_pos, s_sym``
+#: (SPEC §3: posym's score engine, mean over prompts).
+ReadHeads = Callable[[str, int], pd.DataFrame]
 NONE = "none"
+#: The readout columns of a dose cell (the typed set only; controls are not read).
+READOUT_COLUMNS: tuple[str, ...] = ("s_pos_none", "s_pos", "s_sym_none", "s_sym")
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,26 @@ def cell_rows(cell: Cell, heads: Sequence[Head], controls: Sequence[tuple[int, S
     return row, ctrl_rows
 
 
+def set_scores(readout: pd.DataFrame, heads: Sequence[Head]) -> tuple[float, float]:
+    """``(mean s_POS, mean s_SYM)`` of ``heads`` in a per-head ``readout`` (columns layer, head, s_pos, s_sym)."""
+    want = {(int(a), int(b)) for a, b in heads}
+    sel = [(int(a), int(b)) in want for a, b in zip(readout["layer"], readout["head"])]
+    rows = readout.loc[sel]
+    if len(rows) != len(want):
+        raise PosymError(f"the head readout has {len(rows)} of the set's {len(want)} heads ({format_heads(sorted(want))})")
+    return float(rows["s_pos"].mean()), float(rows["s_sym"].mean())
+
+
+def readout_row(cell: Cell, heads: Sequence[Head], n_freq: int, read_heads: ReadHeads | None) -> dict[str, float]:
+    """:data:`READOUT_COLUMNS` of one cell: the typed set's mean s_POS / s_SYM untouched and under the
+    cell's intervention (dose cells; NaN for the intervention part or without ``read_heads``)."""
+    if read_heads is None or cell.part != DOSE:
+        return dict.fromkeys(READOUT_COLUMNS, float("nan"))
+    p0, s0 = set_scores(read_heads(NONE, cell.length), heads)
+    p1, s1 = set_scores(read_heads(cell.intervention(heads, n_freq), cell.length), heads)
+    return {"s_pos_none": p0, "s_pos": p1, "s_sym_none": s0, "s_sym": s1}
+
+
 def study_table(rows: list[dict], *, readout: str, task: str, seed: int, all_heads: dict[tuple[str, int], float],
                 match: str = "layer") -> pd.DataFrame:
     """The study table from :func:`cell_rows`' rows: BH over every cell (``p_bh``), the readout, task and
@@ -155,4 +180,5 @@ def table_markdown(t: pd.DataFrame, null: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["Cell", "Evaluate", "NONE", "cell_rows", "dropped_ids", "plan_cells", "study_table", "table_markdown"]
+__all__ = ["Cell", "Evaluate", "NONE", "READOUT_COLUMNS", "ReadHeads", "cell_rows", "dropped_ids", "plan_cells",
+           "readout_row", "set_scores", "study_table", "table_markdown"]
