@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -30,11 +30,13 @@ from posym.interventions.registry import per_head_names
 from posym.lengthgen.outcomes import task_outcomes
 from posym.model.adapters import get_adapter
 from posym.runs import layout
+from posym.tasks.prompts import TASKS
 from posym.runs.resolve import check_model_folder, resolve_model
 from posym.studies.head_sets.cache import READOUT, OutcomeCache
+from posym.studies.head_sets.llm import choice_evaluator, load_offline_llm
 from posym.studies.head_sets.figures import plot_dose_curves, plot_temperature_curve
 from posym.studies.head_sets.study import DEFAULT_SETS, DEFAULT_TEMPERATURE, DIRECTIONS, TEMPERATURE_LENGTHS, null_text
-from posym.studies.head_sets.tables import NONE, Evaluate, ReadHeads, cell_rows, plan_cells, readout_row, study_table, \
+from posym.studies.head_sets.tables import Evaluate, ReadHeads, cell_rows, plan_cells, readout_row, study_table, \
     table_markdown
 from posym.verbs import Outputs, VerbResult, figure_paths
 
@@ -146,85 +148,118 @@ def measure_head_sets(evaluate: Evaluate, readout: pd.DataFrame, *, n_layers: in
     return table, pd.DataFrame(crows), notes
 
 
-def head_sets(model: str | os.PathLike, *, readout: str | os.PathLike, out: str | os.PathLike,
-              sets: Sequence[str] = DEFAULT_SETS, controls: int = 20, seed: int = 0, doses: Sequence[int] | None = None,
-              directions: Sequence[str] = DIRECTIONS, intervene: Sequence[str] = DEFAULT_TEMPERATURE,
-              lengths: Sequence[int] = (0,), temperature_lengths: Sequence[int] = TEMPERATURE_LENGTHS, n: int = 200,
-              task: str | None = None, match: str = "layer", readout_n: int = 64, force: bool = False,
+def _cached(fn: Evaluate, cache: OutcomeCache, bar: Any, measured: list[int]) -> Evaluate:
+    """``fn`` through ``cache``: a (canonical intervention, length) measured once, appended as measured."""
+    def evaluate(interv: str, extra: int) -> pd.DataFrame:
+        canon = describe(parse_intervention(interv))
+        got = cache.get(canon, extra)
+        if got is None:
+            got = fn(canon, int(extra))
+            cache.put(canon, extra, got)
+            measured[0] += 1
+            bar.update(1)
+            bar.set_postfix_str(f"{canon[:40]} +{extra}")
+        return got
+    return evaluate
+
+
+def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathLike, out: str | os.PathLike,
+              llm: str | os.PathLike | None = None, sets: Sequence[str] = DEFAULT_SETS, controls: int = 20,
+              seed: int = 0, doses: Sequence[int] | None = None, directions: Sequence[str] = DIRECTIONS,
+              intervene: Sequence[str] = DEFAULT_TEMPERATURE, lengths: Sequence[int] = (0,),
+              temperature_lengths: Sequence[int] | None = None, n: int = 200, task: str | None = None,
+              match: str = "layer", readout_n: int = 64, llm_seed: int = 0, force: bool = False,
               progress: bool = True) -> VerbResult:
-    """The head-set study of one trained posym model (run, Trainer output or model folder; module doc):
-    ``head_sets.csv`` (one row per cell), ``head_sets_controls.csv`` (one row per control draw),
-    ``head_sets.md``, ``head_sets.json`` and two figures per set in ``out``. ``doses``: default 1, 2, 4, …
-    up to half the rotary pairs; ``lengths``: the dose curves' added lengths; ``temperature_lengths``:
-    the temperature part's; ``match``: the controls' matching (``layer``: as many heads per layer, ``count``:
-    as many heads in all); ``readout_n``: prompts of the head readout under each dose (0 = off; data seed
-    ``READOUT_SEED_OFFSET + seed``, :func:`posym.heads.tracking.lengthened_score_table`). Every option is
-    checked before the model loads or a file is written."""
+    """The head-set study of one trained posym ``model`` (run, Trainer output or model folder; module doc)
+    or of an offline ``llm`` (``smollm2``, ``gemma3-270m`` or a model folder with its tokenizer; the
+    ``choice`` protocol of SPEC §1.5, :mod:`posym.studies.head_sets.llm`): ``head_sets.csv`` (one row per
+    cell), ``head_sets_controls.csv`` (one row per control draw), ``head_sets.md``, ``head_sets.json`` and
+    two figures per set in ``out``. ``doses``: default 1, 2, 4, … up to half the rotary pairs; ``lengths``:
+    the dose curves' added lengths (an LLM: target-window lengths ≥ 1); ``temperature_lengths``: the
+    ``intervene`` part's (default 0, 50, 100, 200; an LLM: ``lengths``); ``match``: the controls' matching
+    (``layer``: as many heads per layer, ``count``: as many heads in all); ``readout_n``: prompts of the
+    head readout under each dose (0 = off; data seed ``READOUT_SEED_OFFSET + seed``,
+    :func:`posym.heads.tracking.lengthened_score_table`; trained models only); ``n``: prompts per length;
+    ``llm_seed``: the 1-hop samples' run index. Every option is checked before the model loads or a file
+    is written."""
     from tqdm.auto import tqdm
 
+    if (model is None) == (llm is None):
+        raise PosymError("give a trained posym model (MODEL) or an offline LLM (--model smollm2|gemma3-270m|FOLDER), "
+                         "not both" if model is not None else "give a trained posym model (MODEL) or an offline LLM "
+                         "(--model smollm2|gemma3-270m|FOLDER)")
+    if temperature_lengths is None:
+        temperature_lengths = tuple(lengths) if llm is not None else TEMPERATURE_LENGTHS
     sets, temps = check_settings(sets=sets, controls=controls, directions=directions, temperature=intervene,
                                  lengths=lengths, temperature_lengths=temperature_lengths, doses=doses, n=n)
     check_int(readout_n, "--readout-n", lo=0)
+    check_int(llm_seed, "--llm-seed", lo=0)
+    notes: list[str] = []
+    if llm is not None:
+        if task not in TASKS:
+            raise PosymError(f"--task: an LLM study needs --task {' or '.join(TASKS)} (the 1-hop prompts of SPEC §1.5)")
+        short = [int(x) for x in (*lengths, *temperature_lengths) if int(x) < 1]
+        if short:
+            raise PosymError(f"--lengths: {short[0]} is not a target-window length of the 1-hop prompts (SPEC §1.5); "
+                             "give lengths >= 1 for an LLM, e.g. --lengths 32")
+        if readout_n:
+            notes.append("LLM: the head readout under the ablation is not measured (trained models only)")
+            readout_n = 0
     table = read_readout(readout)
     for s in sets:
         typed_heads(table, s)  # a readout lacking the type's columns: one line, before any work
-    ckpt, task = check_model_folder(model, task)
+    if llm is None:
+        ckpt, task = check_model_folder(model, task)
     out = Path(out)
     stems = [out / layout.FIG_HEAD_SETS_DOSES.format(set=s) for s in sets] + \
             [out / layout.FIG_HEAD_SETS_TEMPERATURE.format(set=s) for s in sets]
     files = [out / f for f in (layout.HEAD_SETS, layout.HEAD_SETS_CONTROLS, layout.HEAD_SETS_MD, layout.HEAD_SETS_JSON)]
     outputs = Outputs(files + [p for s in stems for p in figure_paths(s)], force).check()
-    resolved = resolve_model(model, task)
-    ad = get_adapter(resolved.model)
+    if llm is not None:
+        lm, tok, label = load_offline_llm(llm)
+        net, key = lm, {"model": label, "task": task, "n": int(n), "data_seed": int(llm_seed), "protocol": "choice"}
+    else:
+        net = resolve_model(model, task).model
+        key = {"model": str(Path(ckpt).resolve()), "task": task, "n": int(n), "data_seed": int(seed)}
+    ad = get_adapter(net)
     n_layers, n_heads, n_freq = ad.n_layers, ad.n_heads, ad.rotary_dim // 2
     k_max = max(doses) if doses else 1
     if k_max >= n_freq:
         raise PosymError(f"--doses: k = {k_max} drops every rotary pair or more (the model has {n_freq} frequency IDs); "
                          f"give k from 1 to {n_freq - 1}")
     resolve_sets(table, sets, n_layers, n_heads, controls, seed, match)  # unmatched sets: one line before any measurement
-    cache = OutcomeCache(out / layout.HEAD_SETS_OUTCOMES, {"model": str(Path(ckpt).resolve()), "task": task, "n": int(n),
-                                                           "data_seed": int(seed)})
-    rcache = OutcomeCache(out / layout.HEAD_SETS_OUTCOMES, {**cache.key, "n": int(readout_n)}, kind=READOUT)
+    cache = OutcomeCache(out / layout.HEAD_SETS_OUTCOMES, key)
+    rcache = OutcomeCache(out / layout.HEAD_SETS_OUTCOMES, {**key, "n": int(readout_n)}, kind=READOUT)
     bar = tqdm(desc=f"head-sets {task}", disable=not progress, unit="iv")
     measured = [0]
+    if llm is not None:
+        outcomes = choice_evaluator(lm, tok, label, task, n, llm_seed)
+    else:
+        def outcomes(canon: str, extra: int) -> pd.DataFrame:
+            return task_outcomes(net, task, extra, n, seed, intervene=lambda: intervened(net, canon))
 
-    def read_heads(interv: str, extra: int) -> pd.DataFrame:
-        canon = describe(parse_intervention(interv))
-        got = rcache.get(canon, extra)
-        if got is None:
-            with intervened(resolved.model, canon):
-                got = lengthened_score_table(resolved.model, task, readout_n, extra, seed)
-            rcache.put(canon, extra, got)
-            measured[0] += 1
-            bar.update(1)
-        return got
+    def heads_under(canon: str, extra: int) -> pd.DataFrame:
+        with intervened(net, canon):
+            return lengthened_score_table(net, task, readout_n, extra, seed)
 
-    def evaluate(interv: str, extra: int) -> pd.DataFrame:
-        canon = describe(parse_intervention(interv)) if interv != NONE else NONE
-        got = cache.get(canon, extra)
-        if got is None:
-            got = task_outcomes(resolved.model, task, extra, n, seed, intervene=lambda: intervened(resolved.model, canon))
-            cache.put(canon, extra, got)
-            measured[0] += 1
-            bar.update(1)
-            bar.set_postfix_str(f"{canon[:40]} +{extra}")
-        return got
-
-    t, c, notes = measure_head_sets(evaluate, table, n_layers=n_layers, n_heads=n_heads, n_freq=n_freq, sets=sets,
-                                    controls=controls, seed=seed, doses=doses, directions=directions, lengths=lengths,
-                                    temperature=temps, temperature_lengths=temperature_lengths,
-                                    readout_name=str(Path(readout)), task=task, match=match,
-                                    read_heads=read_heads if readout_n else None)
+    t, c, skipped = measure_head_sets(_cached(outcomes, cache, bar, measured), table, n_layers=n_layers, n_heads=n_heads,
+                                      n_freq=n_freq, sets=sets, controls=controls, seed=seed, doses=doses,
+                                      directions=directions, lengths=lengths, temperature=temps,
+                                      temperature_lengths=temperature_lengths, readout_name=str(Path(readout)),
+                                      task=task, match=match,
+                                      read_heads=_cached(heads_under, rcache, bar, measured) if readout_n else None)
     bar.close()
+    notes = skipped + notes
     outputs.csv(t, out / layout.HEAD_SETS)
     outputs.csv(c, out / layout.HEAD_SETS_CONTROLS)
     outputs.text(table_markdown(t, null_text(match)) + "".join(f"\nNote: {x}\n" for x in notes), out / layout.HEAD_SETS_MD)
-    outputs.json({"model": str(model), "task": task, "readout": str(Path(readout)), "sets": sorted(set(t["set"])),
-                  "controls": controls, "control_seeds": [seed, seed + controls - 1], "seed": seed,
-                  "doses": sorted(set(int(k) for k in t.loc[t["part"] == "dose", "k"])), "directions": list(directions),
-                  "temperature": temps, "lengths": list(lengths), "temperature_lengths": list(temperature_lengths),
-                  "n": n, "readout_n": readout_n, "match": match, "null": null_text(match), "notes": notes,
-                  "measured_now": measured[0]},
+    outputs.json({"model": str(model if llm is None else llm), "task": task, "readout": str(Path(readout)),
+                  "sets": sorted(set(t["set"])), "controls": controls, "control_seeds": [seed, seed + controls - 1],
+                  "seed": seed, "doses": sorted(set(int(k) for k in t.loc[t["part"] == "dose", "k"])),
+                  "directions": list(directions), "temperature": temps, "lengths": list(lengths),
+                  "temperature_lengths": list(temperature_lengths), "n": n, "readout_n": readout_n, "match": match,
+                  "null": null_text(match), "notes": notes, "measured_now": measured[0],
+                  **({"llm": str(llm), "protocol": "choice", "llm_seed": llm_seed} if llm is not None else {})},
                  out / layout.HEAD_SETS_JSON)
     for s in sorted(set(t["set"])):
         if ((t["set"] == s) & (t["part"] == "dose")).any():
