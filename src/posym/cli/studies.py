@@ -156,7 +156,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_intervene_args(hs, layers=False, metavar="NAME:KEY=VALUE[,...]",
                        help="per-head interventions applied to each set only (repeatable; any that takes heads=; "
                             "default temperature:beta=0.5,n_train=17)")
-    hs.add_argument("--lengths", type=int_list, default=SUPPRESS, help="added lengths of the dose curves (default 0)")
+    hs.add_argument("--lengths", type=int_list, default=SUPPRESS,
+                    help="added lengths of the dose curves (default 0; an LLM with --model: target-window lengths, e.g. 32)")
     hs.add_argument("--temperature-lengths", "--intervene-lengths", type=int_list, default=SUPPRESS,
                     help="added lengths of the --intervene part (default 0,50,100,200; an LLM: --lengths)")
     hs.add_argument("--n", type=positive_int, default=SUPPRESS,
