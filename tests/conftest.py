@@ -81,6 +81,9 @@ MEDIUM_TESTS: dict[str, tuple[str, ...]] = {
     "test_gptj_model.py": ("test_checkpoint_loads_in_plain_transformers",),
     "test_head_sets_known_answer.py": ("test_the_study_finds_the_answer_head_and_its_pair[gptj-1]",
                                        "test_the_study_finds_the_answer_head_and_its_pair[llama-2]"),
+    "test_head_sets_llm.py": ("test_llm_outcomes_equal_llm_eval_choice",),
+    "test_head_sets_match.py": ("test_one_head_per_layer_runs_under_count_and_is_refused_under_layer",),
+    "test_head_sets_readout.py": ("test_the_verb_writes_the_readout_and_caches_it",),
     "test_head_types_figures.py": ("test_panels_carry_the_threshold", "test_sink_ring_and_pure_counts_with_their_purity"),
     "test_hf_callback.py": (
         "test_callback_tracks_every_evaluation_without_changing_training",

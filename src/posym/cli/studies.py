@@ -51,7 +51,7 @@ def _cmd_head_sets(a: argparse.Namespace) -> None:
     from posym.studies.head_sets import head_sets
     show(call(head_sets, a, "model", progress=("quiet", not_),
               names=("readout", "out", "sets", "controls", "seed", "doses", "directions", "intervene", "lengths",
-                     "temperature_lengths", "n", "task", "force")))
+                     "temperature_lengths", "n", "task", "match", "readout_n", "llm", "llm_seed", "force")))
 
 
 def _variants(p: argparse.ArgumentParser, help: str) -> None:
@@ -136,7 +136,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     hs = sub.add_parser("head-sets", help="which heads and frequencies carry each mechanism: frequency dose curves "
                                           "and a temperature inside typed head sets vs matched random sets (docs/head_sets.md)")
-    hs.add_argument("model", help="a trained posym model: run, HF Trainer output_dir, checkpoint-N/ or model folder")
+    hs.add_argument("model", nargs="?", default=None,
+                    help="a trained posym model: run, HF Trainer output_dir, checkpoint-N/ or model folder (or --model)")
+    hs.add_argument("--model", dest="llm", default=SUPPRESS, metavar="smollm2|gemma3-270m|FOLDER",
+                    help="an offline LLM instead, measured with the choice protocol of posym llm eval (SPEC §1.5; "
+                         "--task and --lengths: target-window lengths)")
+    hs.add_argument("--llm-seed", type=nonneg_int, default=SUPPRESS, help="the LLM's 1-hop samples: their run index")
     hs.add_argument("--readout", required=True, metavar="FILE",
                     help="the head readout of the same model (posym head-types' head_types.csv or a scores.csv)")
     hs.add_argument("--out", required=True, help="study directory (re-running the command reuses measured cells)")
@@ -148,15 +153,22 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="k frequency IDs dropped, comma list (default 1,2,4,... up to half the rotary pairs)")
     hs.add_argument("--directions", type=str_list(), default=SUPPRESS,
                     help="low (k slowest IDs), high (k fastest), random (default all three)")
-    add_intervene_args(hs, layers=False, metavar="temperature:KEY=VALUE[,...]",
-                       help="temperature settings applied to each set only (repeatable; default "
-                            "temperature:beta=0.5,n_train=17)")
-    hs.add_argument("--lengths", type=int_list, default=SUPPRESS, help="added lengths of the dose curves (default 0)")
-    hs.add_argument("--temperature-lengths", type=int_list, default=SUPPRESS,
-                    help="added lengths of the temperature part (default 0,50,100,200)")
-    hs.add_argument("--n", type=positive_int, default=SUPPRESS, help="test prompts (the same for every intervention)")
+    add_intervene_args(hs, layers=False, metavar="NAME:KEY=VALUE[,...]",
+                       help="per-head interventions applied to each set only (repeatable; any that takes heads=; "
+                            "default temperature:beta=0.5,n_train=17)")
+    hs.add_argument("--lengths", type=int_list, default=SUPPRESS,
+                    help="added lengths of the dose curves (default 0; an LLM with --model: target-window lengths, e.g. 32)")
+    hs.add_argument("--temperature-lengths", "--intervene-lengths", type=int_list, default=SUPPRESS,
+                    help="added lengths of the --intervene part (default 0,50,100,200; an LLM: --lengths)")
+    hs.add_argument("--n", type=positive_int, default=SUPPRESS,
+                    help="test prompts per length (the same for every intervention)")
     hs.add_argument("--seed", type=nonneg_int, default=SUPPRESS, help="data seed, first control seed, random-ID seed")
     hs.add_argument("--task", default=SUPPRESS, choices=TASK_CHOICES, help=TASK_HELP)
+    hs.add_argument("--match", default=SUPPRESS, choices=("layer", "count"),
+                    help="controls with as many heads per layer as the set (layer, default) or as many heads in all, "
+                         "drawn from every head outside it (count: one-head-per-layer models)")
+    hs.add_argument("--readout-n", type=nonneg_int, default=SUPPRESS,
+                    help="prompts of the typed set's head readout (s_POS/s_SYM) under each dose (default 64; 0 = off)")
     add_force(hs, "replace existing tables and figures (the outcome cache is kept)")
     add_quiet(hs, "no progress bar")
     hs.set_defaults(func=_cmd_head_sets)

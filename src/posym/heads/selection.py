@@ -6,9 +6,11 @@ ablation acts on, written three ways and resolved against one model.
   SPEC §3 / §7 (``positional``, ``symbolic``, ``mixed``, ``diffuse``, ``uninformative``) and the
   classic types of SPEC §7 (``previous-token``, ``induction``, ``duplicate-token``, ``sink``), at the
   thresholds of :mod:`posym.heads.head_types`;
-* ``random:<type>[,seed=S]``: the **matched random control** of a type — in every layer as many heads
-  as the typed set has there, drawn without replacement (``numpy.random.default_rng(S)``, layers in
-  order) from that layer's *other* heads.
+* ``random:<type>[,seed=S][,match=count]``: the **matched random control** of a type — in every layer
+  as many heads as the typed set has there, drawn without replacement (``numpy.random.default_rng(S)``,
+  layers in order) from that layer's *other* heads; with ``match=count``, as many heads as the typed set
+  in all, drawn without replacement from every head outside it (for models with one head per layer,
+  where no layer-matched control exists).
 
 The readout is a per-head table posym writes: ``posym head-types``' join (``posym_type``,
 ``classic_type``, ``is_sink``) or a scores table (``s_pos``, ``s_sym``, ``entropy``, ``swap_mass``;
@@ -45,6 +47,9 @@ CLASSIC_TYPE_NAMES: dict[str, str] = {"previous-token": "previous_token", "induc
 TYPE_NAMES: tuple[str, ...] = (*POSYM_TYPE_NAMES, *CLASSIC_TYPE_NAMES)
 #: The prefix of a matched random control (``random:positional,seed=3``).
 RANDOM = "random"
+#: How a random control is matched: ``layer`` (as many heads per layer as the typed set; the default) or
+#: ``count`` (as many heads in all, from every head outside the set).
+MATCHES: tuple[str, ...] = ("layer", "count")
 
 Head = tuple[int, int]
 _PAIR = re.compile(r"L(\d+)H(\d+)")
@@ -53,18 +58,23 @@ _PAIR = re.compile(r"L(\d+)H(\d+)")
 @dataclass(frozen=True)
 class HeadSelection:
     """A parsed selection: ``heads`` (explicit pairs, sorted) or ``type`` (one of :data:`TYPE_NAMES`),
-    ``random`` for its matched control, drawn with ``seed``. :meth:`canonical` is its string."""
+    ``random`` for its matched control, drawn with ``seed`` and matched by ``match`` (:data:`MATCHES`).
+    :meth:`canonical` is its string."""
 
     heads: tuple[Head, ...] | None = None
     type: str | None = None
     random: bool = False
     seed: int = 0
+    match: str = "layer"
 
     def canonical(self) -> str:
-        """``L0H1+L2H3`` | ``positional`` | ``random:positional,seed=0`` (the seed always written)."""
+        """``L0H1+L2H3`` | ``positional`` | ``random:positional,seed=0`` (the seed always written;
+        ``,match=count`` appended for a count-matched control, the layer form unchanged)."""
         if self.heads is not None:
             return format_heads(self.heads)
-        return f"{RANDOM}:{self.type},seed={self.seed}" if self.random else str(self.type)
+        if not self.random:
+            return str(self.type)
+        return f"{RANDOM}:{self.type},seed={self.seed}" + (f",match={self.match}" if self.match != "layer" else "")
 
     @property
     def needs_readout(self) -> bool:
@@ -79,12 +89,13 @@ def format_heads(heads: tuple[Head, ...] | list[Head]) -> str:
 
 def _bad(text: str) -> PosymError:
     return PosymError(f"heads: {text!r} is not a selection; give heads like L3H1+L5H0, a type ({', '.join(TYPE_NAMES)}) "
-                      f"or {RANDOM}:<type>[,seed=S]")
+                      f"or {RANDOM}:<type>[,seed=S][,match=count]")
 
 
 def parse_heads(text: str) -> HeadSelection:
-    """``L3H1+L5H0`` | a type name (:data:`TYPE_NAMES`) | ``random:<type>[,seed=S]`` -> a
-    :class:`HeadSelection`; a one-line PosymError otherwise (a head named twice, an unknown type, a bad seed)."""
+    """``L3H1+L5H0`` | a type name (:data:`TYPE_NAMES`) | ``random:<type>[,seed=S][,match=layer|count]`` -> a
+    :class:`HeadSelection`; a one-line PosymError otherwise (a head named twice, an unknown type, a bad
+    seed or match)."""
     text = str(text).strip()
     if not text:
         raise _bad(text)
@@ -92,16 +103,23 @@ def parse_heads(text: str) -> HeadSelection:
         body, *opts = [p.strip() for p in text[len(RANDOM) + 1:].split(",")]
         if body not in TYPE_NAMES:
             raise PosymError(f"heads: {text!r}: a random control matches a type ({', '.join(TYPE_NAMES)}), got {body!r}")
-        seed = 0
+        seed, match = 0, "layer"
         for opt in opts:
             key, eq, value = opt.partition("=")
-            if key.strip() != "seed" or not eq:
-                raise PosymError(f"heads: {text!r}: {RANDOM}:<type> takes seed=S only, e.g. {RANDOM}:{body},seed=3")
+            key, value = key.strip(), value.strip()
+            if key == "match" and eq:
+                if value not in MATCHES:
+                    raise PosymError(f"heads: {text!r}: match is {' or '.join(MATCHES)}, got {value!r}")
+                match = value
+                continue
+            if key != "seed" or not eq:
+                raise PosymError(f"heads: {text!r}: {RANDOM}:<type> takes seed=S only (and match=count), "
+                                 f"e.g. {RANDOM}:{body},seed=3")
             try:
                 seed = check_int(int(value), "heads: seed", lo=0)
             except ValueError:
                 raise PosymError(f"heads: {text!r}: seed must be an integer >= 0, e.g. {RANDOM}:{body},seed=3") from None
-        return HeadSelection(type=body, random=True, seed=seed)
+        return HeadSelection(type=body, random=True, seed=seed, match=match)
     if text in TYPE_NAMES:
         return HeadSelection(type=text)
     pairs = [_PAIR.fullmatch(p.strip()) for p in text.split("+")]
@@ -176,11 +194,23 @@ def typed_heads(readout: pd.DataFrame, type_name: str) -> tuple[Head, ...]:
 
 
 def matched_control(typed: tuple[Head, ...] | list[Head], n_layers: int, n_heads: int, seed: int,
-                    type_name: str = "typed") -> tuple[Head, ...]:
-    """The matched random control of ``typed``: per layer (in order) as many heads as ``typed`` has there,
-    drawn without replacement from that layer's other heads with ``numpy.random.default_rng(seed)``;
-    sorted. One-line PosymError when a layer has fewer other heads than typed ones."""
+                    type_name: str = "typed", match: str = "layer") -> tuple[Head, ...]:
+    """The matched random control of ``typed``, sorted, drawn with ``numpy.random.default_rng(seed)``.
+    ``match="layer"``: per layer (in order) as many heads as ``typed`` has there, without replacement from
+    that layer's other heads; ``match="count"``: ``len(typed)`` heads without replacement from all
+    ``n_layers x n_heads`` heads outside ``typed`` (in (layer, head) order). One-line PosymError when a
+    layer (or the model) has fewer other heads than typed ones, naming ``--match count`` for layers."""
     rng = np.random.default_rng(check_int(seed, "heads: seed", lo=0))
+    if match not in MATCHES:
+        raise PosymError(f"match is {' or '.join(MATCHES)}, got {match!r}")
+    if match == "count":
+        mine = set((int(ly), int(h)) for ly, h in typed)
+        others = [(ly, h) for ly in range(n_layers) for h in range(n_heads) if (ly, h) not in mine]
+        if len(others) < len(mine):
+            raise PosymError(f"cannot match {RANDOM}:{type_name},match=count: the model has {len(mine)} {type_name} heads "
+                             f"and only {len(others)} other head{'s' if len(others) != 1 else ''}")
+        pick = rng.choice(len(others), size=len(mine), replace=False)
+        return tuple(sorted(others[int(i)] for i in pick))
     out: list[Head] = []
     for layer in range(n_layers):
         mine = sorted(h for ly, h in typed if ly == layer)
@@ -189,7 +219,8 @@ def matched_control(typed: tuple[Head, ...] | list[Head], n_layers: int, n_heads
         others = [h for h in range(n_heads) if h not in mine]
         if len(others) < len(mine):
             raise PosymError(f"cannot match {RANDOM}:{type_name}: layer {layer} has {len(mine)} {type_name} heads and only "
-                             f"{len(others)} other head{'s' if len(others) != 1 else ''}")
+                             f"{len(others)} other head{'s' if len(others) != 1 else ''}; use --match count "
+                             f"({RANDOM}:{type_name},match=count)")
         out += [(layer, int(h)) for h in rng.choice(others, size=len(mine), replace=False)]
     return tuple(sorted(out))
 
@@ -198,7 +229,7 @@ def resolve_heads(selection: HeadSelection | str, readout: pd.DataFrame | None, 
                   n_heads: int) -> tuple[Head, ...]:
     """The sorted ``(layer, head)`` pairs of ``selection`` in a model of ``n_layers`` x ``n_heads`` query
     heads: explicit heads checked against that shape; a type read from ``readout`` (module doc); its
-    ``random:`` control matched per layer (:func:`matched_control`). One-line PosymError for a head that
+    ``random:`` control matched per layer or by count (:func:`matched_control`). One-line PosymError for a head that
     does not exist, a type without a readout, a type with no heads in this model, or a control that
     cannot be matched."""
     sel = parse_heads(selection) if isinstance(selection, str) else selection
@@ -220,9 +251,10 @@ def resolve_heads(selection: HeadSelection | str, readout: pd.DataFrame | None, 
         raise PosymError(f"heads: no head {bad[0]} {what}: the model has {n_layers} layers x {n_heads} query heads "
                          f"(L0H0..L{n_layers - 1}H{n_heads - 1})")
     if sel.random:
-        return matched_control(heads, n_layers, n_heads, sel.seed, str(sel.type))
+        return matched_control(heads, n_layers, n_heads, sel.seed, str(sel.type), sel.match)
     return tuple(sorted(heads))
 
 
-__all__ = ["POSYM_TYPE_NAMES", "CLASSIC_TYPE_NAMES", "TYPE_NAMES", "RANDOM", "HeadSelection", "format_heads", "parse_heads",
+__all__ = ["POSYM_TYPE_NAMES", "CLASSIC_TYPE_NAMES", "TYPE_NAMES", "RANDOM", "MATCHES", "HeadSelection", "format_heads",
+           "parse_heads",
            "read_readout", "typed_heads", "matched_control", "resolve_heads"]

@@ -8,13 +8,13 @@ Benjamini–Hochberg over the cells (docs/statistics.md).
 the sets, directions and the prediction, ``tables.py`` the plan and the statistics, ``figures.py`` the figures.
 """
 
-from posym.studies.head_sets.study import (DEFAULT_SETS, DEFAULT_TEMPERATURE, DIRECTIONS, NULL, PREDICTION,
+from posym.studies.head_sets.study import (DEFAULT_SETS, DEFAULT_TEMPERATURE, DIRECTIONS, NULL, NULLS, PREDICTION,
                                            TEMPERATURE_LENGTHS, prediction)
 from posym.studies.head_sets.tables import Cell, cell_rows, dropped_ids, plan_cells, study_table, table_markdown
-from posym.studies.head_sets.figures import plot_dose_curves, plot_temperature_curve
+from posym.studies.head_sets.figures import plot_dose_curves, plot_intervention_curve, plot_temperature_curve
 from posym.studies.head_sets.run import OutcomeCache, default_doses, head_sets, measure_head_sets, resolve_sets
 
-__all__ = ["Cell", "DEFAULT_SETS", "DEFAULT_TEMPERATURE", "DIRECTIONS", "NULL", "OutcomeCache", "PREDICTION",
+__all__ = ["Cell", "DEFAULT_SETS", "DEFAULT_TEMPERATURE", "DIRECTIONS", "NULL", "NULLS", "OutcomeCache", "PREDICTION",
            "TEMPERATURE_LENGTHS", "cell_rows", "default_doses", "dropped_ids", "head_sets", "measure_head_sets",
-           "plan_cells", "plot_dose_curves", "plot_temperature_curve", "prediction", "resolve_sets", "study_table",
-           "table_markdown"]
+           "plan_cells", "plot_dose_curves", "plot_intervention_curve", "plot_temperature_curve", "prediction",
+           "resolve_sets", "study_table", "table_markdown"]

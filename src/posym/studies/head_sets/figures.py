@@ -1,6 +1,6 @@
 """The head-set study's figures (docs/head_sets.md), drawn from ``head_sets.csv`` on
 :func:`posym.report.figures.new_figure` (no pyplot): per set, accuracy vs the dose k of each direction,
-and accuracy vs added length under the set's temperature — the typed set as a line, its K matched
+and accuracy vs added length under each per-head intervention on the set — the typed set as a line, its K matched
 random controls as a 5–95 % band with their mean, the untouched model dotted. The null and the number of
 prompts are printed in each figure's subtitle; legends sit outside the axes."""
 
@@ -9,14 +9,19 @@ from __future__ import annotations
 import pandas as pd
 
 from posym.report.figures import new_figure
-from posym.studies.head_sets.study import DOSE, NULL, TEMPERATURE
+from posym.studies.head_sets.study import DOSE, NULL, TEMPERATURE, null_text
 
 TYPED, CONTROL, UNTOUCHED, ALL_HEADS = "C0", "grey", "black", "C3"
 
 
+def _null(t: pd.DataFrame) -> str:
+    """The null of the table's controls (its ``match`` column; layer-matched when absent)."""
+    return null_text(str(t["match"].iloc[0])) if "match" in t.columns and len(t) else NULL
+
+
 def _subtitle(t: pd.DataFrame) -> str:
     n, k = int(t["n_prompts"].max()), int(t["n_controls"].max())
-    return f"null: {NULL} (K = {k}, band 5–95 %); n = {n} prompts"
+    return f"null: {_null(t)} (K = {k}, band 5–95 %); n = {n} prompts"
 
 
 def _panel(ax, g: pd.DataFrame, x: str, name: str) -> None:
@@ -50,8 +55,8 @@ def plot_dose_curves(table: pd.DataFrame, set_name: str):
 
 
 def plot_temperature_curve(table: pd.DataFrame, set_name: str):
-    """Accuracy vs added length under each temperature setting applied to the set only (one panel per
-    setting), the same setting on every head beside it."""
+    """Accuracy vs added length under each per-head intervention setting (temperature, …) applied to the
+    set only (one panel per setting), the same setting on every head beside it; titled by the intervention."""
     t = table[(table["part"] == TEMPERATURE) & (table["set"] == set_name)]
     settings = list(dict.fromkeys(t["what"]))
     fig, axes = new_figure((4.2 * max(1, len(settings)) + 1.6, 3.2), 1, max(1, len(settings)), squeeze=False,
@@ -63,9 +68,13 @@ def plot_temperature_curve(table: pd.DataFrame, set_name: str):
         ax.set(xlabel="added target-window tokens", title=s, ylim=(-0.02, 1.02))
     axes[0][0].set_ylabel("accuracy")
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    fig.suptitle(f"{set_name} heads: temperature on the set only\n{_subtitle(t) if len(t) else NULL}", fontsize=9)
+    kinds = ", ".join(dict.fromkeys(s.split(":", 1)[0] for s in settings)) or "intervention"
+    fig.suptitle(f"{set_name} heads: {kinds} on the set only\n{_subtitle(t) if len(t) else NULL}", fontsize=9)
     fig.tight_layout()
     return fig
 
 
-__all__ = ["plot_dose_curves", "plot_temperature_curve"]
+#: A neutral name of :func:`plot_temperature_curve` (any per-head intervention).
+plot_intervention_curve = plot_temperature_curve
+
+__all__ = ["plot_dose_curves", "plot_intervention_curve", "plot_temperature_curve"]

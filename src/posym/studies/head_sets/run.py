@@ -2,10 +2,10 @@
 
 For each typed head set of a model (read from its head readout, :mod:`posym.heads.selection`) and its K
 matched random controls (``random:<type>,seed=seed+j``): (b) frequency-ablation dose curves inside the
-set (``freq-mask:keep=…,heads=…``: the k slowest, fastest or random IDs dropped) and (a) a temperature
-applied to the set only (``temperature:…,heads=…``), accuracy vs added length. NTK, rope-base, YaRN
-and interpolation change the rotary of the shared key too, so they are not exact per query head and
-the mechanism refuses them with ``heads=`` (docs/interventions.md): not in this study.
+set (``freq-mask:keep=…,heads=…``: the k slowest, fastest or random IDs dropped) and (a) any per-head
+intervention applied to the set only (``NAME:…,heads=…``; the registry's ``Intervention.per_head``:
+temperature and freq-mask today, docs/interventions.md), accuracy vs added length; an intervention that
+is not per head is refused in one line.
 
 Every intervention's per-prompt outcomes (:func:`posym.lengthgen.outcomes.task_outcomes`, the same
 prompts for all) are appended to ``OUT/head_sets_outcomes.jsonl`` as they are measured: a rerun with the
@@ -15,25 +15,29 @@ figures, never the cache (delete it to measure afresh).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 
 from posym.checks import check_int
 from posym.errors import PosymError
-from posym.heads.selection import TYPE_NAMES, Head, format_heads, matched_control, read_readout, typed_heads
+from posym.heads.tracking import lengthened_score_table
+from posym.heads.selection import MATCHES, TYPE_NAMES, Head, format_heads, matched_control, read_readout, typed_heads
 from posym.interventions import describe, intervened, parse_intervention
+from posym.interventions.registry import per_head_names
 from posym.lengthgen.outcomes import task_outcomes
 from posym.model.adapters import get_adapter
 from posym.runs import layout
+from posym.tasks.prompts import TASKS
 from posym.runs.resolve import check_model_folder, resolve_model
+from posym.studies.head_sets.cache import READOUT, OutcomeCache
+from posym.studies.head_sets.llm import choice_evaluator, load_offline_llm
 from posym.studies.head_sets.figures import plot_dose_curves, plot_temperature_curve
-from posym.studies.head_sets.study import DEFAULT_SETS, DEFAULT_TEMPERATURE, DIRECTIONS, NOT_PER_HEAD, NULL, \
-    TEMPERATURE_LENGTHS
-from posym.studies.head_sets.tables import NONE, Evaluate, cell_rows, plan_cells, study_table, table_markdown
+from posym.studies.head_sets.study import DEFAULT_SETS, DEFAULT_TEMPERATURE, DIRECTIONS, TEMPERATURE_LENGTHS, null_text
+from posym.studies.head_sets.tables import Evaluate, ReadHeads, cell_rows, plan_cells, readout_row, study_table, \
+    table_markdown
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
@@ -49,7 +53,8 @@ def default_doses(n_freq: int) -> tuple[int, ...]:
 def check_settings(*, sets: Sequence[str], controls: int, directions: Sequence[str], temperature: Sequence[str],
                    lengths: Sequence[int], temperature_lengths: Sequence[int], doses: Sequence[int] | None,
                    n: int) -> tuple[list[str], list[str]]:
-    """The options checked before any work (one-line PosymError each): ``(sets, canonical temperature strings)``."""
+    """The options checked before any work (one-line PosymError each): ``(sets, canonical intervention
+    strings)``; ``temperature``: the ``--intervene`` settings, each per head (``Intervention.per_head``)."""
     sets = list(dict.fromkeys(str(s) for s in sets))
     bad = [s for s in sets if s not in TYPE_NAMES or s.startswith("random")]
     if bad or not sets:
@@ -68,23 +73,29 @@ def check_settings(*, sets: Sequence[str], controls: int, directions: Sequence[s
     temps = []
     for text in temperature:
         spec = parse_intervention(text)
+        if spec is None:
+            raise PosymError("--intervene none: give an intervention to apply to each head set, "
+                             "e.g. temperature:beta=0.5,n_train=17")
         canon = describe(spec)
-        name = canon.split(":")[0]
-        if name in NOT_PER_HEAD:
-            raise PosymError(f"--intervene {text}: {name} is not exact per query head (it rotates the shared keys too); "
-                             "the head-set study takes temperature settings only")
-        if name != "temperature" or ",heads=" in canon or ",layers=" in canon:
-            raise PosymError(f"--intervene {text}: give a temperature setting without heads= or layers= "
-                             "(the study applies it to each head set), e.g. temperature:beta=0.5,n_train=17")
+        if not type(spec).per_head:
+            raise PosymError(f"--intervene {text}: {spec.name} is not exact per query head; the head-set study takes "
+                             f"per-head interventions ({per_head_names()})")
+        if getattr(spec, "heads", None) is not None or getattr(spec, "layers", None) is not None:
+            raise PosymError(f"--intervene {text}: give it without heads= or layers= (the study applies it to each "
+                             "head set), e.g. temperature:beta=0.5,n_train=17")
         temps.append(canon)
     return sets, temps
 
 
 def resolve_sets(table: pd.DataFrame, sets: Sequence[str], n_layers: int, n_heads: int, controls: int,
-                 seed: int) -> tuple[dict[str, tuple[Head, ...]], dict[str, list[tuple[int, tuple[Head, ...]]]], list[str]]:
-    """Each set's heads read from the readout ``table``, its K matched controls ``(seed + j, heads)`` and
-    the notes of the sets skipped (no heads). A set that cannot be matched, or a head outside the model,
-    is a one-line PosymError (drop the set from ``--sets``)."""
+                 seed: int, match: str = "layer") -> tuple[dict[str, tuple[Head, ...]],
+                                                          dict[str, list[tuple[int, tuple[Head, ...]]]], list[str]]:
+    """Each set's heads read from the readout ``table``, its K controls ``(seed + j, heads)`` matched by
+    ``match`` (``layer`` | ``count``: :func:`posym.heads.selection.matched_control`) and the notes of the
+    sets skipped (no heads). A set that cannot be matched, or a head outside the model, is a one-line
+    PosymError (``--match count``, or drop the set from ``--sets``)."""
+    if match not in MATCHES:
+        raise PosymError(f"--match: {match!r} is not a match; give {' or '.join(MATCHES)}")
     typed, ctrls, notes = {}, {}, []
     for s in sets:
         heads = typed_heads(table, s)
@@ -96,9 +107,9 @@ def resolve_sets(table: pd.DataFrame, sets: Sequence[str], n_layers: int, n_head
             raise PosymError(f"--readout: {s} head {out[0]} is not in this model ({n_layers} layers x {n_heads} heads); "
                              "give the readout of the same model")
         try:
-            ctrls[s] = [(seed + j, matched_control(heads, n_layers, n_heads, seed + j, s)) for j in range(controls)]
+            ctrls[s] = [(seed + j, matched_control(heads, n_layers, n_heads, seed + j, s, match)) for j in range(controls)]
         except PosymError as e:
-            raise PosymError(f"{e}; drop {s} from --sets") from None
+            raise PosymError(f"{e}, or drop {s} from --sets") from None
         typed[s] = heads
     if not typed:
         raise PosymError(f"no head set has heads in the readout ({'; '.join(notes)}); give other --sets or another --readout")
@@ -110,124 +121,153 @@ def measure_head_sets(evaluate: Evaluate, readout: pd.DataFrame, *, n_layers: in
                       doses: Sequence[int] | None = None, directions: Sequence[str] = DIRECTIONS,
                       lengths: Sequence[int] = (0,), temperature: Sequence[str] = DEFAULT_TEMPERATURE,
                       temperature_lengths: Sequence[int] = TEMPERATURE_LENGTHS, readout_name: str = "",
-                      task: str = "") -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+                      task: str = "", match: str = "layer",
+                      read_heads: ReadHeads | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """The study on any model: ``evaluate(intervention, added length)`` gives per-prompt outcomes
     (``correct``, ``rank``; the same prompts for every intervention). Returns ``(head_sets table,
-    controls table, notes)`` (columns: docs/head_sets.md)."""
+    controls table, notes)`` (columns: docs/head_sets.md); ``match``: how the controls are matched (``layer``
+    | ``count``, :func:`resolve_sets`); ``read_heads(intervention, added length)``: the per-head readout
+    (layer, head, s_pos, s_sym) giving each dose cell's ``s_pos_none, s_pos, s_sym_none, s_sym`` (the typed
+    set's means; None: NaN)."""
     sets, temps = check_settings(sets=sets, controls=controls, directions=directions, temperature=temperature,
                                  lengths=lengths, temperature_lengths=temperature_lengths, doses=doses, n=1)
     doses = tuple(int(k) for k in doses) if doses is not None else default_doses(n_freq)
     if max(doses) >= n_freq:
         raise PosymError(f"--doses: k = {max(doses)} drops every rotary pair or more (the model has {n_freq} "
                          f"frequency IDs); give k from 1 to {n_freq - 1}")
-    typed, ctrls, notes = resolve_sets(readout, sets, n_layers, n_heads, controls, check_int(seed, "--seed", lo=0))
+    typed, ctrls, notes = resolve_sets(readout, sets, n_layers, n_heads, controls, check_int(seed, "--seed", lo=0), match)
     cells = plan_cells(list(typed), doses=doses, directions=directions, lengths=lengths, temperature=temps,
                        temperature_lengths=temperature_lengths, n_freq=n_freq, seed=seed)
     rows, crows = [], []
     for cell in cells:
         row, c = cell_rows(cell, typed[cell.set], ctrls[cell.set], n_freq, evaluate)
-        rows.append(row)
+        rows.append({**row, **readout_row(cell, typed[cell.set], n_freq, read_heads)})
         crows += c
     all_heads = {(t, int(e)): float(evaluate(t, int(e))["correct"].mean()) for t in temps for e in temperature_lengths}
-    table = study_table(rows, readout=readout_name, task=task, seed=seed, all_heads=all_heads)
+    table = study_table(rows, readout=readout_name, task=task, seed=seed, all_heads=all_heads, match=match)
     return table, pd.DataFrame(crows), notes
 
 
-class OutcomeCache:
-    """``head_sets_outcomes.jsonl``: one line per (model, task, n, data seed, intervention, added length)
-    with the per-prompt ``correct`` and ``rank``; append-only, a torn last line ignored."""
-
-    def __init__(self, path: Path, key: dict):
-        self.path, self.key, self.data = path, key, {}
-        if path.is_file():
-            for line in path.read_text().splitlines():
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a torn last line of a killed run
-                if {k: r.get(k) for k in key} == key:
-                    self.data[(r["intervention"], int(r["extra_tokens"]))] = pd.DataFrame(
-                        {"correct": r["correct"], "rank": r["rank"]})
-
-    def get(self, intervention: str, extra: int) -> pd.DataFrame | None:
-        return self.data.get((intervention, int(extra)))
-
-    def put(self, intervention: str, extra: int, out: pd.DataFrame) -> None:
-        self.data[(intervention, int(extra))] = out[["correct", "rank"]].reset_index(drop=True)
-        rec = {**self.key, "intervention": intervention, "extra_tokens": int(extra),
-               "correct": [int(x) for x in out["correct"]], "rank": [float(x) for x in out["rank"]]}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(rec) + "\n")
-
-
-def head_sets(model: str | os.PathLike, *, readout: str | os.PathLike, out: str | os.PathLike,
-              sets: Sequence[str] = DEFAULT_SETS, controls: int = 20, seed: int = 0, doses: Sequence[int] | None = None,
-              directions: Sequence[str] = DIRECTIONS, intervene: Sequence[str] = DEFAULT_TEMPERATURE,
-              lengths: Sequence[int] = (0,), temperature_lengths: Sequence[int] = TEMPERATURE_LENGTHS, n: int = 200,
-              task: str | None = None, force: bool = False, progress: bool = True) -> VerbResult:
-    """The head-set study of one trained posym model (run, Trainer output or model folder; module doc):
-    ``head_sets.csv`` (one row per cell), ``head_sets_controls.csv`` (one row per control draw),
-    ``head_sets.md``, ``head_sets.json`` and two figures per set in ``out``. ``doses``: default 1, 2, 4, …
-    up to half the rotary pairs; ``lengths``: the dose curves' added lengths; ``temperature_lengths``:
-    the temperature part's. Every option is checked before the model loads or a file is written."""
-    from tqdm.auto import tqdm
-
-    sets, temps = check_settings(sets=sets, controls=controls, directions=directions, temperature=intervene,
-                                 lengths=lengths, temperature_lengths=temperature_lengths, doses=doses, n=n)
-    table = read_readout(readout)
-    for s in sets:
-        typed_heads(table, s)  # a readout lacking the type's columns: one line, before any work
-    ckpt, task = check_model_folder(model, task)
-    out = Path(out)
-    stems = [out / layout.FIG_HEAD_SETS_DOSES.format(set=s) for s in sets] + \
-            [out / layout.FIG_HEAD_SETS_TEMPERATURE.format(set=s) for s in sets]
-    files = [out / f for f in (layout.HEAD_SETS, layout.HEAD_SETS_CONTROLS, layout.HEAD_SETS_MD, layout.HEAD_SETS_JSON)]
-    outputs = Outputs(files + [p for s in stems for p in figure_paths(s)], force).check()
-    resolved = resolve_model(model, task)
-    ad = get_adapter(resolved.model)
-    n_layers, n_heads, n_freq = ad.n_layers, ad.n_heads, ad.rotary_dim // 2
-    k_max = max(doses) if doses else 1
-    if k_max >= n_freq:
-        raise PosymError(f"--doses: k = {k_max} drops every rotary pair or more (the model has {n_freq} frequency IDs); "
-                         f"give k from 1 to {n_freq - 1}")
-    resolve_sets(table, sets, n_layers, n_heads, controls, seed)  # unmatched sets: one line before any measurement
-    cache = OutcomeCache(out / layout.HEAD_SETS_OUTCOMES, {"model": str(Path(ckpt).resolve()), "task": task, "n": int(n),
-                                                           "data_seed": int(seed)})
-    bar = tqdm(desc=f"head-sets {task}", disable=not progress, unit="iv")
-    measured = [0]
-
+def _cached(fn: Evaluate, cache: OutcomeCache, bar: Any, measured: list[int]) -> Evaluate:
+    """``fn`` through ``cache``: a (canonical intervention, length) measured once, appended as measured."""
     def evaluate(interv: str, extra: int) -> pd.DataFrame:
-        canon = describe(parse_intervention(interv)) if interv != NONE else NONE
+        canon = describe(parse_intervention(interv))
         got = cache.get(canon, extra)
         if got is None:
-            got = task_outcomes(resolved.model, task, extra, n, seed, intervene=lambda: intervened(resolved.model, canon))
+            got = fn(canon, int(extra))
             cache.put(canon, extra, got)
             measured[0] += 1
             bar.update(1)
             bar.set_postfix_str(f"{canon[:40]} +{extra}")
         return got
+    return evaluate
 
-    t, c, notes = measure_head_sets(evaluate, table, n_layers=n_layers, n_heads=n_heads, n_freq=n_freq, sets=sets,
-                                    controls=controls, seed=seed, doses=doses, directions=directions, lengths=lengths,
-                                    temperature=temps, temperature_lengths=temperature_lengths,
-                                    readout_name=str(Path(readout)), task=task)
+
+def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathLike, out: str | os.PathLike,
+              llm: str | os.PathLike | None = None, sets: Sequence[str] = DEFAULT_SETS, controls: int = 20,
+              seed: int = 0, doses: Sequence[int] | None = None, directions: Sequence[str] = DIRECTIONS,
+              intervene: Sequence[str] = DEFAULT_TEMPERATURE, lengths: Sequence[int] = (0,),
+              temperature_lengths: Sequence[int] | None = None, n: int = 200, task: str | None = None,
+              match: str = "layer", readout_n: int = 64, llm_seed: int = 0, force: bool = False,
+              progress: bool = True) -> VerbResult:
+    """The head-set study of one trained posym ``model`` (run, Trainer output or model folder; module doc)
+    or of an offline ``llm`` (``smollm2``, ``gemma3-270m`` or a model folder with its tokenizer; the
+    ``choice`` protocol of SPEC §1.5, :mod:`posym.studies.head_sets.llm`): ``head_sets.csv`` (one row per
+    cell), ``head_sets_controls.csv`` (one row per control draw), ``head_sets.md``, ``head_sets.json`` and
+    two figures per set in ``out``. ``doses``: default 1, 2, 4, … up to half the rotary pairs; ``lengths``:
+    the dose curves' added lengths (an LLM: target-window lengths ≥ 1); ``temperature_lengths``: the
+    ``intervene`` part's (default 0, 50, 100, 200; an LLM: ``lengths``); ``match``: the controls' matching
+    (``layer``: as many heads per layer, ``count``: as many heads in all); ``readout_n``: prompts of the
+    head readout under each dose (0 = off; data seed ``READOUT_SEED_OFFSET + seed``,
+    :func:`posym.heads.tracking.lengthened_score_table`; trained models only); ``n``: prompts per length;
+    ``llm_seed``: the 1-hop samples' run index. Every option is checked before the model loads or a file
+    is written."""
+    from tqdm.auto import tqdm
+
+    if (model is None) == (llm is None):
+        raise PosymError("give a trained posym model (MODEL) or an offline LLM (--model smollm2|gemma3-270m|FOLDER), "
+                         "not both" if model is not None else "give a trained posym model (MODEL) or an offline LLM "
+                         "(--model smollm2|gemma3-270m|FOLDER)")
+    if temperature_lengths is None:
+        temperature_lengths = tuple(lengths) if llm is not None else TEMPERATURE_LENGTHS
+    sets, temps = check_settings(sets=sets, controls=controls, directions=directions, temperature=intervene,
+                                 lengths=lengths, temperature_lengths=temperature_lengths, doses=doses, n=n)
+    check_int(readout_n, "--readout-n", lo=0)
+    check_int(llm_seed, "--llm-seed", lo=0)
+    notes: list[str] = []
+    if llm is not None:
+        if task not in TASKS:
+            raise PosymError(f"--task: an LLM study needs --task {' or '.join(TASKS)} (the 1-hop prompts of SPEC §1.5)")
+        short = [int(x) for x in (*lengths, *temperature_lengths) if int(x) < 1]
+        if short:
+            raise PosymError(f"--lengths: {short[0]} is not a target-window length of the 1-hop prompts (SPEC §1.5); "
+                             "give lengths >= 1 for an LLM, e.g. --lengths 32")
+        if readout_n:
+            notes.append("LLM: the head readout under the ablation is not measured (trained models only)")
+            readout_n = 0
+    table = read_readout(readout)
+    for s in sets:
+        typed_heads(table, s)  # a readout lacking the type's columns: one line, before any work
+    if llm is None:
+        ckpt, task = check_model_folder(model, task)
+    out = Path(out)
+    stems = [out / layout.FIG_HEAD_SETS_DOSES.format(set=s) for s in sets] + \
+            [out / layout.FIG_HEAD_SETS_TEMPERATURE.format(set=s) for s in sets]
+    files = [out / f for f in (layout.HEAD_SETS, layout.HEAD_SETS_CONTROLS, layout.HEAD_SETS_MD, layout.HEAD_SETS_JSON)]
+    outputs = Outputs(files + [p for s in stems for p in figure_paths(s)], force).check()
+    if llm is not None:
+        lm, tok, label = load_offline_llm(llm)
+        net, key = lm, {"model": label, "task": task, "n": int(n), "data_seed": int(llm_seed), "protocol": "choice"}
+    else:
+        net = resolve_model(model, task).model
+        key = {"model": str(Path(ckpt).resolve()), "task": task, "n": int(n), "data_seed": int(seed)}
+    ad = get_adapter(net)
+    n_layers, n_heads, n_freq = ad.n_layers, ad.n_heads, ad.rotary_dim // 2
+    k_max = max(doses) if doses else 1
+    if k_max >= n_freq:
+        raise PosymError(f"--doses: k = {k_max} drops every rotary pair or more (the model has {n_freq} frequency IDs); "
+                         f"give k from 1 to {n_freq - 1}")
+    resolve_sets(table, sets, n_layers, n_heads, controls, seed, match)  # unmatched sets: one line before any measurement
+    cache = OutcomeCache(out / layout.HEAD_SETS_OUTCOMES, key)
+    rcache = OutcomeCache(out / layout.HEAD_SETS_OUTCOMES, {**key, "n": int(readout_n)}, kind=READOUT)
+    bar = tqdm(desc=f"head-sets {task}", disable=not progress, unit="iv")
+    measured = [0]
+    if llm is not None:
+        outcomes = choice_evaluator(lm, tok, label, task, n, llm_seed)
+    else:
+        def outcomes(canon: str, extra: int) -> pd.DataFrame:
+            return task_outcomes(net, task, extra, n, seed, intervene=lambda: intervened(net, canon))
+
+    def heads_under(canon: str, extra: int) -> pd.DataFrame:
+        with intervened(net, canon):
+            return lengthened_score_table(net, task, readout_n, extra, seed)
+
+    t, c, skipped = measure_head_sets(_cached(outcomes, cache, bar, measured), table, n_layers=n_layers, n_heads=n_heads,
+                                      n_freq=n_freq, sets=sets, controls=controls, seed=seed, doses=doses,
+                                      directions=directions, lengths=lengths, temperature=temps,
+                                      temperature_lengths=temperature_lengths, readout_name=str(Path(readout)),
+                                      task=task, match=match,
+                                      read_heads=_cached(heads_under, rcache, bar, measured) if readout_n else None)
     bar.close()
+    notes = skipped + notes
     outputs.csv(t, out / layout.HEAD_SETS)
     outputs.csv(c, out / layout.HEAD_SETS_CONTROLS)
-    outputs.text(table_markdown(t, NULL) + "".join(f"\nNote: {x}\n" for x in notes), out / layout.HEAD_SETS_MD)
-    outputs.json({"model": str(model), "task": task, "readout": str(Path(readout)), "sets": sorted(set(t["set"])),
-                  "controls": controls, "control_seeds": [seed, seed + controls - 1], "seed": seed,
-                  "doses": sorted(set(int(k) for k in t.loc[t["part"] == "dose", "k"])), "directions": list(directions),
-                  "temperature": temps, "lengths": list(lengths), "temperature_lengths": list(temperature_lengths),
-                  "n": n, "null": NULL, "notes": notes, "measured_now": measured[0]}, out / layout.HEAD_SETS_JSON)
+    outputs.text(table_markdown(t, null_text(match)) + "".join(f"\nNote: {x}\n" for x in notes), out / layout.HEAD_SETS_MD)
+    outputs.json({"model": str(model if llm is None else llm), "task": task, "readout": str(Path(readout)),
+                  "sets": sorted(set(t["set"])), "controls": controls, "control_seeds": [seed, seed + controls - 1],
+                  "seed": seed, "doses": sorted(set(int(k) for k in t.loc[t["part"] == "dose", "k"])),
+                  "directions": list(directions), "temperature": temps, "lengths": list(lengths),
+                  "temperature_lengths": list(temperature_lengths), "n": n, "readout_n": readout_n, "match": match,
+                  "null": null_text(match), "notes": notes, "measured_now": measured[0],
+                  **({"llm": str(llm), "protocol": "choice", "llm_seed": llm_seed} if llm is not None else {})},
+                 out / layout.HEAD_SETS_JSON)
     for s in sorted(set(t["set"])):
         if ((t["set"] == s) & (t["part"] == "dose")).any():
             outputs.figure(plot_dose_curves(t, s), out / layout.FIG_HEAD_SETS_DOSES.format(set=s))
         if ((t["set"] == s) & (t["part"] == "temperature")).any():
             outputs.figure(plot_temperature_curve(t, s), out / layout.FIG_HEAD_SETS_TEMPERATURE.format(set=s))
     summary = (f"head-sets {task}: {len(t)} cells over {', '.join(sorted(set(t['set'])))} (K = {controls} controls, "
-               f"n = {n}); {measured[0]} interventions measured now, the rest from the cache\n"
+               f"null: {null_text(match)}; n = {n}); {measured[0]} interventions measured now, the rest from the cache\n"
                + "".join(f"note: {x}\n" for x in notes) + f"wrote {out / layout.HEAD_SETS}")
     return VerbResult(table=t, files=list(outputs.written), summary=summary, data={"notes": notes, "measured": measured[0]})
 

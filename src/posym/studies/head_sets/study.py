@@ -13,12 +13,21 @@ DIRECTIONS: tuple[str, ...] = ("low", "high", "random")
 DEFAULT_TEMPERATURE: tuple[str, ...] = ("temperature:beta=0.5,n_train=17",)
 #: Added lengths of the temperature part (the dose curves default to +0).
 TEMPERATURE_LENGTHS: tuple[int, ...] = (0, 50, 100, 200)
-#: The null printed beside every figure and table.
+#: The null printed beside every figure and table (layer-matched controls, the default).
 NULL = "K matched random head sets, same heads per layer"
-#: The two parts of the study (the ``part`` column).
+#: The null of each ``--match`` (posym.heads.selection.MATCHES): ``count`` for models whose layers have too
+#: few other heads (posym's one-head-per-layer GPT-J).
+NULLS: dict[str, str] = {"layer": NULL, "count": "K random head sets of as many heads, drawn from all heads outside the set"}
+
+
+def null_text(match: str = "layer") -> str:
+    """The null of a study matched by ``match`` (:data:`NULLS`)."""
+    return NULLS[match]
+
+#: The two parts of the study (the ``part`` column): (b) the dose curves, (a) a per-head intervention on the set
+#: vs added length — named ``temperature`` in the tables (its first intervention; ``intervention_kind`` names
+#: the one a row measured: any registered intervention whose ``Intervention.per_head`` is True).
 DOSE, TEMPERATURE = "dose", "temperature"
-#: Interventions the mechanism cannot restrict exactly to query heads (refused with ``heads=``): not in this study.
-NOT_PER_HEAD = ("ntk", "rope-base", "yarn", "interpolate")
 
 #: The prediction written before any measurement (Papers A/B), per (set, part/direction, task).
 PREDICTION: dict[tuple[str, str, str], str] = {
@@ -33,9 +42,10 @@ PREDICTION: dict[tuple[str, str, str], str] = {
 
 
 def prediction(set_name: str, what: str, task: str) -> str:
-    """The written prediction of a cell (``what``: a direction or ``temperature``), "" when none was made."""
+    """The written prediction of a cell (``what``: a direction or an intervention's name, e.g.
+    ``temperature``), "" when none was made."""
     return PREDICTION.get((set_name, what, task), "")
 
 
-__all__ = ["DEFAULT_SETS", "DEFAULT_TEMPERATURE", "DIRECTIONS", "DOSE", "NOT_PER_HEAD", "NULL", "PREDICTION",
-           "TEMPERATURE", "TEMPERATURE_LENGTHS", "prediction"]
+__all__ = ["DEFAULT_SETS", "DEFAULT_TEMPERATURE", "DIRECTIONS", "DOSE", "NULL", "NULLS", "PREDICTION",
+           "TEMPERATURE", "TEMPERATURE_LENGTHS", "null_text", "prediction"]

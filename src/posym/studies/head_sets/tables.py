@@ -2,11 +2,12 @@
 cell measures on the typed set and on its K matched random controls, and the table of the effects
 (SPEC §3, §7; docs/statistics.md).
 
-A **cell** is (set, dose direction, k) at an added length, or (set, temperature setting, added length).
+A **cell** is (set, dose direction, k) at an added length, or (set, per-head intervention setting, added
+length) — part ``temperature`` in the tables, whatever the intervention (``intervention_kind`` names it).
 Its effect is ``untouched − intervened`` accuracy, paired over the same prompts: on the typed set with a
 paired bootstrap CI (:func:`posym.stats.paired_bootstrap`), on each control; the permutation p of the
 typed set against its controls (:func:`posym.stats.control_p_value`: one-sided "hurts more" for the
-dose cells, two-sided for temperature, which may rescue or harm) and Benjamini–Hochberg over every
+dose cells, two-sided for the intervention part, which may rescue or harm) and Benjamini–Hochberg over every
 cell of the study (:func:`posym.stats.benjamini_hochberg`).
 """
 
@@ -20,18 +21,25 @@ import pandas as pd
 
 from posym.errors import PosymError
 from posym.heads.selection import Head, format_heads
+from posym.interventions import describe, parse_intervention
 from posym.stats import benjamini_hochberg, control_p_value, paired_bootstrap
 from posym.studies.head_sets.study import DIRECTIONS, DOSE, TEMPERATURE, prediction
 
 #: Per-prompt outcomes of one (intervention string, added length): a table with ``correct`` and ``rank``.
 Evaluate = Callable[[str, int], pd.DataFrame]
+#: The head readout under one (intervention string, added length): one row per head, ``layer, head, s_pos, s_sym``
+#: (SPEC §3: posym's score engine, mean over prompts).
+ReadHeads = Callable[[str, int], pd.DataFrame]
 NONE = "none"
+#: The readout columns of a dose cell (the typed set only; controls are not read).
+READOUT_COLUMNS: tuple[str, ...] = ("s_pos_none", "s_pos", "s_sym_none", "s_sym")
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One cell: ``part`` (dose | temperature), the set, ``what`` (a direction, or the temperature
-    setting's canonical string), ``k`` and the ``dropped`` IDs (dose; 0 / () for temperature), the added length."""
+    """One cell: ``part`` (dose | temperature: the per-head intervention part), the set, ``what`` (a
+    direction, or the intervention setting's canonical string), ``k`` and the ``dropped`` IDs (dose; 0 / ()
+    otherwise), the added length."""
 
     part: str
     set: str
@@ -46,7 +54,12 @@ class Cell:
         if self.part == DOSE:
             keep = "+".join(str(i) for i in range(1, n_freq + 1) if i not in self.dropped)
             return f"freq-mask:keep={keep},heads={pairs}"
-        return f"{self.what},heads={pairs}"
+        return describe(parse_intervention(f"{self.what},heads={pairs}"))
+
+    @property
+    def kind(self) -> str:
+        """The intervention's registered name (``freq-mask`` for a dose; ``temperature``, ``ntk``, … otherwise)."""
+        return "freq-mask" if self.part == DOSE else self.what.split(":", 1)[0]
 
 
 def dropped_ids(direction: str, k: int, n_freq: int, seed: int) -> tuple[int, ...]:
@@ -99,7 +112,7 @@ def cell_rows(cell: Cell, heads: Sequence[Head], controls: Sequence[tuple[int, S
                           "rank": ctrl_rank[-1], "effect": ctrl_eff[-1], "n_prompts": len(out)})
     e, a = np.asarray(ctrl_eff), np.asarray(ctrl_acc)
     two = cell.part == TEMPERATURE
-    row = {"part": cell.part, "set": cell.set, "what": cell.what, "k": cell.k,
+    row = {"part": cell.part, "set": cell.set, "what": cell.what, "intervention_kind": cell.kind, "k": cell.k,
            "dropped": "+".join(map(str, cell.dropped)), "extra_tokens": cell.length, "intervention": typed_iv,
            "heads": format_heads(heads), "n_heads": len(heads), "n_prompts": len(base), "n_controls": len(controls),
            "control_seeds": f"{controls[0][0]}..{controls[-1][0]}",
@@ -113,21 +126,43 @@ def cell_rows(cell: Cell, heads: Sequence[Head], controls: Sequence[tuple[int, S
     return row, ctrl_rows
 
 
-def study_table(rows: list[dict], *, readout: str, task: str, seed: int, all_heads: dict[tuple[str, int], float]) -> pd.DataFrame:
+def set_scores(readout: pd.DataFrame, heads: Sequence[Head]) -> tuple[float, float]:
+    """``(mean s_POS, mean s_SYM)`` of ``heads`` in a per-head ``readout`` (columns layer, head, s_pos, s_sym)."""
+    want = {(int(a), int(b)) for a, b in heads}
+    sel = [(int(a), int(b)) in want for a, b in zip(readout["layer"], readout["head"])]
+    rows = readout.loc[sel]
+    if len(rows) != len(want):
+        raise PosymError(f"the head readout has {len(rows)} of the set's {len(want)} heads ({format_heads(sorted(want))})")
+    return float(rows["s_pos"].mean()), float(rows["s_sym"].mean())
+
+
+def readout_row(cell: Cell, heads: Sequence[Head], n_freq: int, read_heads: ReadHeads | None) -> dict[str, float]:
+    """:data:`READOUT_COLUMNS` of one cell: the typed set's mean s_POS / s_SYM untouched and under the
+    cell's intervention (dose cells; NaN for the intervention part or without ``read_heads``)."""
+    if read_heads is None or cell.part != DOSE:
+        return dict.fromkeys(READOUT_COLUMNS, float("nan"))
+    p0, s0 = set_scores(read_heads(NONE, cell.length), heads)
+    p1, s1 = set_scores(read_heads(cell.intervention(heads, n_freq), cell.length), heads)
+    return {"s_pos_none": p0, "s_pos": p1, "s_sym_none": s0, "s_sym": s1}
+
+
+def study_table(rows: list[dict], *, readout: str, task: str, seed: int, all_heads: dict[tuple[str, int], float],
+                match: str = "layer") -> pd.DataFrame:
     """The study table from :func:`cell_rows`' rows: BH over every cell (``p_bh``), the readout, task and
-    seeds recorded, the all-heads accuracy of each temperature cell (``acc_all_heads``: the same setting on
-    every head, keyed by (setting, length)) and the written prediction."""
+    seeds recorded, the all-heads accuracy of each intervention cell (``acc_all_heads``: the same setting on
+    every head, keyed by (setting, length)), the controls' ``match`` (layer | count) and the written prediction."""
     t = pd.DataFrame(rows)
     if t.empty:
         return t
     t["p_bh"] = benjamini_hochberg(t["p"].to_numpy())
     t["acc_all_heads"] = [all_heads.get((w, int(e)), float("nan")) if p == TEMPERATURE else float("nan")
                           for p, w, e in zip(t["part"], t["what"], t["extra_tokens"])]
-    t["prediction"] = [prediction(s, TEMPERATURE if p == TEMPERATURE else w, task)
-                       for s, p, w in zip(t["set"], t["part"], t["what"])]
+    t["prediction"] = [prediction(s, kind if p == TEMPERATURE else w, task)
+                       for s, p, w, kind in zip(t["set"], t["part"], t["what"], t["intervention_kind"])]
     t.insert(0, "task", task)
     t["readout"] = readout
     t["data_seed"] = seed
+    t["match"] = match
     return t
 
 
@@ -145,4 +180,5 @@ def table_markdown(t: pd.DataFrame, null: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["Cell", "Evaluate", "NONE", "cell_rows", "dropped_ids", "plan_cells", "study_table", "table_markdown"]
+__all__ = ["Cell", "Evaluate", "NONE", "READOUT_COLUMNS", "ReadHeads", "cell_rows", "dropped_ids", "plan_cells",
+           "readout_row", "set_scores", "study_table", "table_markdown"]

@@ -1,0 +1,75 @@
+"""The LLM path of ``posym head-sets`` (``--model FOLDER``): on a tiny random Llama folder with its tokenizer,
+each cell's per-prompt outcomes equal what ``posym llm eval --protocol choice`` records for the same prompts —
+untouched, under the set's freq-mask (KV-cached scoring) and under its temperature (full forwards)."""
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from posym.cli import main
+from posym.lengthgen.llm_answers import load_cache
+from posym.lengthgen.outcomes import choice_outcomes
+
+from tiny_tokenizer import word_tokenizer
+
+TEMPLATE = ("{% for m in messages %}<s> {{ m['role'] }} {{ m['content'] }} </s> {% endfor %}"
+            "{% if add_generation_prompt %}<s> assistant {% endif %}")
+
+
+@pytest.fixture(scope="module")
+def llm_dir(tmp_path_factory):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("hs-llm")
+    tok = word_tokenizer(["system", "user", "assistant"], chat_template=TEMPLATE)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, bos_token_id=2,
+                      eos_token_id=3, pad_token_id=1, tie_word_embeddings=False, initializer_range=0.2)
+    LlamaForCausalLM(cfg).save_pretrained(root / "model")
+    tok.save_pretrained(root / "model")
+    readout = root / "head_types.csv"
+    pd.DataFrame([{"layer": ly, "head": h, "posym_type": "positional" if (ly, h) in ((0, 1), (1, 3)) else "mixed"}
+                  for ly in range(2) for h in range(4)]).to_csv(readout, index=False)
+    return root / "model", readout
+
+
+def test_llm_outcomes_equal_llm_eval_choice(llm_dir, tmp_path):
+    directory, readout = llm_dir
+    out = tmp_path / "study"
+    assert main(["head-sets", "--model", str(directory), "--readout", str(readout), "--task", "letter", "--sets",
+                 "positional", "--controls", "1", "--doses", "1", "--directions", "high", "--intervene",
+                 "temperature:beta=1", "--lengths", "6", "--n", "3", "--quiet", "--out", str(out)]) == 0
+    t = pd.read_csv(out / "head_sets.csv")
+    assert len(t) == 2 and set(t["extra_tokens"]) == {6} and t["s_pos"].isna().all()
+    record = json.loads((out / "head_sets.json").read_text())
+    assert record["protocol"] == "choice" and record["readout_n"] == 0 and "LLM: the head readout" in record["notes"][-1]
+    cached = {(r["intervention"], r["extra_tokens"]): r for r in map(json.loads, (out / "head_sets_outcomes.jsonl")
+                                                                     .read_text().splitlines())}
+    ivs = ["none", *t["intervention"]]  # the set's freq-mask (KV cache) and temperature (full forwards)
+    ev = tmp_path / "eval"
+    assert main(["llm", "eval", "--model", str(directory), "--protocol", "choice", "--tasks", "letter", "--lengths",
+                 "6", "--runs", "1", "--n", "3", "--quiet", "--out", str(ev), *[a for iv in ivs for a in
+                                                                                   ("--intervene", iv)]]) == 0
+    records = list(load_cache(ev / "answers.jsonl").values())
+    for iv in ivs:
+        want = choice_outcomes(records, intervention=iv, task="letter", length=6)
+        assert len(want) == 3
+        assert cached[(iv, 6)]["correct"] == want["correct"].tolist(), iv
+        assert cached[(iv, 6)]["rank"] == pytest.approx(want["rank"].tolist(), abs=1e-9), iv
+
+
+def test_llm_bad_input_is_one_line(llm_dir, tmp_path, capsys):
+    directory, readout = llm_dir
+    base = ["head-sets", "--readout", str(readout), "--out", str(tmp_path / "o"), "--quiet", "--sets", "positional"]
+    for args, msg in ((["--model", str(directory), "--task", "letter"], "--lengths: 0 is not a target-window length"),
+                      (["--model", str(directory), "--lengths", "6"], "an LLM study needs --task"),
+                      ([str(directory), "--model", str(directory)], "not both"),
+                      ([], "give a trained posym model (MODEL) or an offline LLM")):
+        assert main([*base, *args]) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(err) == 1 and msg in err[0], err
+    assert not (tmp_path / "o").exists()
