@@ -27,6 +27,7 @@ from posym.errors import PosymError
 from posym.launch import fanout
 from posym.studies.head_types import head_types
 from posym.studies.intervention_study import interventions
+from posym.tasks.llm_prompts import ATTRIBUTES, ENTITIES
 from posym.verbs.lengthgen import lengthgen
 from tiny_tokenizer import start_token_tokenizer
 
@@ -51,7 +52,7 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     tok = start_token_tokenizer(["Each", "object", "has", "one", "colour", ".", "The", "is", "Input", "Output", ":",
-                                 "Alice", "Bob", "Carol", "Dave", "red", "blue", "green"], split_punctuation=True)
+                                 *ENTITIES[:10], *ATTRIBUTES[:8]], split_punctuation=True)
     d = tmp_path_factory.mktemp("models") / "tiny-llama"
     build_family("llama", vocab_size=len(tok)).save_pretrained(d)
     tok.save_pretrained(d)
@@ -247,21 +248,42 @@ def _local(fn, *args, **kw):
 
 
 @pytest.mark.integration
-def test_interventions_and_head_types_on_slurm_equal_a_local_run(cluster, runs, llama, tmp_path):
+def test_on_slurm_the_studies_equal_a_local_run_and_resume_after_scancel(cluster, runs, llama, tmp_path):
+    """interventions (held: one model's job released and finished, the rest cancelled with scancel, then
+    the same command again) and head-types on the real Slurm write the tables of a local run."""
     iv, ht = tmp_path / "iv", tmp_path / "ht"
-    subs = [_posym(cluster, "interventions", str(runs / "number"), str(runs / "letter"), "--out", str(iv), *STUDY,
-                   "--launcher", "slurm", "--slurm-cpus", "1"),
+    argv = ["interventions", str(runs / "number"), str(runs / "letter"), "--out", str(iv), *STUDY,
+            "--launcher", "slurm", "--slurm-cpus", "1"]
+    subs = [_posym(cluster, *argv, "--slurm-opt", "hold"),  # every job held until released
             _posym(cluster, "head-types", "--model", str(llama), "--out", str(ht), *HEAD_TYPES, "--launcher", "slurm")]
     for sub in subs:
         assert sub.returncode == 0, sub.stderr + cluster.logs()
-    jobs = {**_jobs(iv), **_jobs(ht)}
-    assert set(jobs) == {"interventions-number-s0", "interventions-letter-s0", "interventions-summary",
-                         "head-types-model"}
-    assert f"submit interventions-summary: job {jobs['interventions-summary']}" in subs[0].stdout
-    assert "squeue -j" in subs[0].stdout
-    _wait_gone(cluster, jobs.values())
-    for name, root in [(n, iv) for n in jobs if n.startswith("interventions")] + [("head-types-model", ht)]:
-        assert (root / "stages" / f"{name}.done").is_file(), (name, (root / "slurm").iterdir() and cluster.logs())
+    first = _jobs(iv)
+    assert set(first) == {"interventions-number-s0", "interventions-letter-s0", "interventions-summary"}
+    assert set(_jobs(ht)) == {"head-types-model"}
+    assert f"submit interventions-summary: job {first['interventions-summary']}" in subs[0].stdout
+    assert f"squeue -j {','.join(first.values())}" in subs[0].stdout
+    queue = cluster.run("squeue", "-h", "-o", "%i|%j|%r").stdout
+    assert f"{first['interventions-summary']}|posym-interventions-summary|" in queue
+
+    number = first["interventions-number-s0"]
+    assert cluster.run("scontrol", "release", number).returncode == 0
+    _wait_gone(cluster, [number, *_jobs(ht).values()])
+    assert (iv / "stages" / "interventions-number-s0.done").is_file(), _logs(iv) + cluster.logs()
+    assert (ht / "stages" / "head-types-model.done").is_file(), _logs(ht) + cluster.logs()
+    assert cluster.run("scancel", first["interventions-letter-s0"], first["interventions-summary"]).returncode == 0
+    _wait_gone(cluster, first.values())
+    assert not (iv / "interventions.csv").exists() and not (iv / "letter-s0" / "lengthgen.csv").exists()
+
+    again = _posym(cluster, *argv)  # the same command: only letter's job and the summary
+    assert again.returncode == 0, again.stderr
+    assert "skip  interventions-number-s0 (done)" in again.stdout
+    second = _jobs(iv)
+    assert second["interventions-number-s0"] == number
+    assert second["interventions-letter-s0"] != first["interventions-letter-s0"]
+    _wait_gone(cluster, second.values())
+    assert (iv / "stages" / "interventions-summary.done").is_file(), _logs(iv) + cluster.logs()
+
     _local(main, ["interventions", str(runs / "number"), str(runs / "letter"), "--out", str(tmp_path / "iv_local"),
                   *STUDY])
     _local(main, ["head-types", "--model", str(llama), "--out", str(tmp_path / "ht_local"), *HEAD_TYPES])
@@ -270,28 +292,5 @@ def test_interventions_and_head_types_on_slurm_equal_a_local_run(cluster, runs, 
     assert (iv / "interventions.html").is_file() and (ht / "figures" / "head_types_plane.png").is_file()
 
 
-@pytest.mark.integration
-def test_scancel_then_the_same_command_submits_only_what_is_not_done(cluster, runs, tmp_path):
-    out = tmp_path / "iv"
-    argv = ["interventions", str(runs / "number"), str(runs / "letter"), "--out", str(out), *STUDY,
-            "--launcher", "slurm"]
-    sub = _posym(cluster, *argv, "--slurm-opt", "hold")  # every job held until released
-    assert sub.returncode == 0, sub.stderr + cluster.logs()
-    first = _jobs(out)
-    assert cluster.run("scontrol", "release", first["interventions-number-s0"]).returncode == 0
-    _wait_gone(cluster, [first["interventions-number-s0"]])
-    assert (out / "stages" / "interventions-number-s0.done").is_file(), cluster.logs()
-    assert cluster.run("scancel", first["interventions-letter-s0"], first["interventions-summary"]).returncode == 0
-    _wait_gone(cluster, first.values())
-    assert not (out / "interventions.csv").exists()
-
-    again = _posym(cluster, *argv)
-    assert again.returncode == 0, again.stderr
-    assert "skip  interventions-number-s0 (done)" in again.stdout
-    second = _jobs(out)
-    assert second["interventions-number-s0"] == first["interventions-number-s0"]  # not resubmitted
-    assert second["interventions-letter-s0"] != first["interventions-letter-s0"]
-    _wait_gone(cluster, second.values())
-    assert (out / "stages" / "interventions-summary.done").is_file(), cluster.logs()
-    _local(main, ["interventions", str(runs / "number"), str(runs / "letter"), "--out", str(tmp_path / "local"), *STUDY])
-    _same_tables(tmp_path / "local", out)
+def _logs(root: Path) -> str:
+    return "".join(p.read_text() for p in (root / "slurm").glob("*.log"))
