@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 from posym.cli.common import (MODEL_HELP, STEP_HELP, SUPPRESS, TASK_CHOICES, TASK_HELP, OneLineParser, add_force,
-                              add_intervene_args, add_swap_exclude, call, not_, show, verb_default)
+                              add_intervene_args, add_launcher_options, add_swap_exclude, call, launcher_options, not_,
+                              show, verb_default)
 from posym.cli.types import (bounded_int, device_type, finite_float, gamma_type, grid_type, int_list, nonneg_int,
                              positive_float, positive_int, step_choice, str_list)
 
@@ -58,8 +60,9 @@ def _cmd_theory_restricted(a: argparse.Namespace) -> None:
 
 def _cmd_lengthgen(a: argparse.Namespace) -> None:
     from posym.verbs.lengthgen import lengthgen
-    show(call(lengthgen, a, "run_dir", names=("task", "grid", "n", "seeds", "out", "extra_rule", "step", "device",
-                                              "force", "resume", "intervene", "layers")))
+    show(call(partial(lengthgen, **launcher_options(a)), a, "run_dir",
+              names=("task", "grid", "n", "seeds", "out", "extra_rule", "step", "device",
+                     "force", "resume", "intervene", "layers")))
 
 
 def _model_parser(sub: argparse._SubParsersAction, name: str, help: str, positional: str = "run_dir",
@@ -230,4 +233,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="keep the points of an existing table measured the same way, evaluate the rest, "
                          "and save after each point (extends a grid; an interrupted run loses nothing)")
     _step_out_force(lg, "CSV file (default: DIR/lengthgen.csv)", intervene=True)
+    add_launcher_options(lg, launcher_help="local: this process (default); slurm: one sbatch job for the run "
+                                           "(docs/cluster.md)")
     lg.set_defaults(func=_cmd_lengthgen)

@@ -143,10 +143,43 @@ def add_llm_model_options(p: argparse.ArgumentParser, *, out_help: str, batch_he
     p.add_argument("--out", default=SUPPRESS, help=out_help)
 
 
+#: ``slurm_options`` parameter -> option dest (posym.launch.slurm.slurm_options).
+SLURM = {"partition": "slurm_partition", "time": "slurm_time", "gpus": "slurm_gpus", "cpus": "slurm_cpus",
+         "opts": "slurm_opt", "config": "launcher_config"}
+
+
+def add_launcher_options(p: argparse.ArgumentParser, *, launcher_help: str) -> None:
+    """``--launcher {local,slurm}`` and the Slurm options of every fan-out verb (``reproduce``, the
+    studies, ``lengthgen``; posym.launch.slurm.slurm_options, docs/cluster.md)."""
+    from posym.cli.types import nonneg_int, positive_int
+
+    p.add_argument("--launcher", default=SUPPRESS, choices=["local", "slurm"], help=launcher_help)
+    p.add_argument("--slurm-partition", default=SUPPRESS, metavar="NAME", help="partition of every job")
+    p.add_argument("--slurm-time", default=SUPPRESS, metavar="TIME", help="time limit of every job, e.g. 2:00:00")
+    p.add_argument("--slurm-gpus", type=nonneg_int, default=SUPPRESS, metavar="N", help="GPUs per job (--gres=gpu:N)")
+    p.add_argument("--slurm-cpus", type=positive_int, default=SUPPRESS, metavar="N",
+                   help="CPUs per job (--cpus-per-task; also the job's torch threads)")
+    p.add_argument("--slurm-opt", action="append", default=SUPPRESS, metavar="KEY=VALUE",
+                   help="a further sbatch option (repeatable), e.g. account=lab, qos=normal")
+    p.add_argument("--launcher-config", default=SUPPRESS, metavar="FILE",
+                   help="the slurm options as a .toml or .json file (keys partition, time, gpus, cpus, opts, "
+                        "setup, python); options given here win")
+
+
+def launcher_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``launcher`` and ``slurm_options`` (checked :class:`~posym.launch.slurm.SlurmOptions`, only when a
+    Slurm option was given) of a verb, from :func:`add_launcher_options`' options."""
+    from posym.launch.slurm import slurm_options
+
+    slurm = given(args, **SLURM)
+    return {**given(args, "launcher"), **({"slurm_options": slurm_options(**slurm)} if slurm else {})}
+
+
 #: The LLM model options as the verbs name them (``model``, ``gguf`` positional-or-keyword there).
 LLM_MODEL_OPTIONS = ("model", "gguf", "device", "dtype", "batch_size", "threads", "out")
 
 
-__all__ = ["LLM_MODEL_OPTIONS", "MODEL_HELP", "OWN_DEFAULTS", "OneLineParser", "STEP_HELP", "SUPPRESS",
-           "TASK_CHOICES", "TASK_HELP", "add_force", "add_intervene_args", "add_llm_model_options", "add_quiet",
-           "add_swap_exclude", "call", "given", "not_", "show", "verb_default"]
+__all__ = ["LLM_MODEL_OPTIONS", "MODEL_HELP", "OWN_DEFAULTS", "OneLineParser", "SLURM", "STEP_HELP", "SUPPRESS",
+           "TASK_CHOICES", "TASK_HELP", "add_force", "add_intervene_args", "add_launcher_options",
+           "add_llm_model_options", "add_quiet", "add_swap_exclude", "call", "given", "launcher_options", "not_",
+           "show", "verb_default"]

@@ -1,16 +1,14 @@
 """``posym reproduce`` (train, analyse and report Paper A in resumable stages), ``posym status``, ``posym
-report`` and the hidden ``posym _stage`` that one Slurm job runs (docs/reproduction.md, docs/cluster.md)."""
+report``, the hidden ``posym _stage`` that one Slurm job of a reproduction runs and the hidden ``posym _unit``
+that one Slurm job of a fan-out study runs (docs/reproduction.md, docs/cluster.md)."""
 
 from __future__ import annotations
 
 import argparse
 
-from posym.cli.common import SUPPRESS, TASK_CHOICES, add_quiet, call, given, not_, show
-from posym.cli.types import device_type, key_value, nonneg_int, positive_int, str_list
-
-#: ``slurm_options`` parameter -> option dest (posym.launch.slurm.slurm_options).
-SLURM = {"partition": "slurm_partition", "time": "slurm_time", "gpus": "slurm_gpus", "cpus": "slurm_cpus",
-         "opts": "slurm_opt", "config": "launcher_config"}
+from posym.cli.common import (SLURM, SUPPRESS, TASK_CHOICES, add_launcher_options, add_quiet, call, given, not_,
+                              show)
+from posym.cli.types import device_type, key_value, positive_int, str_list
 
 
 def _cmd_reproduce(a: argparse.Namespace) -> None:
@@ -33,6 +31,17 @@ def _cmd_status(a: argparse.Namespace) -> None:
 def _cmd_stage(a: argparse.Namespace) -> None:
     from posym.verbs.reproduce import run_stage
     call(run_stage, a, "dir", "name", names=("submission",))
+
+
+def _cmd_unit(a: argparse.Namespace) -> None:
+    from posym.cli import main
+    from posym.launch.fanout import mark_done
+
+    args = list(a.args[1:] if a.args[:1] == ["--"] else a.args)
+    code = main(args)
+    if code:
+        raise SystemExit(code)
+    mark_done(a.dir, a.name, args)
 
 
 def _cmd_report(a: argparse.Namespace) -> None:
@@ -62,19 +71,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--set", action="append", type=key_value, default=SUPPRESS, metavar="KEY=VALUE",
                     help="override a preset setting (repeatable; JSON values; dotted keys for nested ones), "
                          "e.g. lengthgen_n=60, lengthgen_grid=0,100,1000, llm.runs=2")
-    rp.add_argument("--launcher", default=SUPPRESS, choices=["local", "slurm"],
-                    help="local: worker processes on this machine (default); slurm: one sbatch job per stage "
-                         "(docs/cluster.md)")
-    rp.add_argument("--slurm-partition", default=SUPPRESS, metavar="NAME", help="partition of every job")
-    rp.add_argument("--slurm-time", default=SUPPRESS, metavar="TIME", help="time limit of every job, e.g. 2:00:00")
-    rp.add_argument("--slurm-gpus", type=nonneg_int, default=SUPPRESS, metavar="N", help="GPUs per job (--gres=gpu:N)")
-    rp.add_argument("--slurm-cpus", type=positive_int, default=SUPPRESS, metavar="N",
-                    help="CPUs per job (--cpus-per-task; also the job's torch threads)")
-    rp.add_argument("--slurm-opt", action="append", default=SUPPRESS, metavar="KEY=VALUE",
-                    help="a further sbatch option (repeatable), e.g. account=lab, qos=normal")
-    rp.add_argument("--launcher-config", default=SUPPRESS, metavar="FILE",
-                    help="the slurm options as a .toml or .json file (keys partition, time, gpus, cpus, opts, "
-                         "setup, python); options given here win")
+    add_launcher_options(rp, launcher_help="local: worker processes on this machine (default); slurm: one sbatch "
+                                           "job per stage (docs/cluster.md)")
     rp.add_argument("--detach", action="store_true", default=SUPPRESS,
                     help="with --launcher slurm: return once the jobs are submitted (posym status DIR follows them)")
     rp.set_defaults(func=_cmd_reproduce)
@@ -88,6 +86,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sj.add_argument("name")
     sj.add_argument("--submission", default=SUPPRESS)
     sj.set_defaults(func=_cmd_stage)
+
+    un = sub.add_parser("_unit")  # hidden: one job of a study's --launcher slurm (posym.launch.fanout)
+    un.add_argument("dir")
+    un.add_argument("name")
+    un.add_argument("args", nargs=argparse.REMAINDER)
+    un.set_defaults(func=_cmd_unit)
 
     rr = sub.add_parser("report", help="(re)write DIR/report.html of a reproduction directory from its saved tables")
     rr.add_argument("dir", help="directory written by posym reproduce")

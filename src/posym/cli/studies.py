@@ -6,9 +6,11 @@ positional encodings); docs/interventions.md, docs/llm.md."""
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 from posym.cli.common import (LLM_MODEL_OPTIONS, SUPPRESS, TASK_CHOICES, TASK_HELP, add_force, add_intervene_args,
-                              add_llm_model_options, add_quiet, add_swap_exclude, call, not_, show)
+                              add_launcher_options, add_llm_model_options, add_quiet, add_swap_exclude, call,
+                              launcher_options, not_, show)
 from posym.cli.llm import PROMPT_OPTIONS, add_entities, add_min_mass
 from posym.cli.types import (VariantsAction, device_type, finite_float, gamma_type, int_list, nonneg_int,
                              positive_float, positive_int, positive_int_list, search_grid_type, str_list, variant)
@@ -19,7 +21,7 @@ SOURCES = ("repeated", "binding", "number", "letter")
 
 def _cmd_head_types(a: argparse.Namespace) -> None:
     from posym.studies.head_types import head_types
-    show(call(head_types, a, n_entities="entities", progress=("quiet", not_),
+    show(call(partial(head_types, **launcher_options(a)), a, n_entities="entities", progress=("quiet", not_),
               names=(*LLM_MODEL_OPTIONS, *PROMPT_OPTIONS, "gamma", "pure_fraction", "n_boot", "n_null",
                      "window_length", "force")))
 
@@ -32,19 +34,21 @@ def _cmd_atlas(a: argparse.Namespace) -> None:
 
 def _cmd_interventions(a: argparse.Namespace) -> None:
     from posym.studies.intervention_study import interventions
-    show(call(interventions, a, "runs", "out", progress=("quiet", not_),
-              names=("task", "intervene", "best_of", "grid", "n", "seeds", "heads_lengths", "heads_n", "device"),
+    show(call(partial(interventions, **launcher_options(a)), a, "runs", "out", progress=("quiet", not_),
+              names=("task", "intervene", "best_of", "grid", "n", "seeds", "heads_lengths", "heads_n", "device",
+                     "measure_only"),
               heads_lengths=("no_heads", lambda _: [])))  # --no-heads wins: no head readout
 
 
 def _cmd_sensitivity(a: argparse.Namespace) -> None:
     from posym.studies.sensitivity import sensitivity
-    show(call(sensitivity, a, "variants", "out", predict=("no_predict", not_), names=("n", "force", "intervention")))
+    show(call(partial(sensitivity, **launcher_options(a)), a, "variants", "out", predict=("no_predict", not_),
+              names=("n", "force", "intervention")))
 
 
 def _cmd_pe_study(a: argparse.Namespace) -> None:
     from posym.studies.encodings import pe_study
-    show(call(pe_study, a, "variants", "out", names=("force", "intervention", "lengthgen")))
+    show(call(partial(pe_study, **launcher_options(a)), a, "variants", "out", names=("force", "intervention", "lengthgen")))
 
 
 def _cmd_head_sets(a: argparse.Namespace) -> None:
@@ -87,6 +91,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_entities(ht, "facts per binding prompt")
     ht.add_argument("--n-examples", type=nonneg_int, default=SUPPRESS, help="worked examples in each 1-hop prompt")
     add_force(ht)
+    add_launcher_options(ht, launcher_help="local: this process (default); slurm: one sbatch job for the model "
+                                           "(docs/cluster.md)")
     ht.set_defaults(func=_cmd_head_types)
 
     at = sub.add_parser("atlas", help="the head atlas of a model, the file to publish beside a paper: one Parquet "
@@ -132,6 +138,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="no head readout (e.g. for the full grid after a search)")
     iv.add_argument("--device", type=device_type, default=SUPPRESS)
     add_quiet(iv, "no progress bars")
+    add_launcher_options(iv, launcher_help="local: this process (default); slurm: one sbatch job per model, then "
+                                           "one that writes the study (docs/cluster.md)")
+    iv.add_argument("--measure-only", action="store_true", default=SUPPRESS, help=argparse.SUPPRESS)  # one model's job
     iv.set_defaults(func=_cmd_interventions)
 
     hs = sub.add_parser("head-sets", help="which heads and frequencies carry each mechanism: frequency dose curves "
@@ -186,6 +195,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="whose rows of the lengthgen tables of a Fig. 5B-only variant are shown (its canonical "
                          "string, e.g. ntk:kappa=4; default none: the untouched model)")
     add_force(sv)
+    add_launcher_options(sv, launcher_help="local: this process (default); slurm: one sbatch job (docs/cluster.md)")
     sv.set_defaults(func=_cmd_sensitivity)
 
     pe = sub.add_parser("pe-study", help="reproductions trained with different positional encodings (--pe) side "
@@ -201,4 +211,5 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="whose rows of a length table measured under several interventions Fig. 5B and the "
                          "reach show (its canonical string, e.g. ntk:kappa=4; default none: the untouched model)")
     add_force(pe)
+    add_launcher_options(pe, launcher_help="local: this process (default); slurm: one sbatch job (docs/cluster.md)")
     pe.set_defaults(func=_cmd_pe_study)

@@ -4,7 +4,10 @@ Three ways, one stage function each time: **in-process** (``jobs=1``: :class:`~p
 runs every stage at submit time), a **local worker pool** (:mod:`posym.launch.pool`: ``spawn``
 processes that die with their parent, with a stage wrapper that never raises), or **one Slurm job
 per stage** (:mod:`posym.launch.slurm`, docs/cluster.md: ``sbatch`` with ``afterok`` dependencies,
-``squeue`` / ``scontrol`` for the state, ``scancel`` on Ctrl-C).
+``squeue`` / ``scontrol`` for the state, ``scancel`` on Ctrl-C). A fan-out study (``posym interventions``,
+``head-types``, ``lengthgen``, ``sensitivity``, ``pe-study`` with ``--launcher slurm``) plans its units
+and summary as :class:`~posym.launch.fanout.FanOut`; :func:`~posym.launch.fanout.submit_fanout` submits
+the units not done (markers written by the hidden ``posym _unit``) and the summary after them.
 
 The launchers know nothing of the stages they run: they import only ``errors``, ``checks``, ``files``,
 ``progress`` and ``runs``, never ``verbs``. The ``squeue`` reader itself stays in :mod:`posym.runs.jobs`, because the run lock

@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 
 from posym.errors import PosymError
+from posym.launch.fanout import FanOut, check_launcher, submit_fanout
+from posym.launch.slurm import SlurmOptions
 from posym.lengthgen.trained import largest_length_above, lengthgen as lengthgen_table, parse_grid, summarize_lengthgen
 from posym.runs import layout
 from posym.runs.digest import weights_digest
@@ -23,7 +25,8 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
               n: int = 200, seeds: int = 1, out: str | os.PathLike | None = None, extra_rule: str = "window",
               step: StepChoice = None, device: str = "cpu", force: bool = False, resume: bool = False,
               progress: bool = True, intervene: Sequence[str] | None = None,
-              layers: Sequence[int] | None = None) -> VerbResult:
+              layers: Sequence[int] | None = None, launcher: str = "local",
+              slurm_options: SlurmOptions | None = None) -> VerbResult:
     """Evaluate the model a run stands for (or ``step``), or any HF GPT-J dir with ``task``, on the grid.
 
     Writes ``lengthgen.csv`` (one row per intervention, added length and data seed),
@@ -56,11 +59,17 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
     the summary and figure are derived from it, so the failure says so and ``resume`` writes the
     missing files from the table without measuring again; a plain re-run says to pass ``--resume``
     (or ``--force`` to measure afresh).
+
+    ``launcher``: ``local`` or ``slurm``: one job (the run; its data seeds are points of one table, which
+    has one writer) runs this call with the same settings and writes the same files; its script, log
+    and marker go beside the table (``slurm/``, ``stages/``; :mod:`posym.launch.fanout`, docs/cluster.md).
+    Returns once the job is queued.
     """
     from posym.interventions import check_interventions, intervened, plan_interventions
     from posym.report.figures import plot_lengthgen
     from posym.report.paper import LENGTHGEN
 
+    check_launcher(launcher, slurm_options)
     grid_values = parse_grid(grid)
     specs = plan_interventions(intervene, layers)
     table_path = Path(out) if out else Path(run) / layout.LENGTHGEN
@@ -75,6 +84,16 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
                          "again, or --force to measure afresh")
     outputs = Outputs([table_path, *derived], force or resume).check()
     lock = DirLock.for_file(table_path, "length table").check_free()  # a second writer: refused before any work
+    if launcher == "slurm":
+        args = ("lengthgen", str(Path(run).absolute()), *(["--task", task] if task else []),
+                "--grid", ",".join(map(str, grid_values)), "--n", str(n), "--seeds", str(seeds),
+                "--out", str(table_path.absolute()), "--extra-rule", extra_rule, "--device", device,
+                *(["--step", str(step)] if step is not None else []), *(["--force"] if force else []),
+                *(["--resume"] if resume else []), *[x for i in ([intervene] if isinstance(intervene, str) else intervene or ())
+                                                   for x in ("--intervene", str(i))],
+                *(["--layers", ",".join(map(str, layers))] if layers else []))
+        plan = FanOut("lengthgen", {"run": args})
+        return VerbResult(None, [], submit_fanout(table_path.parent, plan, slurm_options).text)
     resolved = resolve_model(run, task=task, step=step)
     model, task, ckpt_step = resolved
     names = check_interventions(model, specs)  # family, layers, frequency IDs: before any work

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Mapping
 
 from posym.errors import PosymError
+from posym.launch.fanout import FanOut, check_launcher, submit_fanout, variant_path
+from posym.launch.slurm import SlurmOptions
 from posym.report.aggregate import lengthgen_interventions, shown_note
 from posym.runs import layout
 from posym.runs.tables import NO_INTERVENTION
@@ -42,7 +44,8 @@ def check_lengthgen_table(variants: Mapping[str, str | os.PathLike], name: str,
 
 
 def pe_study(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, *, force: bool = False,
-             lengthgen: str = layout.LENGTHGEN, intervention: str = NO_INTERVENTION) -> VerbResult:
+             lengthgen: str = layout.LENGTHGEN, intervention: str = NO_INTERVENTION, launcher: str = "local",
+             slurm_options: SlurmOptions | None = None) -> VerbResult:
     """Write ``OUT/pe_study.csv`` (one row per variant, task and quantity) + ``.md`` (the table and the
     goal line) + ``.html`` (the page), Fig. 2's pure-head counts of every variant
     (``OUT/fig2_variants.csv`` + ``.png|pdf``) and Fig. 5B of every variant (``OUT/fig5b_variants.csv`` +
@@ -52,7 +55,10 @@ def pe_study(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, 
     ``--pe``) and every output is checked before anything is read or written. ``intervention``: whose
     rows of a length table that holds several (``posym lengthgen --intervene``) Fig. 5B and the reach
     show (default the untouched model's, ``none``; never an average over interventions); the study,
-    the text and the page name it when the tables hold others."""
+    the text and the page name it when the tables hold others. ``launcher``: ``local`` or ``slurm``: the
+    study only reads the variants' saved tables, so it is one job that runs this call with the same
+    settings and writes the same files (:mod:`posym.launch.fanout`, docs/cluster.md); returns once it is queued."""
+    check_launcher(launcher, slurm_options)
     pes = check_variants(variants)
     present = check_lengthgen_table(variants, lengthgen, intervention)
     shown = shown_note(intervention, present)
@@ -61,6 +67,10 @@ def pe_study(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, 
              out / layout.PE_PURE_COUNTS, *figure_paths(out / layout.FIG_PE_PURE_COUNTS),
              out / layout.VARIANT_CURVES, *figure_paths(out / layout.FIG_VARIANT_CURVES)]
     outputs = Outputs(files, force).check()
+    if launcher == "slurm":
+        args = ("pe-study", *[f"{k}={variant_path(v)}" for k, v in variants.items()], "--out", str(out.absolute()),
+                "--lengthgen", lengthgen, "--intervention", intervention, *(["--force"] if force else []))
+        return VerbResult(None, [], submit_fanout(out, FanOut("pe-study", {}, args), slurm_options).text)
     table = study_table(variants, pes, lengthgen, intervention)
     goal = goal_line(table)
     source = ("" if lengthgen == layout.LENGTHGEN else f"each run's {lengthgen}") + (

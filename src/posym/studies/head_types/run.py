@@ -51,6 +51,12 @@ def head_types_out(model: Any = None, gguf: str | os.PathLike | None = None) -> 
     return Path(HEAD_TYPES_OUT_ROOT) / heads_out(model, gguf).name
 
 
+def _job_path(value: Any) -> str:
+    """An option value for a Slurm job's command line: an existing path made absolute, else as given."""
+    text = str(value)
+    return str(Path(text).absolute()) if os.path.exists(text) else text
+
+
 def load_inputs(model: Any, gguf: str | None, tokenizer: Any, device: str, dtype: Any, sources: Sequence[str],
                 n: int, length: int, seed: int, window_length: int, n_entities: int, n_examples: int):
     """The model and prompts of a head-types readout (``posym head-types``, ``posym atlas``):
@@ -76,7 +82,8 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
                n_boot: int = 1000, n_null: int = 1000,
                window_length: int | None = None, n_entities: int | None = None, n_examples: int | None = None,
                device: str | None = None, dtype: Any = None, batch_size: int = 8, threads: int | None = None,
-               out: str | os.PathLike | None = None, force: bool = False, progress: bool = True) -> VerbResult:
+               out: str | os.PathLike | None = None, force: bool = False, progress: bool = True,
+               launcher: str = "local", slurm_options: Any = None) -> VerbResult:
     """Every head of a real LLM typed two ways, side by side (module doc), written to ``out`` (default
     :func:`head_types_out`): ``head_types.csv`` (the join: one row per prompt source, layer and head),
     ``head_types_correlations.csv``, ``head_types_contingency.csv``, ``head_types.json`` (settings,
@@ -92,10 +99,14 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
     pure of that kind on at least this share of the prompts (default ``None``: 0.9; 0: the mean alone decides;
     :func:`posym.heads.head_types.posym_types`); ``n_boot`` / ``n_null``: bootstrap resamples of the CIs and shuffles of
     the null; ``window_length``, ``n_entities``, ``n_examples``: as ``posym llm heads``.
+    ``launcher``: ``local`` or ``slurm`` (one job for the model, running this readout with the same
+    settings and writing the same files; ``slurm_options``: :func:`posym.launch.slurm.slurm_options`;
+    docs/cluster.md); returns once the job is queued.
     """
     import torch
     from tqdm.auto import tqdm
 
+    from posym.launch.fanout import FanOut, check_launcher, submit_fanout
     from posym.heads.detectors import detector_scores
     from posym.heads.head_types import (SINK_SHARE, check_pure_fraction, contingency, format_contingency,
                                         informative_correlations, join_head_types, pure_counts, sink_counts,
@@ -109,6 +120,9 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
     from posym.tasks.llm_prompts import DEFAULT_LENGTH, DEFAULT_N_ENTITIES, DEFAULT_N_EXAMPLES
 
     # ---- every check before any load or write
+    check_launcher(launcher, slurm_options)
+    given = dict(gguf=gguf, tau=tau, min_mass=min_mass, pure_fraction=pure_fraction, window_length=window_length,
+                 n_entities=n_entities, n_examples=n_examples, device=device, threads=threads)
     sources = parse_sources(prompts)
     n, length, batch_size = positive_int(n, "n"), positive_int(length, "length"), positive_int(batch_size, "batch_size")
     n_boot, n_null = positive_int(n_boot, "n_boot"), positive_int(n_null, "n_null")
@@ -131,6 +145,21 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
         from posym.model.llm import check_llm_model
 
         check_llm_model(model, gguf)  # a missing folder or one without a tokenizer: one line, nothing loaded
+    if launcher == "slurm":
+        if tokenizer is not None or (model is not None and not isinstance(model, (str, os.PathLike))):
+            raise PosymError("--launcher slurm runs a model by its name or folder; an in-memory model cannot be sent")
+        if dtype is not None and not isinstance(dtype, str):
+            raise PosymError(f"--launcher slurm needs dtype as a name (float32, bfloat16, ...), got {dtype!r}")
+        args = ["head-types", *(["--model", _job_path(model)] if model is not None else []),
+                *[x for k, v in given.items() if v is not None for x in (f"--{k.replace('_', '-')}", _job_path(v))],
+                "--prompts", ",".join(sources), "--swap-exclude", str(swap_exclude), "--n", str(n),
+                "--length", str(length), "--seed", str(seed), "--gamma", str(gamma), "--n-boot", str(n_boot),
+                "--n-null", str(n_null), "--batch-size", str(batch_size), "--out", str(out.absolute()),
+                *(["--dtype", dtype] if dtype is not None else []), *(["--force"] if force else []),
+                *([] if progress else ["--quiet"])]
+        args = [a.replace("--n-entities", "--entities") for a in args]
+        plan = FanOut("head-types", {"model": tuple(args)})
+        return VerbResult(None, [], submit_fanout(out, plan, slurm_options).text)
     if threads is not None:
         torch.set_num_threads(positive_int(threads, "threads"))
     if progress:

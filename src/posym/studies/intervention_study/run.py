@@ -24,6 +24,8 @@ from posym.errors import PosymError
 from posym.heads.tracking import lengthened_score_table
 from posym.interventions import check_interventions, describe, intervened, parse_intervention
 from posym.interventions.registry import per_layer_names
+from posym.launch.fanout import FanOut, check_launcher, submit_fanout
+from posym.launch.slurm import SlurmOptions
 from posym.lengthgen.trained import parse_grid
 from posym.model.adapters import get_adapter
 from posym.report.paper import LENGTHGEN
@@ -244,11 +246,23 @@ def _no_force(exc: PosymError, folder: Path) -> PosymError:
     return PosymError(text)
 
 
+def _job_options(task: str | None, intervene: Sequence[str] | None, best_of: str | os.PathLike | None,
+                 grid: Sequence[int], n: int, seeds: int, lengths: Sequence[int], heads_n: int, device: str,
+                 progress: bool) -> list[str]:
+    """The CLI options of a Slurm job of this study: the same settings as this call."""
+    args = [*(["--task", task] if task else []), *[x for i in intervene or () for x in ("--intervene", str(i))],
+            *(["--best-of", str(Path(best_of).absolute())] if best_of else []),
+            "--grid", ",".join(map(str, grid)), "--n", str(n), "--seeds", str(seeds), "--device", device]
+    args += ["--heads-lengths", ",".join(map(str, lengths)), "--heads-n", str(heads_n)] if lengths else ["--no-heads"]
+    return args + ([] if progress else ["--quiet"])
+
+
 def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *, task: str | None = None,
                   intervene: Sequence[str] | None = None, best_of: str | os.PathLike | None = None,
                   grid: str | Sequence[int] = "search", n: int = 200, seeds: int = 1,
                   heads_lengths: Sequence[int] | None = None, heads_n: int = 16, device: str = "cpu",
-                  progress: bool = True) -> VerbResult:
+                  progress: bool = True, launcher: str = "local", slurm_options: SlurmOptions | None = None,
+                  measure_only: bool = False) -> VerbResult:
     """Run (or continue) the interventions study of ``runs`` into ``out`` (module docstring).
 
     ``runs``: posym runs, HF ``Trainer`` output_dirs, ``checkpoint-N/`` or model folders of any RoPE
@@ -264,7 +278,13 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *, 
     :func:`~posym.studies.intervention_study.tables.best_settings`). ``grid``: ``"search"`` (the cheap grid,
     :data:`~posym.studies.intervention_study.study.SEARCH_GRID`), ``"paper"`` or added lengths; ``n`` samples per
     point and data seed; ``heads_lengths`` / ``heads_n``: the head readout (default +0, +100, +1,000 on
-    16 prompts; ``[]`` for none)."""
+    16 prompts; ``[]`` for none).
+
+    ``launcher``: ``local`` (this process) or ``slurm``: one job per model (its folder's tables), then a
+    summary job (``afterok``) that writes the study's tables, figures and page as a local run does
+    (:mod:`posym.launch.fanout`, docs/cluster.md); returns once the jobs are queued. ``measure_only``:
+    measure the models into their folders and write no study table (what one model's job does)."""
+    check_launcher(launcher, slurm_options)
     if not runs:
         raise PosymError("give at least one run directory")
     if intervene and best_of:
@@ -295,10 +315,18 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *, 
     _record(out, call)  # an unreadable record is refused before any work
     _check_one_architecture(out, archs)
     beside = (out.is_dir() and not (out / layout.INTERVENTIONS_JSON).is_file()
-              and any(p.name not in labels for p in out.iterdir()))  # a folder of other files: written beside them
+              and any(p.name not in (*labels, layout.SLURM, layout.STAGES)
+                      for p in out.iterdir()))  # a folder of other files (not a Slurm fan-out's): written beside them
     if out.is_dir():
         _collect(out)  # every model folder's tables readable (checked) before this call measures anything
     refuse_live_outputs([out / label / layout.LENGTHGEN for label in labels] + [out / layout.INTERVENTIONS])
+    if launcher == "slurm":
+        args = _job_options(task, intervene, best_of, grid_values, n, seeds, lengths, heads_n, device, progress)
+        plan = FanOut("interventions", {label: ("interventions", str(r.absolute()), "--out", str(out.absolute()),
+                                                *args, "--measure-only") for label, r in labels.items()},
+                      ("interventions", *[str(r.absolute()) for r in labels.values()], "--out", str(out.absolute()),
+                       *args))
+        return VerbResult(None, [], submit_fanout(out, plan, slurm_options).text)
     done_lines = []
     for label, run in labels.items():
         folder = out / label
@@ -341,6 +369,8 @@ def interventions(runs: Sequence[str | os.PathLike], out: str | os.PathLike, *, 
             raise
         done_lines.append(f"{label}: {len(plan)} interventions, {len(res.table)} lengthgen rows"
                           + (f"; no Index layers, not measured: {', '.join(skipped)}" if skipped else ""))
+    if measure_only:
+        return VerbResult(None, [], "\n".join(done_lines))
     lg, hd = study_settings(*_collect(out))
     summary = study_summary(lg, hd if len(hd) else None, predicted=prediction_applies(_record(out, call)))
     task_list = [t for t in TASKS if t in set(lg["task"])]

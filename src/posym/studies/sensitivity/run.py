@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Mapping
 
 from posym.errors import PosymError
+from posym.launch.fanout import FanOut, check_launcher, submit_fanout, variant_path
+from posym.launch.slurm import SlurmOptions
 from posym.runs import layout
 from posym.runs.tables import NO_INTERVENTION
 from posym.studies._figures import plot_variant_curves
@@ -21,12 +23,17 @@ from posym.verbs import Outputs, VerbResult, figure_paths
 
 def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, *, predict: bool = True,
                 n: int = 256, force: bool = False, progress: bool = True,
-                intervention: str = NO_INTERVENTION) -> VerbResult:
+                intervention: str = NO_INTERVENTION, launcher: str = "local",
+                slurm_options: SlurmOptions | None = None) -> VerbResult:
     """Write ``OUT/sensitivity.csv`` + ``.md`` + ``.html`` (the study as an HTML page), Fig. 5B of every
     variant (``OUT/fig5b_variants.csv`` + ``.png|pdf``) and, with ``predict``, ``OUT/prediction.csv`` +
     ``prediction.png|pdf`` (Spearman rho in the figure titles). ``intervention``: whose rows of the
     Fig. 5B-only variants' tables are shown (default the untouched model's; named in the text and the
-    page when the tables hold others); the reproductions' rows are the untouched model's."""
+    page when the tables hold others); the reproductions' rows are the untouched model's.
+    ``launcher``: ``local`` or ``slurm``: one job runs this call with the same settings and writes the same
+    files (the prediction reads every variant's models into one correlation, so it is one unit;
+    :mod:`posym.launch.fanout`, docs/cluster.md); returns once the job is queued."""
+    check_launcher(launcher, slurm_options)
     check_variants(variants)
     if intervention != NO_INTERVENTION and not any(lengthgen_tables(v) is not None for v in variants.values()):
         raise PosymError(f"--intervention {intervention} selects the rows of a Fig. 5B-only variant's lengthgen "
@@ -38,6 +45,11 @@ def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLik
     if predict:
         files += [out / layout.PREDICTION, *figure_paths(out / layout.FIG_PREDICTION)]
     outputs = Outputs(files, force).check()
+    if launcher == "slurm":
+        args = ("sensitivity", *[f"{k}={variant_path(v)}" for k, v in variants.items()], "--out", str(out.absolute()),
+                "--n", str(n), "--intervention", intervention, *([] if predict else ["--no-predict"]),
+                *(["--force"] if force else []))
+        return VerbResult(None, [], submit_fanout(out, FanOut("sensitivity", {}, args), slurm_options).text)
     table = sensitivity_table(variants, intervention)
     md = sensitivity_markdown(table) + "".join(f"\n\nFig. 5B of {k}: {v}." for k, v in notes.items())
     pred = extrapolation_prediction(variants, n=n, progress=progress) if predict else None
