@@ -150,3 +150,67 @@ def test_on_is_refused_in_one_line_before_any_work(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "--cuda-graph on: cannot capture" in err
     assert not (tmp_path / "cli").exists()
+
+
+class _FakeGraph:
+    """``torch.cuda.CUDAGraph`` on the CPU: "capture" runs the body once (a real capture only records it),
+    ``replay()`` runs it again into the captured loss tensor, with the device lr in place as the graph reads it."""
+
+    current: "_FakeGraph | None" = None
+
+    def __init__(self):
+        self.step = None
+
+    def replay(self):
+        with self.step._device_lr():
+            loss = self.step._body()
+        self.step.loss.copy_(loss)
+
+
+def test_capture_bookkeeping_on_the_cpu_with_a_stand_in_graph(monkeypatch):
+    """The capture's warm-up, restore (weights, AdamW state, RNG) and replay order, with CUDA stood in for
+    on the CPU: the "captured" run equals the loop's step bit for bit, dropout included."""
+    import contextlib
+
+    class Stream:
+        def __init__(self, *a):
+            pass
+
+        def wait_stream(self, other):
+            pass
+
+    @contextlib.contextmanager
+    def graph(g):
+        _FakeGraph.current = g
+        yield
+        _FakeGraph.current = None
+
+    body = GraphStep._body
+
+    def recording_body(self):
+        if _FakeGraph.current is not None:
+            _FakeGraph.current.step = self
+        return body(self)
+
+    for name, value in dict(Stream=Stream, current_stream=lambda *a: Stream(), stream=lambda s: contextlib.nullcontext(),
+                            CUDAGraph=_FakeGraph, graph=graph, get_rng_state=lambda *a: torch.get_rng_state(),
+                            set_rng_state=lambda state, *a: torch.set_rng_state(state)).items():
+        monkeypatch.setattr(torch.cuda, name, value)
+    monkeypatch.setattr(GraphStep, "_body", recording_body)
+    torch.set_num_threads(1)
+    drop = dict(resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1)
+    batches = _batches(12)
+    config, ref, ref_opt, ref_sched = _setup(**drop)
+    _, model, opt, sched = _setup(**drop)
+    torch.manual_seed(3)
+    want = [train_step(ref, ref_opt, ref_sched, x, y, config.max_grad_norm) for x, y, _ in batches]
+    rng_after = torch.get_rng_state()
+    torch.manual_seed(3)
+    step = GraphStep(LastTokenLoss(model), model.parameters(), opt, sched, config.max_grad_norm, "fp32", batches[0],
+                     capture=True)
+    assert step.graph is not None and step.graph.step is step
+    got = [step(x, y).item() for x, y, _ in batches]
+    assert got == want
+    assert all(torch.equal(a, b) for a, b in zip(ref.parameters(), model.parameters()))
+    assert torch.equal(torch.get_rng_state(), rng_after)  # the dropout stream is where eager's is
+    assert opt.state_dict()["param_groups"] == ref_opt.state_dict()["param_groups"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import warnings
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -174,7 +175,8 @@ class GraphStep:
             with self._device_lr():
                 side = torch.cuda.Stream(self.device)
                 side.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(side):
+                with torch.cuda.stream(side), warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message=".*capturable=True.*")  # warm-up runs uncaptured
                     for _ in range(WARMUP_STEPS):
                         self._body()
                 torch.cuda.current_stream(self.device).wait_stream(side)
