@@ -79,6 +79,7 @@ MEDIUM_TESTS: dict[str, tuple[str, ...]] = {
     "test_freqs_theory_families.py": ("test_freqs_on_a_family_folder", "test_theory_discrepancy_run_on_a_family_folder"),
     "test_frequencies.py": ("test_run_freqs_writes_tables_and_figures", "test_run_freqs_plain_hf_dir_needs_task"),
     "test_gptj_model.py": ("test_checkpoint_loads_in_plain_transformers",),
+    "test_graphs.py": ("test_auto_on_the_cpu_trains_exactly_as_off", "test_the_graph_steps_body_run_eagerly_equals_the_loops_step"),
     "test_head_sets_known_answer.py": ("test_the_study_finds_the_answer_head_and_its_pair[gptj-1]",
                                        "test_the_study_finds_the_answer_head_and_its_pair[llama-2]"),
     "test_head_sets_llm.py": ("test_llm_outcomes_equal_llm_eval_choice",),

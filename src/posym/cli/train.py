@@ -11,7 +11,7 @@ from posym.cli.types import arch_type, device_type, key_value, nonneg_int, pe_ty
 #: The TrainConfig fields ``posym train`` takes as options (beside ``--set``: ``model_overrides``).
 CONFIG_OPTIONS = ("preset", "seed", "data_seed", "order_seed", "steps", "eval_every", "checkpoint_every",
                   "checkpoint_extra_every", "track_heads", "track_prompts", "precision", "compile", "batch_size",
-                  "epochs", "final_model", "distractors", "pe", "arch", "n_test")
+                  "epochs", "final_model", "distractors", "pe", "arch", "n_test", "cuda_graph")
 CONFIG = "posym.verbs.train:TrainConfig"
 
 
@@ -66,6 +66,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "training forward (weights, scores stay fp32)")
     t.add_argument("--compile", action=argparse.BooleanOptionalAction, default=SUPPRESS,
                    help="torch.compile the training forward (default: off)")
+    t.add_argument("--cuda-graph", default=SUPPRESS, choices=["off", "auto", "on"],
+                   help="capture the training step as one CUDA graph (docs/benchmarks.md#cuda-graphs): off (default), "
+                        "auto (where possible, else eager with a note) or on (refused where impossible)")
     t.add_argument("--pe", type=pe_type, default=SUPPRESS, metavar="PE",
                    help="positional encoding (docs/spec.md §2.1): rope (default), nope, p-rope:F, rope-base:THETA, "
                         "randomized:L, ssmax")

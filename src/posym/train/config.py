@@ -17,6 +17,9 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 FINAL_MODELS = ("last", "best")
 #: Optional loggers of a run's training values (``RUN/tensorboard/`` event files for TensorBoard).
 LOGGERS = ("tensorboard",)
+#: ``posym train --cuda-graph``: capture the training step as one CUDA graph (``posym.train.graphs``):
+#: never ("off", the default), where possible ("auto": else eager, with a note) or always ("on": else refused).
+CUDA_GRAPH_MODES = ("off", "auto", "on")
 #: Upper bound on optimizer steps: a sanity bound (the evaluation and checkpoint schedules are sets of steps).
 MAX_STEPS = 100_000_000
 #: Upper bound (exclusive) on the init seed: torch seeds are 64-bit signed, and the dropout stream is
@@ -70,9 +73,14 @@ class TrainConfig:
     # model family (posym.model.arch.ARCHS): "gptj" (the paper's model) or llama, qwen3, gemma3, gpt-neox
     # at the preset's shape (docs/models.md); runs written before the field existed are GPT-J
     arch: str = "gptj"
+    # CUDA_GRAPH_MODES: the training step as one CUDA graph (posym.train.graphs); stored only when not "off",
+    # so a run without it writes the posym.json it always wrote
+    cuda_graph: str = "off"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        if d["cuda_graph"] == "off":
+            del d["cuda_graph"]
         d["betas"] = list(self.betas)
         d["track_taus"] = list(self.track_taus)
         d["log"] = list(self.log)
@@ -173,6 +181,8 @@ def make_config(task: str, preset: str = "quick", **kwargs: Any) -> TrainConfig:
     if bad_log:
         raise PosymError(f"unknown logger(s) {', '.join(map(str, bad_log))}; choose from {', '.join(LOGGERS)}")
     cfg = replace(cfg, log=tuple(dict.fromkeys(cfg.log)))
+    if cfg.cuda_graph not in CUDA_GRAPH_MODES:
+        raise PosymError(f"unknown cuda_graph {cfg.cuda_graph!r}; choose one of {list(CUDA_GRAPH_MODES)}")
     if cfg.final_model not in FINAL_MODELS:
         raise PosymError(f"unknown final_model {cfg.final_model!r}; choose one of {list(FINAL_MODELS)}")
     from posym.tasks._common import DISTRACTOR_RULES

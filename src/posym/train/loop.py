@@ -43,6 +43,7 @@ from posym.train import checkpoints as ckpt
 from posym.train import distributed as dist
 from posym.train.config import TrainConfig
 from posym.train.evaluate import MAX_HOPS, evaluate
+from posym.train.graphs import check_cuda_graph, make_graph_step
 from posym.train.schedule import checkpoint_steps, eval_steps, linear_warmup_decay
 
 METRIC_COLUMNS = ["split", "step", "train_loss", "lr", "loss", "acc"] + [
@@ -437,6 +438,8 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
     ctx = dist.setup(device)
     lock = DirLock(out, "run") if ctx.is_main else None
     try:
+        if config.cuda_graph != "off":  # --cuda-graph on where the step cannot be captured: refused before any work
+            check_cuda_graph(config, device, ctx.world_size)
         if lock is not None:
             _check_run_dir(out, resume, force)
             lock.acquire()  # one writer per run: a second train / --resume exits with an error
@@ -687,7 +690,7 @@ def _loop(run: _Run) -> float:
     run.bar = tqdm(total=config.steps, initial=run.start_step, desc=f"train {config.task}/{config.preset}",
                    disable=not (run.progress and run.ctx.is_main), unit="step", dynamic_ncols=True)
     run.at_step(run.start_step)
-    perm_epoch, perm = -1, torch.empty(0, dtype=torch.long)
+    perm_epoch, perm, graph = -1, torch.empty(0, dtype=torch.long), None
     for step in range(run.start_step, config.steps):
         epoch, offset = _batch_position(step, config.batch_size, n_train)
         if epoch != perm_epoch:  # the same indices as batch_indices(), kept on the device
@@ -698,8 +701,13 @@ def _loop(run: _Run) -> float:
         if variant.kind == "randomized":  # the global batch's ids (a function of order seed and step), this rank's rows
             positions = random_positions(config.batch_size, run.x_train.shape[1], int(variant.value), config.order_seed,
                                          step)[lo:hi].to(device)
-        loss = _optimizer_step(run.objective, params, run.optimizer, run.scheduler, run.x_train[idx], run.y_train[idx],
-                               config.max_grad_norm, config.precision, run.loss_scale, run.scaler, positions)
+        x, y = run.x_train[idx], run.y_train[idx]
+        if step == run.start_step and config.cuda_graph != "off":  # the step as one CUDA graph (or None: eager)
+            graph = make_graph_step(config, run.objective, run.model, run.optimizer, run.scheduler, (x, y, positions),
+                                    device, world)
+        loss = graph(x, y, positions) if graph is not None else _optimizer_step(
+            run.objective, params, run.optimizer, run.scheduler, x, y, config.max_grad_norm, config.precision,
+            run.loss_scale, run.scaler, positions)
         if world > 1:  # this rank's summed loss -> the global-batch mean
             torch.distributed.all_reduce(loss)
             loss = loss / config.batch_size
