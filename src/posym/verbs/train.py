@@ -63,7 +63,7 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
 
 #: The options a resumed run ignores (it continues with its stored configuration), as the CLI names them.
 _IGNORED_ON_RESUME = ("model_overrides", "steps", "precision", "compile", "batch_size", "epochs", "final_model",
-                      "distractors", "log", "pe", "arch", "n_test")
+                      "distractors", "log", "pe", "arch", "n_test", "cuda_graph")
 
 
 def _shown(name: str, value: Any) -> str:

@@ -43,7 +43,7 @@ def test_the_per_head_flag_decides(monkeypatch):
     monkeypatch.setattr(REGISTRY["temperature"], "per_head", False)
     with pytest.raises(PosymError, match="temperature is not exact per query head; the head-set study takes per-head"):
         check_settings(temperature=["temperature:beta=1"], **SETTINGS)
-    monkeypatch.setattr(REGISTRY["ntk"], "per_head", True)  # what a per-head ntk will read as: accepted unchanged
+    assert REGISTRY["ntk"].per_head  # per head since issue 37: accepted unchanged
     assert check_settings(temperature=["ntk:kappa=4"], **SETTINGS)[1] == ["ntk:kappa=4"]
     for bad, msg in (("temperature:beta=1,heads=L0H0", "without heads= or layers="),
                      ("temperature:beta=1,layers=0", "without heads= or layers="), ("none", "--intervene none")):

@@ -73,7 +73,7 @@ def test_tables_controls_rerun_and_figures(llama_dir, tmp_path, capsys, monkeypa
     (["--sets", "bogus"], "--sets: unknown set 'bogus'"),
     (["--controls", "0"], "--controls"),
     (["--directions", "up"], "unknown direction 'up'"),
-    (["--intervene", "ntk:kappa=4"], "not exact per query head"),
+    (["--intervene", "ntk:kappa=4,layers=0"], "without heads= or layers="),
 ])
 def test_bad_input_is_one_line_before_any_work(llama_dir, tmp_path, capsys, args, msg):
     directory, readout = llama_dir
