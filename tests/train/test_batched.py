@@ -144,7 +144,7 @@ def test_interrupted_group_resumes_exactly(group, tmp_path):
         assert _metrics(out).equals(_metrics(full))
 
 
-def test_refusals_name_the_problem(tmp_path):
+def test_refusals_name_the_problem(tmp_path, monkeypatch):
     with pytest.raises(PosymError, match="dropout"):
         train_seeds(_cfg(model_overrides={**TINY["model_overrides"], "resid_pdrop": 0.1}), SEEDS, tmp_path)
     with pytest.raises(PosymError, match="fp32"):
@@ -160,6 +160,9 @@ def test_refusals_name_the_problem(tmp_path):
     with pytest.raises(PosymError, match="already exists"):
         train_seeds(_cfg(), SEEDS + (1,), tmp_path)
     assert not seed_dir(tmp_path, 0).exists()  # refused before any work
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(PosymError, match="torchrun"):
+        train_seeds(_cfg(), SEEDS, tmp_path / "other")
 
 
 @pytest.mark.integration  # trains (each run makes its 432,000-sample split: ~1 s)

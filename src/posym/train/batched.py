@@ -211,7 +211,7 @@ def train_batched(configs: Sequence[TrainConfig], outs: Sequence[str | Path], *,
         raise PosymError("a batched group needs one distinct run directory per run")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise PosymError("--device cuda requested but CUDA is not available")
-    if dist.get_world_size() > 1:
+    if dist.env_world_size() > 1 or dist.get_world_size() > 1:
         raise PosymError("--seeds runs in one process; do not start it under torchrun")
     check_batchable(configs)
     for out in outs:
