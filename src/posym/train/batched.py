@@ -11,11 +11,12 @@ into each run's model before its evaluations and checkpoints; each run's checkpo
 slice of the optimizer state, so its directory is the same as a single run's (``--resume`` works on
 the group or on one run alone).
 
-Exactness (SPEC §2; ``tests/train/test_batched.py``): train loss per step, metrics and final weights
-equal K separate runs to float tolerance (fp32 on a CPU: batched matmuls reduce in another order;
-documented bound 1e-5 relative on weights after a few dozen steps), and a resumed group equals an
-uninterrupted one bit for bit. Dropout > 0 is refused (vmap cannot reproduce each run's own dropout
-stream), as are fp16/bf16, ``compile``, another ``--arch`` and DDP.
+Exactness (SPEC §2; tested): train loss per step, metrics and final weights equal K separate runs to
+float tolerance (fp32 on a CPU: batched matmuls reduce in another order; bound 1e-5 of each weight
+tensor's largest magnitude after 20 steps), and a resumed group equals an uninterrupted one bit for
+bit. Dropout > 0 is refused (vmap cannot reproduce each run's own dropout stream), as are fp16/bf16,
+``compile``, another ``--arch`` and DDP. On a CPU it costs more per run than separate runs (batched
+matmuls, vmap's per-run SDPA fallback); it is meant for accelerators.
 """
 
 from __future__ import annotations
