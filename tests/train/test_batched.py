@@ -132,6 +132,11 @@ def test_interrupted_group_resumes_exactly(group, tmp_path):
     with pytest.raises(Interrupt):
         train_batched(configs, outs, progress=False, callbacks=callbacks)
     assert not (outs[0] / layout.RESULTS).exists()
+    state = layout.step_dir(outs[1], 10) / layout.TRAINER_STATE  # a kill between two runs' saves: refused
+    state.rename(state.with_suffix(".away"))
+    with pytest.raises(PosymError, match="different checkpoints"):
+        train_seeds(cfg, SEEDS, tmp_path, resume=True, progress=False)
+    state.with_suffix(".away").rename(state)
     alone = tmp_path / "alone"  # a group's run directory is an ordinary run: plain --resume continues it
     shutil.copytree(outs[1], alone, ignore=shutil.ignore_patterns(layout.LOCK))
     train(configs[1], alone, resume=True, progress=False)

@@ -37,6 +37,7 @@ from posym.model.arch import arch_config
 from posym.model.pe import parse_pe, random_positions
 from posym.runs.lock import DirLock
 from posym.tasks import get_vocab
+from posym.train import checkpoints as ckpt
 from posym.train import distributed as dist
 from posym.train.config import MAX_SEED, TrainConfig
 from posym.train.loop import (EvalCallback, LastTokenLoss, RunResult, _batch_position, _check_run_dir, _epoch_perm,
@@ -220,6 +221,13 @@ def train_batched(configs: Sequence[TrainConfig], outs: Sequence[str | Path], *,
         if not resume and _has_entries(out):
             raise PosymError(f"run directory {out} already exists; use --resume to continue the group, "
                              "or choose another --out")
+    if resume:  # one step for all, before anything is changed
+        found = [ckpt.latest_resumable(out) for out in outs]
+        steps = {None if f is None else f[0] for f in found}
+        if len(steps) > 1:
+            shown = ", ".join(f"{out.name} at {'none' if f is None else f[0]}" for out, f in zip(outs, found))
+            raise PosymError(f"the runs stopped at different checkpoints ({shown}); resume each alone with "
+                             "posym train --resume --out OUT/seedK")
     callbacks = callbacks or [() for _ in configs]
     ctx = dist.setup(device)
     locks = [DirLock(out, "run") for out in outs]
@@ -235,11 +243,6 @@ def train_batched(configs: Sequence[TrainConfig], outs: Sequence[str | Path], *,
                                callbacks=cbs))
             rng.append(torch.get_rng_state())
         check_batchable([r.config for r in runs])  # on resume: the stored configurations
-        starts = {r.start_step for r in runs}
-        if len(starts) > 1:
-            shown = ", ".join(f"{r.out.name} at {r.start_step}" for r in runs)
-            raise PosymError(f"the runs stopped at different checkpoints ({shown}); resume each alone with "
-                             "posym train --resume --out OUT/seedK")
         train_s = _loop_batched(runs, StackedEngine(runs), rng, progress)
         results = []
         for k, run in enumerate(runs):
