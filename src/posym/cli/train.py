@@ -15,9 +15,20 @@ CONFIG_OPTIONS = ("preset", "seed", "data_seed", "order_seed", "steps", "eval_ev
 CONFIG = "posym.verbs.train:TrainConfig"
 
 
+def _seeds_type(text: str) -> tuple[int, ...]:
+    """A ``--seeds`` value (:func:`posym.verbs.train.seed_list`); one-line error otherwise."""
+    from posym.errors import PosymError
+    from posym.verbs.train import seed_list
+
+    try:
+        return seed_list(text)
+    except PosymError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _cmd_train(a: argparse.Namespace) -> None:
     from posym.verbs.train import train_task
-    show(call(train_task, a, "task", "out", names=(*CONFIG_OPTIONS, "resume", "force", "device", "threads"),
+    show(call(train_task, a, "task", "out", names=(*CONFIG_OPTIONS, "seeds", "resume", "force", "device", "threads"),
               model_overrides="set", log=("log", tuple), progress=("quiet", not_)))
 
 
@@ -27,7 +38,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--preset", default=SUPPRESS, choices=["quick", "paper", "authors"],
                    help="quick (minutes on a CPU), paper (SPEC §2) or authors (paper + batch 192 + best checkpoint)")
     t.add_argument("--out", required=True, help="run directory (e.g. runs/NAME)")
-    t.add_argument("--seed", type=nonneg_int, default=SUPPRESS, help="init seed; also data and order seed unless given")
+    one_or_many = t.add_mutually_exclusive_group()
+    one_or_many.add_argument("--seed", type=nonneg_int, default=SUPPRESS,
+                             help="init seed; also data and order seed unless given")
+    one_or_many.add_argument("--seeds", type=_seeds_type, default=SUPPRESS, metavar="K|S,S,...",
+                             help="train seeds 0..K-1 (or the listed ones) as one batched model into OUT/seed{k}/, "
+                                  "each equal to --seed k alone (docs/runs.md)")
     t.add_argument("--data-seed", type=nonneg_int, default=SUPPRESS)
     t.add_argument("--order-seed", type=nonneg_int, default=SUPPRESS)
     t.add_argument("--device", type=device_type, default=SUPPRESS, help="cpu or cuda")

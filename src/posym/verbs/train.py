@@ -61,6 +61,28 @@ def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, 
                       callbacks=cbs)
 
 
+def train_seeds(config: TrainConfig, seeds: Sequence[int], out: str | os.PathLike, *, resume: bool = False,
+                device: str = "cpu", threads: int | None = None, progress: bool = True) -> list[RunResult]:
+    """``config`` with each of ``seeds`` as init, data and order seed, trained as one batched model
+    (:func:`posym.train.batched.train_batched`) into ``out/seed{k}`` — each run directory as
+    :func:`train` of that seed alone writes it (head tracking and TensorBoard per run)."""
+    from posym.train.batched import seed_configs, seed_dir, train_batched
+
+    configs = seed_configs(config, seeds)
+    outs = [seed_dir(out, s) for s in seeds]
+    callbacks = []
+    for c, o in zip(configs, outs):
+        effective = _effective_config(c, o, resume)
+        cbs: list[EvalCallback] = [head_tracker(effective)] if effective.track_heads else []
+        if "tensorboard" in effective.log:
+            from posym.integrations.tensorboard import TensorBoardLogger
+
+            cbs.append(TensorBoardLogger())
+        callbacks.append(cbs)
+    return train_batched(configs, outs, resume=resume, device=device, threads=threads, progress=progress,
+                         callbacks=callbacks)
+
+
 #: The options a resumed run ignores (it continues with its stored configuration), as the CLI names them.
 _IGNORED_ON_RESUME = ("model_overrides", "steps", "precision", "compile", "batch_size", "epochs", "final_model",
                       "distractors", "log", "pe", "arch", "n_test", "cuda_graph")
@@ -81,6 +103,7 @@ def _shown(name: str, value: Any) -> str:
 
 
 def train_task(task: str, out: str | os.PathLike, *, preset: str = "quick", seed: int = 0,
+               seeds: str | int | Sequence[int] | None = None,
                data_seed: int | None = None, order_seed: int | None = None,
                model_overrides: Mapping[str, Any] | Sequence[tuple[str, Any]] | None = None, resume: bool = False,
                force: bool = False, device: str = "cpu", threads: int | None = None, progress: bool = True,
@@ -90,11 +113,20 @@ def train_task(task: str, out: str | os.PathLike, *, preset: str = "quick", seed
     config fields, a mapping or ``(key, value)`` pairs; the data and order seeds default to ``seed``,
     SPEC §2), then :func:`train` into ``out``. With ``resume`` (and not ``force``) a note on stderr
     names the given options the stored configuration overrides. The summary is the run's test
-    accuracy, empty on every rank but 0 under ``torchrun`` (only rank 0 reports)."""
+    accuracy, empty on every rank but 0 under ``torchrun`` (only rank 0 reports).
+
+    ``seeds`` (a count K or a list, :func:`posym.train.batched.parse_seeds`; not with ``seed``, ``data_seed``,
+    ``order_seed``): the runs of those seeds as one batched model (:func:`train_seeds`), into ``out/seed{k}``."""
     import sys
 
     from posym.train.distributed import is_main
 
+    if seeds is not None:
+        if seed != 0 or data_seed is not None or order_seed is not None:
+            raise PosymError("--seeds sets each run's init, data and order seed; drop --seed / --data-seed / --order-seed")
+        from posym.train.batched import parse_seeds
+
+        seeds = parse_seeds(seeds)
     overrides = dict(model_overrides.items() if isinstance(model_overrides, Mapping) else model_overrides or ())
     config = make_config(task, preset, seed=seed, data_seed=seed if data_seed is None else data_seed,
                          order_seed=seed if order_seed is None else order_seed, model_overrides=overrides or None,
@@ -105,8 +137,21 @@ def train_task(task: str, out: str | os.PathLike, *, preset: str = "quick", seed
         if ignored:
             print("posym: note: --resume continues with the run's stored configuration; ignored: "
                   + ", ".join(ignored), file=sys.stderr)
+    if seeds is not None:
+        if force:
+            raise PosymError("--seeds does not replace runs (--force); choose another --out or remove it")
+        results = train_seeds(config, seeds, out, resume=resume, device=device, threads=threads, progress=progress)
+        return VerbResult(None, [r.run_dir for r in results], "\n".join(r.summary for r in results),
+                          {"results": results})
     result = train(config, out, resume=resume, force=force, device=device, threads=threads, progress=progress)
     return VerbResult(None, [result.run_dir], result.summary if is_main() else "", {"result": result})
+
+
+def seed_list(text: str) -> tuple[int, ...]:
+    """``--seeds``: a count K (seeds 0..K-1) or a list ``0,1,2`` (:func:`posym.train.batched.parse_seeds`)."""
+    from posym.train.batched import parse_seeds
+
+    return parse_seeds(text)
 
 
 def pe_name(text: str) -> str:
@@ -125,4 +170,4 @@ def arch_name(text: str) -> str:
     return check_arch(text.strip().lower())
 
 
-__all__ = ["arch_name", "head_tracker", "pe_name", "train", "train_task"]
+__all__ = ["arch_name", "head_tracker", "pe_name", "seed_list", "train", "train_seeds", "train_task"]
