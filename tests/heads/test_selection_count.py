@@ -42,3 +42,23 @@ def test_one_head_per_layer_count_not_layer():
     assert len(ctrl) == 2 and set(ctrl) <= {(0, 0), (3, 0)}
     with pytest.raises(PosymError, match="the model has 3 symbolic heads and only 1 other head$"):
         matched_control(((0, 0), (1, 0), (2, 0)), 4, 1, 0, "symbolic", match="count")
+
+
+def test_control_draws_are_distinct_and_all_of_them_when_few():
+    """One head among 11 others (posym's 12-layer one-head GPT-J): only 11 count-matched sets exist, so K = 20
+    asks gives all 11 (the exact null, p floor 1/12), each reproduced by its recorded seed; many sets: K
+    distinct draws."""
+    from posym.heads.selection import control_draws, n_matched_sets
+
+    typed = ((1, 0),)
+    assert n_matched_sets(typed, 12, 1, "count") == 11 and n_matched_sets(typed, 12, 1, "layer") == 0
+    draws = control_draws(typed, 12, 1, 20, 0, "positional", match="count")
+    assert sorted(h for _, h in draws) == [((ly, 0),) for ly in range(12) if ly != 1]
+    for s, heads in draws:
+        assert matched_control(typed, 12, 1, s, "positional", match="count") == heads
+    typed = ((0, 1), (2, 0), (2, 3))
+    assert n_matched_sets(typed, 3, 4, "layer") == 3 * 1 and n_matched_sets(typed, 3, 8, "layer") == 7 * 15
+    many = control_draws(typed, 3, 8, 10, 7, "x")
+    assert len(many) == 10 and len({h for _, h in many}) == 10 and many[0][0] == 7
+    assert sorted(h for _, h in control_draws(typed, 3, 4, 40, 7, "x")) == sorted(  # all 3 layer-matched sets
+        ((0, h), (2, 1), (2, 2)) for h in (0, 2, 3))

@@ -23,6 +23,7 @@ A table with an ``intervention`` column is read on its ``none`` rows (the untouc
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -225,6 +226,46 @@ def matched_control(typed: tuple[Head, ...] | list[Head], n_layers: int, n_heads
     return tuple(sorted(out))
 
 
+
+def n_matched_sets(typed: tuple[Head, ...] | list[Head], n_layers: int, n_heads: int, match: str = "layer") -> int:
+    """How many distinct matched controls of ``typed`` exist (:func:`matched_control`): the product over
+    layers of C(other heads of the layer, typed heads there) (``layer``), or C(all other heads, |typed|)
+    (``count``); 0 when none can be matched."""
+    mine = sorted(set((int(ly), int(h)) for ly, h in typed))
+    if match == "count":
+        return math.comb(n_layers * n_heads - len(mine), len(mine))
+    out = 1
+    for layer in range(n_layers):
+        k = sum(1 for ly, _ in mine if ly == layer)
+        out *= math.comb(n_heads - k, k) if k else 1
+    return out
+
+
+def control_draws(typed: tuple[Head, ...] | list[Head], n_layers: int, n_heads: int, k: int, seed: int,
+                  type_name: str = "typed", match: str = "layer") -> list[tuple[int, tuple[Head, ...]]]:
+    """K **distinct** matched controls ``(seed used, heads)`` of ``typed`` (:func:`matched_control` with
+    seeds ``seed, seed + 1, …``, a seed whose set repeats an earlier one skipped), or, when at most ``k``
+    distinct sets exist (:func:`n_matched_sets`; e.g. one head among 11 others), **all** of them — the
+    exact randomization null, whose p floor is 1/(1 + that number) (a draw with repeats would put the
+    floor below the exact one and overstate significance). Each set is reproduced by
+    ``random:<type>,seed=S`` with its recorded seed. One-line PosymError as :func:`matched_control`."""
+    k = check_int(k, "controls", lo=1)
+    seed = check_int(seed, "heads: seed", lo=0)
+    want = min(k, n_matched_sets(typed, n_layers, n_heads, match))
+    out: list[tuple[int, tuple[Head, ...]]] = []
+    seen: set[tuple[Head, ...]] = set()
+    s = seed
+    while len(out) < max(want, 1):
+        heads = matched_control(typed, n_layers, n_heads, s, type_name, match)
+        if heads not in seen:
+            seen.add(heads)
+            out.append((s, heads))
+        s += 1
+        if s - seed > 1000 * max(k, 10):  # unreachable for want <= the number of sets; a guard, not a rule
+            raise PosymError(f"could not draw {want} distinct {RANDOM}:{type_name} controls; give fewer --controls")
+    return out
+
+
 def resolve_heads(selection: HeadSelection | str, readout: pd.DataFrame | None, n_layers: int,
                   n_heads: int) -> tuple[Head, ...]:
     """The sorted ``(layer, head)`` pairs of ``selection`` in a model of ``n_layers`` x ``n_heads`` query
@@ -257,4 +298,4 @@ def resolve_heads(selection: HeadSelection | str, readout: pd.DataFrame | None, 
 
 __all__ = ["POSYM_TYPE_NAMES", "CLASSIC_TYPE_NAMES", "TYPE_NAMES", "RANDOM", "MATCHES", "HeadSelection", "format_heads",
            "parse_heads",
-           "read_readout", "typed_heads", "matched_control", "resolve_heads"]
+           "read_readout", "typed_heads", "matched_control", "n_matched_sets", "control_draws", "resolve_heads"]

@@ -24,7 +24,7 @@ import pandas as pd
 from posym.checks import check_int
 from posym.errors import PosymError
 from posym.heads.tracking import lengthened_score_table
-from posym.heads.selection import MATCHES, TYPE_NAMES, Head, format_heads, matched_control, read_readout, typed_heads
+from posym.heads.selection import MATCHES, TYPE_NAMES, Head, control_draws, format_heads, read_readout, typed_heads
 from posym.interventions import describe, intervened, parse_intervention
 from posym.interventions.registry import per_head_names
 from posym.lengthgen.outcomes import task_outcomes
@@ -90,8 +90,9 @@ def check_settings(*, sets: Sequence[str], controls: int, directions: Sequence[s
 def resolve_sets(table: pd.DataFrame, sets: Sequence[str], n_layers: int, n_heads: int, controls: int,
                  seed: int, match: str = "layer") -> tuple[dict[str, tuple[Head, ...]],
                                                           dict[str, list[tuple[int, tuple[Head, ...]]]], list[str]]:
-    """Each set's heads read from the readout ``table``, its K controls ``(seed + j, heads)`` matched by
-    ``match`` (``layer`` | ``count``: :func:`posym.heads.selection.matched_control`) and the notes of the
+    """Each set's heads read from the readout ``table``, its K distinct controls ``(seed, heads)`` matched by
+    ``match`` (``layer`` | ``count``: :func:`posym.heads.selection.control_draws` — all of them when at most K
+    exist, the exact null) and the notes of the
     sets skipped (no heads). A set that cannot be matched, or a head outside the model, is a one-line
     PosymError (``--match count``, or drop the set from ``--sets``)."""
     if match not in MATCHES:
@@ -107,7 +108,7 @@ def resolve_sets(table: pd.DataFrame, sets: Sequence[str], n_layers: int, n_head
             raise PosymError(f"--readout: {s} head {out[0]} is not in this model ({n_layers} layers x {n_heads} heads); "
                              "give the readout of the same model")
         try:
-            ctrls[s] = [(seed + j, matched_control(heads, n_layers, n_heads, seed + j, s, match)) for j in range(controls)]
+            ctrls[s] = control_draws(heads, n_layers, n_heads, controls, seed, s, match)
         except PosymError as e:
             raise PosymError(f"{e}, or drop {s} from --sets") from None
         typed[s] = heads
@@ -250,11 +251,13 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
                                       read_heads=_cached(heads_under, rcache, bar, measured) if readout_n else None)
     bar.close()
     notes = skipped + notes
+    k_eff = {str(k): int(v) for k, v in t.groupby("set")["n_controls"].max().items()}
     outputs.csv(t, out / layout.HEAD_SETS)
     outputs.csv(c, out / layout.HEAD_SETS_CONTROLS)
     outputs.text(table_markdown(t, null_text(match)) + "".join(f"\nNote: {x}\n" for x in notes), out / layout.HEAD_SETS_MD)
     outputs.json({"model": str(model if llm is None else llm), "task": task, "readout": str(Path(readout)),
-                  "sets": sorted(set(t["set"])), "controls": controls, "control_seeds": [seed, seed + controls - 1],
+                  "sets": sorted(set(t["set"])), "controls": controls, "n_controls": k_eff,
+                  "control_seeds": {str(k): sorted(int(x) for x in set(v)) for k, v in c.groupby("set")["control_seed"]},
                   "seed": seed, "doses": sorted(set(int(k) for k in t.loc[t["part"] == "dose", "k"])),
                   "directions": list(directions), "temperature": temps, "lengths": list(lengths),
                   "temperature_lengths": list(temperature_lengths), "n": n, "readout_n": readout_n, "match": match,
@@ -266,7 +269,8 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
             outputs.figure(plot_dose_curves(t, s), out / layout.FIG_HEAD_SETS_DOSES.format(set=s))
         if ((t["set"] == s) & (t["part"] == "temperature")).any():
             outputs.figure(plot_temperature_curve(t, s), out / layout.FIG_HEAD_SETS_TEMPERATURE.format(set=s))
-    summary = (f"head-sets {task}: {len(t)} cells over {', '.join(sorted(set(t['set'])))} (K = {controls} controls, "
+    summary = (f"head-sets {task}: {len(t)} cells over {', '.join(sorted(set(t['set'])))} (K = {controls} controls asked, "
+               f"{', '.join(f'{k} {v}' for k, v in k_eff.items())} distinct; "
                f"null: {null_text(match)}; n = {n}); {measured[0]} interventions measured now, the rest from the cache\n"
                + "".join(f"note: {x}\n" for x in notes) + f"wrote {out / layout.HEAD_SETS}")
     return VerbResult(table=t, files=list(outputs.written), summary=summary, data={"notes": notes, "measured": measured[0]})
