@@ -4,8 +4,8 @@ generate tasks = the generate protocol, per length, on a tiny random Llama whose
 posym's window tokens (plain and chat template) and, marked slow, on SmolLM2-135M-Instruct.
 
 Marked ``extras``: lm-eval 0.4.13 (``pip install -e .[lm-eval]``) adds ≈ 70 s and ≈ 290 MB to an install
-(scipy, scikit-learn, nltk, …), so it is not in ``[dev]`` and ``.ci/run`` deselects this file; run it
-with ``python -m pytest -m extras tests/integrations/test_lm_eval_harness.py``."""
+(scipy, scikit-learn, nltk, …), so it is not in ``[dev]``: ``.ci/run`` installs the extra after the main
+run and then runs this file with ``python -m pytest -m "extras and not slow" tests/integrations/test_lm_eval_harness.py``."""
 
 from __future__ import annotations
 
