@@ -11,10 +11,13 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from posym.cli import main
+from posym.errors import PosymError
 from posym.launch import fanout
 from posym.studies.sensitivity import sensitivity
+from posym.verbs.lengthgen import lengthgen
 from test_study_slurm import TIMING, _job_args, _submitted, fake  # noqa: F401  (fake: a fixture)
 
 
@@ -81,3 +84,62 @@ def test_sensitivity_one_job_per_variant_then_the_summary_equals_a_local_run(tin
     sensitivity(variants, out, n=4, launcher="slurm", force=True)
     assert [n for _, n, _ in _submitted(fake)[6:]] == ["sensitivity-predict-A", "sensitivity-predict-B-b",
                                                       "sensitivity-summary"]
+
+
+# ---------------------------------------------------------------- lengthgen: one job per data seed
+
+
+def test_lengthgen_one_job_per_data_seed_then_the_summary_equals_a_local_run(tiny_repro, tmp_path, fake,  # noqa: F811
+                                                                           monkeypatch):
+    run, table = tiny_repro / "number" / "seed0", tmp_path / "split" / "wide.csv"
+    kw = dict(grid=[0, 20], n=8, seeds=3, intervene=["none", "ntk:kappa=4"], progress=False)
+    lengthgen(run, out=table, launcher="slurm", **kw)
+    assert [(n, d) for _, n, d in _submitted(fake)] == [("lengthgen-wide-seed0", []), ("lengthgen-wide-seed1", []),
+                                                       ("lengthgen-wide-seed2", []),
+                                                       ("lengthgen-wide-summary", ["100", "101", "102"])]
+    unit = _job_args(table.parent, "lengthgen-wide-seed1")
+    assert unit[:2] == ["lengthgen", str(run)] and unit[unit.index("--data-seed") + 1] == "1" and "--seeds" not in unit
+    assert unit[unit.index("--out") + 1] == str(table.parent / "wide_parts" / "seed1.csv") and "--resume" in unit
+    summary = _job_args(table.parent, "lengthgen-wide-summary")
+    assert summary[summary.index("--seeds") + 1] == "3" and summary[summary.index("--out") + 1] == str(table)
+    assert not table.exists() and not (table.parent / "wide_parts").exists()
+
+    # seed 0's job finished, the others were cancelled: a re-run submits seeds 1, 2 and the summary
+    fanout.mark_done(table.parent, "lengthgen-wide-seed0", _job_args(table.parent, "lengthgen-wide-seed0"))
+    lengthgen(run, out=table, launcher="slurm", **kw)
+    assert [(n, d) for _, n, d in _submitted(fake)[4:]] == [("lengthgen-wide-seed1", []), ("lengthgen-wide-seed2", []),
+                                                           ("lengthgen-wide-summary", ["104", "105"])]
+    (table.parent / "stages" / "lengthgen-wide-seed0.done").unlink()
+
+    # the jobs here in order; the summary measures nothing (the parts' points) and is the table's one writer
+    for k in range(3):
+        name = f"lengthgen-wide-seed{k}"
+        assert main(["_unit", str(table.parent), name, "--", *_job_args(table.parent, name)]) == 0, name
+        assert set(pd.read_csv(table.parent / "wide_parts" / f"seed{k}.csv")["seed"]) == {k}
+    assert not table.exists()
+    import posym.lengthgen.trained as trained
+
+    def no_point(*a, **k):
+        raise AssertionError("the summary measured a point again")
+    with monkeypatch.context() as m:
+        m.setattr(trained, "evaluate_length", no_point)
+        assert main(["_unit", str(table.parent), "lengthgen-wide-summary", "--", *summary]) == 0
+    local = tmp_path / "local" / "wide.csv"
+    lengthgen(run, out=local, **kw)
+    _same_csvs(local.parent, table.parent, skip=("slurm", "stages", "wide_parts"))
+    assert len(pd.read_csv(table)) == 2 * 2 * 3  # interventions x lengths x data seeds
+
+
+def test_lengthgen_one_data_seed_is_one_job(tiny_repro, tmp_path, fake):  # noqa: F811
+    run, table = tiny_repro / "number" / "seed0", tmp_path / "lg" / "one.csv"
+    lengthgen(run, grid=[0, 20], n=8, data_seed=4, out=table, launcher="slurm")
+    assert [(n, d) for _, n, d in _submitted(fake)] == [("lengthgen-run", [])]
+    args = _job_args(table.parent, "lengthgen-run")
+    assert args[args.index("--data-seed") + 1] == "4" and "--seeds" not in args
+    with pytest.raises(PosymError, match="give --seeds 2 .* or --data-seed 1 .*, not both"):
+        lengthgen(run, grid=[0], n=8, seeds=2, data_seed=1, out=table)
+    res = lengthgen(run, grid=[0], n=4, data_seed=1, out=tmp_path / "k1.csv", progress=False)
+    assert list(res.table["seed"]) == [1]
+    both = lengthgen(run, grid=[0], n=4, seeds=2, out=tmp_path / "k01.csv", progress=False).table
+    keep = [c for c in both.columns if c not in TIMING]
+    pd.testing.assert_frame_equal(both[both["seed"] == 1][keep].reset_index(drop=True), res.table[keep])
