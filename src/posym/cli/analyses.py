@@ -235,6 +235,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="keep the points of an existing table measured the same way, evaluate the rest, "
                          "and save after each point (extends a grid; an interrupted run loses nothing)")
     _step_out_force(lg, "CSV file (default: DIR/lengthgen.csv)", intervene=True)
-    add_launcher_options(lg, launcher_help="local: this process (default); slurm: one sbatch job for the run "
-                                           "(docs/cluster.md)")
+    add_launcher_options(lg, launcher_help="local: this process (default); slurm: one sbatch job per data seed, "
+                                           "then one that writes the table (docs/cluster.md)")
     lg.set_defaults(func=_cmd_lengthgen)
