@@ -205,7 +205,7 @@ def _with_parts(old: pd.DataFrame | None, job: _JobArgs, seed_list: Sequence[int
     """``old`` (the rows kept by ``resume``) with the points of every part table whose Slurm job finished
     with the arguments this call gives it (:func:`posym.launch.fanout.unit_done`) and that was measured
     like this call (same model, rules and ``n``; else its points are measured here)."""
-    frames = [] if old is None else [old]
+    parts = []
     for k in seed_list:
         part = job.part(k)
         if part.is_file() and unit_done(job.table.parent, f"{job.verb}-seed{k}", job.part_args(k)):
@@ -214,10 +214,10 @@ def _with_parts(old: pd.DataFrame | None, job: _JobArgs, seed_list: Sequence[int
             except PosymError:
                 continue
             if rows is not None:
-                frames.append(rows[rows["seed"] == k])
-    if not frames:
-        return None
-    every = pd.concat(frames, ignore_index=True)
+                parts.append(rows[rows["seed"] == k])
+    if not parts:  # no finished part: the rows kept, as they are
+        return old
+    every = pd.concat(([] if old is None else [old]) + parts, ignore_index=True)
     return every.drop_duplicates([INTERVENTION, "extra_tokens", "seed"], ignore_index=True)
 
 
