@@ -160,11 +160,12 @@ def test_head_types_plan_one_job_for_the_model(llama, tmp_path, fake, capsys):
 
 @pytest.mark.integration
 def test_lengthgen_plan_one_job_for_the_run(runs, tmp_path, fake):
+    """One data seed: one job (several: one per data seed, tests/launch/test_study_slurm_split.py)."""
     table = tmp_path / "lg" / "lengthgen_wide.csv"
-    res = lengthgen(runs / "number", grid=[0, 20], n=8, seeds=2, out=table, launcher="slurm")
+    res = lengthgen(runs / "number", grid=[0, 20], n=8, seeds=1, out=table, launcher="slurm")
     assert [(n, d) for _, n, d in _submitted(fake)] == [("lengthgen-run", [])]
     args = _job_args(table.parent, "lengthgen-run")
-    assert args[:2] == ["lengthgen", str(runs / "number")] and args[args.index("--seeds") + 1] == "2"
+    assert args[:2] == ["lengthgen", str(runs / "number")] and args[args.index("--seeds") + 1] == "1"
     assert not table.exists() and "squeue -j 100" in res.summary
 
 

@@ -61,7 +61,7 @@ def _cmd_theory_restricted(a: argparse.Namespace) -> None:
 def _cmd_lengthgen(a: argparse.Namespace) -> None:
     from posym.verbs.lengthgen import lengthgen
     show(call(partial(lengthgen, **launcher_options(a)), a, "run_dir",
-              names=("task", "grid", "n", "seeds", "out", "extra_rule", "step", "device",
+              names=("task", "grid", "n", "seeds", "data_seed", "out", "extra_rule", "step", "device",
                      "force", "resume", "intervene", "layers")))
 
 
@@ -225,6 +225,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="'paper' (0,10..100,200..1000,1500..5000) or e.g. 0,200,1000")
     lg.add_argument("--n", type=positive_int, default=SUPPRESS, help="samples per added length and seed")
     lg.add_argument("--seeds", type=positive_int, default=SUPPRESS, help="data seeds (spread reported as sd)")
+    lg.add_argument("--data-seed", type=nonneg_int, default=SUPPRESS, metavar="K",
+                    help="only data seed K (what one Slurm job of a several-seed lengthgen measures)")
     lg.add_argument("--device", type=device_type, default=SUPPRESS)
     lg.add_argument("--extra-rule", default=SUPPRESS, choices=["window", "distractor", "copies"],
                     help="what the added tokens are (SPEC §1.4, our choice): target-window-like filler (default), "
@@ -233,6 +235,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="keep the points of an existing table measured the same way, evaluate the rest, "
                          "and save after each point (extends a grid; an interrupted run loses nothing)")
     _step_out_force(lg, "CSV file (default: DIR/lengthgen.csv)", intervene=True)
-    add_launcher_options(lg, launcher_help="local: this process (default); slurm: one sbatch job for the run "
-                                           "(docs/cluster.md)")
+    add_launcher_options(lg, launcher_help="local: this process (default); slurm: one sbatch job per data seed, "
+                                           "then one that writes the table (docs/cluster.md)")
     lg.set_defaults(func=_cmd_lengthgen)

@@ -32,7 +32,8 @@ SUMMARY = "summary"
 
 @dataclass(frozen=True)
 class FanOut:
-    """The plan of a fan-out study: ``verb`` (the CLI verb, prefix of every job name), ``units`` (unit
+    """The plan of a fan-out study: ``verb`` (the prefix of every job name: the CLI verb, or the verb and
+    what keeps one call's jobs apart from another's in the same folder, e.g. ``lengthgen-<table stem>``), ``units`` (unit
     name -> posym CLI arguments of that unit's job) and ``summary`` (the CLI arguments of the job that
     writes the study's tables after every unit; None when the single unit writes them itself)."""
 

@@ -69,6 +69,8 @@ FREQ_USE = "freq_use.csv"
 FREQ_TABLE = "freq_table.csv"
 FREQ_SCORES = "freq_scores.csv"
 LENGTHGEN = "lengthgen.csv"
+LENGTHGEN_PARTS = "{stem}_parts"  # beside a lengthgen table x.csv: x_parts/, the tables of its --launcher slurm jobs
+LENGTHGEN_PART = "seed{seed}.csv"  # x_parts/seed<k>.csv: the rows of data seed k (one Slurm job)
 TENSORBOARD = "tensorboard"  # TensorBoard event files of a run trained with --log tensorboard
 # figure stems (saved as .png and .pdf under FIGURES)
 FIG_ABLATION = "ablation"
@@ -126,6 +128,7 @@ PREDICTION = "prediction.csv"
 FIG_PREDICTION = "prediction"
 VARIANT_CURVES = "fig5b_variants.csv"  # Fig. 5B of every variant of a sensitivity study
 FIG_VARIANT_CURVES = "fig5b_variants"
+SENSITIVITY_UNITS = "units"  # OUT/units/<variant>/: one variant's job of sensitivity --launcher slurm (its prediction.csv)
 PE_STUDY = "pe_study.csv"  # posym pe-study: one row per (variant, task, quantity)
 PE_STUDY_MD = "pe_study.md"
 PE_STUDY_HTML = "pe_study.html"

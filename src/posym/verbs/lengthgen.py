@@ -9,8 +9,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from posym.checks import check_int
 from posym.errors import PosymError
-from posym.launch.fanout import FanOut, check_launcher, submit_fanout
+from posym.launch.fanout import FanOut, check_launcher, submit_fanout, unit_done
 from posym.launch.slurm import SlurmOptions
 from posym.lengthgen.trained import largest_length_above, lengthgen as lengthgen_table, parse_grid, summarize_lengthgen
 from posym.runs import layout
@@ -26,7 +27,7 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
               step: StepChoice = None, device: str = "cpu", force: bool = False, resume: bool = False,
               progress: bool = True, intervene: Sequence[str] | None = None,
               layers: Sequence[int] | None = None, launcher: str = "local",
-              slurm_options: SlurmOptions | None = None) -> VerbResult:
+              slurm_options: SlurmOptions | None = None, data_seed: int | None = None) -> VerbResult:
     """Evaluate the model a run stands for (or ``step``), or any HF GPT-J dir with ``task``, on the grid.
 
     Writes ``lengthgen.csv`` (one row per intervention, added length and data seed),
@@ -60,16 +61,28 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
     missing files from the table without measuring again; a plain re-run says to pass ``--resume``
     (or ``--force`` to measure afresh).
 
-    ``launcher``: ``local`` or ``slurm``: one job (the run; its data seeds are points of one table, which
-    has one writer) runs this call with the same settings and writes the same files; its script, log
-    and marker go beside the table (``slurm/``, ``stages/``; :mod:`posym.launch.fanout`, docs/cluster.md).
-    Returns once the job is queued.
+    ``seeds``: data seeds 0..seeds-1; ``data_seed``: instead, that one data seed only (its rows are the
+    ones a call with more seeds writes for it).
+
+    ``launcher``: ``local`` or ``slurm`` (:mod:`posym.launch.fanout`, docs/cluster.md; scripts, logs and
+    markers beside the table, ``slurm/``, ``stages/``); returns once the jobs are queued. One data seed:
+    one job runs this call. Several: one job per data seed (``data_seed``, ``resume``) writes that seed's
+    rows into its part table ``X_parts/seed<k>.csv`` beside ``X.csv`` (``layout.LENGTHGEN_PARTS``), then
+    a summary job (``afterok``) runs this call, which takes the points of every part whose job finished
+    with these settings (its marker) as measured and writes the table, summary and figure, the same rows
+    in the same order as a local run: the one writer of the table.
     """
     from posym.interventions import check_interventions, intervened, plan_interventions
     from posym.report.figures import plot_lengthgen
     from posym.report.paper import LENGTHGEN
 
     check_launcher(launcher, slurm_options)
+    if data_seed is not None:
+        data_seed = check_int(data_seed, "data_seed")
+        if seeds != 1:
+            raise PosymError(f"give --seeds {seeds} (data seeds 0..{seeds - 1}) or --data-seed {data_seed} "
+                             "(that one data seed), not both")
+    seed_list = [data_seed] if data_seed is not None else list(range(check_int(seeds, "seeds", lo=1)))
     grid_values = parse_grid(grid)
     specs = plan_interventions(intervene, layers)
     table_path = Path(out) if out else Path(run) / layout.LENGTHGEN
@@ -84,15 +97,13 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
                          "again, or --force to measure afresh")
     outputs = Outputs([table_path, *derived], force or resume).check()
     lock = DirLock.for_file(table_path, "length table").check_free()  # a second writer: refused before any work
+    job = _JobArgs(run, task, grid_values, n, table_path, extra_rule, device, step, force, intervene, layers)
     if launcher == "slurm":
-        args = ("lengthgen", str(Path(run).absolute()), *(["--task", task] if task else []),
-                "--grid", ",".join(map(str, grid_values)), "--n", str(n), "--seeds", str(seeds),
-                "--out", str(table_path.absolute()), "--extra-rule", extra_rule, "--device", device,
-                *(["--step", str(step)] if step is not None else []), *(["--force"] if force else []),
-                *(["--resume"] if resume else []), *[x for i in ([intervene] if isinstance(intervene, str) else intervene or ())
-                                                   for x in ("--intervene", str(i))],
-                *(["--layers", ",".join(map(str, layers))] if layers else []))
-        plan = FanOut("lengthgen", {"run": args})
+        args = job.args(data_seed, seeds, resume=resume)
+        if len(seed_list) == 1:
+            plan = FanOut("lengthgen", {"run": args})
+        else:
+            plan = FanOut(job.verb, {f"seed{k}": job.part_args(k) for k in seed_list}, args)
         return VerbResult(None, [], submit_fanout(table_path.parent, plan, slurm_options).text)
     resolved = resolve_model(run, task=task, step=step)
     model, task, ckpt_step = resolved
@@ -106,6 +117,8 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
     with lock:
         outputs.check()  # again under the lock: a writer that finished meanwhile may have written it
         old = _rows_to_keep(table_path, key, n, force) if resume and table_path.is_file() else None
+        if len(seed_list) > 1:  # the part tables of a Slurm fan-out's finished jobs: measured points
+            old = _with_parts(old, job, seed_list, key)
         note = in_progress_note(run, ckpt_step)
 
         def labelled(t: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -130,7 +143,7 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
                 outputs.csv(pd.concat(list(rows.values()), ignore_index=True), table_path)
 
             with intervened(model, spec):
-                t = lengthgen_table(model, task, grid_values, n=n, seeds=seeds, device=device, progress=progress,
+                t = lengthgen_table(model, task, grid_values, n=n, seeds=seed_list, device=device, progress=progress,
                                     extra_rule=extra_rule, distractors=distractors, done=done,
                                     on_point=save if resume else None, label=None if name == NO_INTERVENTION else name)
             rows[name] = labelled(t, name)
@@ -156,6 +169,56 @@ def lengthgen(run: str | os.PathLike, *, task: str | None = None, grid: str | Se
                 + (f"\n{note}" if note else ""))
         return VerbResult(table, list(dict.fromkeys(outputs.written)), text,
                           {"summary": summary, "task": task, "step": ckpt_step})
+
+
+class _JobArgs:
+    """The posym arguments of the Slurm jobs of one ``lengthgen`` call (absolute paths: the same in the
+    submitting process and in the summary job, which checks the units' markers against them)."""
+
+    def __init__(self, run, task, grid, n, table, extra_rule, device, step, force, intervene, layers) -> None:
+        intervene = [intervene] if isinstance(intervene, str) else list(intervene or ())
+        self.table, self.n = Path(table).absolute(), n
+        self.verb = f"lengthgen-{self.table.stem}"  # job names: one table's jobs apart from another's
+        self.common = (str(Path(run).absolute()), *(["--task", task] if task else []),
+                       "--grid", ",".join(map(str, grid)), "--n", str(n))
+        self.rest = ("--extra-rule", extra_rule, "--device", device, *(["--step", str(step)] if step is not None else []),
+                     *(["--force"] if force else []))
+        self.tail = (*[x for i in intervene for x in ("--intervene", str(i))],
+                     *(["--layers", ",".join(map(str, layers))] if layers else []))
+
+    def args(self, data_seed: int | None, seeds: int, resume: bool, out: Path | None = None) -> tuple[str, ...]:
+        """The arguments of this call (``data_seed`` or ``seeds``) into ``out`` (default: the table)."""
+        which = ("--data-seed", str(data_seed)) if data_seed is not None else ("--seeds", str(seeds))
+        return ("lengthgen", *self.common, *which, "--out", str(out or self.table), *self.rest,
+                *(["--resume"] if resume else []), *self.tail)
+
+    def part(self, k: int) -> Path:
+        """``X_parts/seed<k>.csv``: the part table of data seed ``k``."""
+        return self.table.parent / layout.LENGTHGEN_PARTS.format(stem=self.table.stem) / layout.LENGTHGEN_PART.format(seed=k)
+
+    def part_args(self, k: int) -> tuple[str, ...]:
+        """The arguments of data seed ``k``'s job: that seed into its part table, resumed point by point."""
+        return self.args(k, 1, True, self.part(k))
+
+
+def _with_parts(old: pd.DataFrame | None, job: _JobArgs, seed_list: Sequence[int], key: dict) -> pd.DataFrame | None:
+    """``old`` (the rows kept by ``resume``) with the points of every part table whose Slurm job finished
+    with the arguments this call gives it (:func:`posym.launch.fanout.unit_done`) and that was measured
+    like this call (same model, rules and ``n``; else its points are measured here)."""
+    parts = []
+    for k in seed_list:
+        part = job.part(k)
+        if part.is_file() and unit_done(job.table.parent, f"{job.verb}-seed{k}", job.part_args(k)):
+            try:
+                rows = _rows_to_keep(part, key, job.n, False)
+            except PosymError:
+                continue
+            if rows is not None:
+                parts.append(rows[rows["seed"] == k])
+    if not parts:  # no finished part: the rows kept, as they are
+        return old
+    every = pd.concat(([] if old is None else [old]) + parts, ignore_index=True)
+    return every.drop_duplicates([INTERVENTION, "extra_tokens", "seed"], ignore_index=True)
 
 
 def _curve_text(summary: pd.DataFrame) -> str:

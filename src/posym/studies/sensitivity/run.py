@@ -4,11 +4,14 @@ length extrapolation (:mod:`posym.studies.sensitivity.tables`)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Mapping
 
+import pandas as pd
+
 from posym.errors import PosymError
-from posym.launch.fanout import FanOut, check_launcher, submit_fanout, variant_path
+from posym.launch.fanout import FanOut, check_launcher, submit_fanout, unit_done, variant_path
 from posym.launch.slurm import SlurmOptions
 from posym.runs import layout
 from posym.runs.tables import NO_INTERVENTION
@@ -17,8 +20,40 @@ from posym.studies.sensitivity.figures import plot_prediction
 from posym.studies.sensitivity.page import sensitivity_page
 from posym.studies.sensitivity.tables import (check_variants, extrapolation_prediction, intervention_notes,
                                               lengthgen_tables, prediction_correlations, prediction_findings,
-                                              sensitivity_markdown, sensitivity_rows, sensitivity_table, variant_curves)
+                                              read_prediction_rows, sensitivity_markdown, sensitivity_rows,
+                                              sensitivity_table, variant_curves)
 from posym.verbs import Outputs, VerbResult, figure_paths
+
+
+#: The verb (prefix of every Slurm job name of the study) and the prefix of a variant's unit.
+VERB, UNIT = "sensitivity", "predict-"
+
+
+def prediction_units(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, n: int
+                     ) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The Slurm units of the prediction (:mod:`posym.launch.fanout`): per reproduction variant, unit
+    name -> (variant, CLI arguments of its job: this study of that variant alone, with the same ``n``,
+    into ``OUT/units/<unit>/``, whose ``prediction.csv`` the summary reads). Fig. 5B-only variants have
+    no models, hence no unit."""
+    names = [k for k, v in variants.items() if lengthgen_tables(v) is None]
+    units = [UNIT + (re.sub(r"[^A-Za-z0-9._-]+", "-", k).strip("-") or "variant") for k in names]
+    if len(set(units)) < len(units):  # two names alike once made safe for a file name: number them
+        units = [f"{u}-{i}" for i, u in enumerate(units)]
+    out = Path(out).absolute()
+    return {u: (k, (VERB, f"{k}={variant_path(variants[k])}", "--out", str(out / layout.SENSITIVITY_UNITS / u),
+                    "--n", str(n), "--force")) for u, k in zip(units, names)}
+
+
+def _done_units(variants: Mapping[str, str | os.PathLike], out: Path, n: int) -> dict[str, pd.DataFrame]:
+    """Variant -> its prediction rows from a finished Slurm job of this study with these settings (its
+    marker holds the arguments this call would give it), for :func:`extrapolation_prediction`."""
+    done = {}
+    for unit, (name, args) in prediction_units(variants, out, n).items():
+        if unit_done(out, f"{VERB}-{unit}", args):
+            rows = read_prediction_rows(Path(args[3]) / layout.PREDICTION)
+            if rows is not None:
+                done[name] = rows
+    return done
 
 
 def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLike, *, predict: bool = True,
@@ -30,9 +65,11 @@ def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLik
     ``prediction.png|pdf`` (Spearman rho in the figure titles). ``intervention``: whose rows of the
     Fig. 5B-only variants' tables are shown (default the untouched model's; named in the text and the
     page when the tables hold others); the reproductions' rows are the untouched model's.
-    ``launcher``: ``local`` or ``slurm``: one job runs this call with the same settings and writes the same
-    files (the prediction reads every variant's models into one correlation, so it is one unit;
-    :mod:`posym.launch.fanout`, docs/cluster.md); returns once the job is queued."""
+    ``launcher``: ``local`` or ``slurm``: with ``predict``, one job per reproduction variant measures its
+    models (this study of that variant alone into ``OUT/units/<unit>/``, :func:`prediction_units`),
+    then a summary job (``afterok``) runs this call, which takes each finished variant's rows from its
+    ``prediction.csv`` instead of measuring again and writes the same files as a local run
+    (:mod:`posym.launch.fanout`, docs/cluster.md); returns once the jobs are queued."""
     check_launcher(launcher, slurm_options)
     check_variants(variants)
     if intervention != NO_INTERVENTION and not any(lengthgen_tables(v) is not None for v in variants.values()):
@@ -49,10 +86,12 @@ def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLik
         args = ("sensitivity", *[f"{k}={variant_path(v)}" for k, v in variants.items()], "--out", str(out.absolute()),
                 "--n", str(n), "--intervention", intervention, *([] if predict else ["--no-predict"]),
                 *(["--force"] if force else []))
-        return VerbResult(None, [], submit_fanout(out, FanOut("sensitivity", {}, args), slurm_options).text)
+        units = {u: a for u, (_, a) in prediction_units(variants, out, n).items()} if predict else {}
+        return VerbResult(None, [], submit_fanout(out, FanOut(VERB, units, args), slurm_options).text)
     table = sensitivity_table(variants, intervention)
     md = sensitivity_markdown(table) + "".join(f"\n\nFig. 5B of {k}: {v}." for k, v in notes.items())
-    pred = extrapolation_prediction(variants, n=n, progress=progress) if predict else None
+    pred = (extrapolation_prediction(variants, n=n, progress=progress, done=_done_units(variants, out, n))
+            if predict else None)
     curves = variant_curves(variants, intervention)
     outputs.csv(table, out / layout.SENSITIVITY)
     outputs.text(md + "\n", out / layout.SENSITIVITY_MD)
@@ -72,4 +111,4 @@ def sensitivity(variants: Mapping[str, str | os.PathLike], out: str | os.PathLik
     return VerbResult(table, outputs.written, "\n".join(lines), {"prediction": pred})
 
 
-__all__ = ["sensitivity"]
+__all__ = ["prediction_units", "sensitivity"]

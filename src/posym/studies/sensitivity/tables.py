@@ -246,9 +246,13 @@ def sensitivity_markdown(table: pd.DataFrame) -> str:
 
 
 def extrapolation_prediction(variants: Mapping[str, str | os.PathLike], gamma: float = GAMMA, n: int = 256,
-                             progress: bool = True) -> pd.DataFrame:
+                             progress: bool = True, done: Mapping[str, pd.DataFrame] | None = None) -> pd.DataFrame:
     """One row per model: variant, task, seed, delta_positional, delta_symbolic (mean Δ at +0 over the
-    model's pure heads of each kind; NaN without such heads), n_positional, n_symbolic, largest_09."""
+    model's pure heads of each kind; NaN without such heads), n_positional, n_symbolic, largest_09.
+
+    ``done``: variant name -> its rows measured before with the same ``n`` (a Slurm job's
+    :func:`read_prediction_rows`); taken as they are, in that variant's place, when they hold exactly
+    its models (task, seed), else the variant is measured again."""
     from posym.runs.resolve import resolve_model  # looked up at call time (tests replace it)
     from posym.theory.trained import trained_discrepancy
 
@@ -260,8 +264,15 @@ def extrapolation_prediction(variants: Mapping[str, str | os.PathLike], gamma: f
         if not (purity_path.is_file() and lg_path.is_file()):
             raise PosymError(f"{run} lacks {purity_path.name} or {lg_path.name} (run its analyses first)")
         reach[run] = curve_reach(read_lengthgen_summary(lg_path))  # the untouched model's reach, value-checked
-    rows = []
+    done = {name: rows for name, rows in (done or {}).items()
+            if sorted(zip(rows["task"], rows["seed"])) == sorted((t, s) for v, t, s, *_ in models if v == name)}
+    rows, taken = [], set()
     for name, task, seed, run, purity_path, lg_path in models:
+        if name in done:
+            if name not in taken:
+                taken.add(name)
+                rows += done[name].to_dict("records")
+            continue
         purity = pd.read_csv(purity_path)
         model, _, _ = resolve_model(run, task=task)
         delta = trained_discrepancy(model, task, grid=[0], n=n, progress=progress)
@@ -274,6 +285,27 @@ def extrapolation_prediction(variants: Mapping[str, str | os.PathLike], gamma: f
         row["largest_09"] = reach[run]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+#: The column types of a prediction table (:func:`extrapolation_prediction`), as read back.
+PREDICTION_TYPES: dict[str, type] = {"variant": str, "task": str, "seed": int, "delta_positional": float,
+                                     "n_positional": int, "delta_symbolic": float, "n_symbolic": int,
+                                     "largest_09": float}
+
+
+def read_prediction_rows(path: str | os.PathLike) -> pd.DataFrame | None:
+    """The rows of a prediction table written by :func:`extrapolation_prediction` (exact floats, the
+    column types it writes), or None when the file is missing or not such a table."""
+    try:
+        t = pd.read_csv(path, dtype={"variant": str, "task": str})
+    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+        return None
+    if list(t.columns) != list(PREDICTION_TYPES) or t.empty:
+        return None
+    try:
+        return t.astype(PREDICTION_TYPES)
+    except (TypeError, ValueError):
+        return None
 
 
 def rank_correlation(x: np.ndarray, y: np.ndarray, n_perm: int = 20000, seed: int = 0) -> tuple[float, float, int]:
@@ -343,6 +375,6 @@ def prediction_findings(pred: pd.DataFrame, correlations: Mapping[str, list[str]
             for kind, parts in correlations.items()]
 
 
-__all__ = ["STUDY_ROWS", "check_table_list", "check_variants", "extrapolation_prediction", "intervention_notes",
+__all__ = ["PREDICTION_TYPES", "STUDY_ROWS", "check_table_list", "check_variants", "extrapolation_prediction", "intervention_notes",
            "lengthgen_tables", "p_text", "prediction_correlations", "prediction_findings", "rank_correlation",
-           "sensitivity_markdown", "sensitivity_rows", "sensitivity_table", "variant_curves"]
+           "read_prediction_rows", "sensitivity_markdown", "sensitivity_rows", "sensitivity_table", "variant_curves"]
