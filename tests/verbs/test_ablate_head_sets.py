@@ -55,6 +55,13 @@ def test_ablate_a_type_and_its_matched_control(llama_dir, tmp_path, capsys):
     assert len([h for h in heads if h.startswith("L0")]) == 2 and len([h for h in heads if h.startswith("L2")]) == 1
     assert not set(heads) & {"L0H1", "L0H2", "L2H1"} and set(ctrl["seed"]) == {4}
 
+    out3 = tmp_path / "count"  # match=count: 3 heads anywhere outside the typed set, the documented draw
+    assert main(["ablate", str(directory), "--task", "number", "--n", "8", "--modes", "zero", "--heads",
+                 "random:positional,seed=4,match=count", "--readout", str(readout), "--out", str(out3)]) == 0
+    from posym.heads.selection import format_heads, matched_control
+    want = format_heads(matched_control([(0, 1), (0, 2), (2, 1)], 4, 4, 4, "positional", match="count"))
+    assert set(pd.read_csv(out3 / "ablation.csv")["heads"]) == {want} and len(want.split("+")) == 3
+
 
 @pytest.mark.parametrize("args, msg", [
     (["--heads", "L0H9"], "no head L0H9 in this model"),
