@@ -23,7 +23,7 @@ from posym.cli import main
 from posym.errors import PosymError
 from posym.runs import layout
 from posym.train import make_config
-from posym.train.batched import clip_per_run, parse_seeds, seed_configs, seed_dir, train_batched
+from posym.train.batched import check_batchable, clip_per_run, parse_seeds, seed_configs, seed_dir, train_batched
 from posym.verbs.train import head_tracker, train, train_seeds, train_task
 from train_helpers import Interrupt, interrupt_at
 
@@ -150,8 +150,9 @@ def test_interrupted_group_resumes_exactly(group, tmp_path):
 
 
 def test_refusals_name_the_problem(tmp_path, monkeypatch):
-    with pytest.raises(PosymError, match="dropout"):
-        train_seeds(_cfg(model_overrides={**TINY["model_overrides"], "resid_pdrop": 0.1}), SEEDS, tmp_path)
+    with pytest.raises(PosymError, match="dropout"):  # on the CPU dropout trains (test_batched_dropout.py)
+        check_batchable(seed_configs(_cfg(model_overrides={**TINY["model_overrides"], "resid_pdrop": 0.1}), SEEDS),
+                        "cuda")
     with pytest.raises(PosymError, match="fp32"):
         train_seeds(_cfg(precision="bf16"), SEEDS, tmp_path)
     with pytest.raises(PosymError, match="differ in steps"):

@@ -10,16 +10,18 @@ predicts the answer). ``last_token_logits`` runs the *same parameters* of an HF
 * the LM head runs on one position.
 
 Dropout (in ``train()`` mode) has the model's rates and distribution but a faster draw (``_dropout``);
-attention dropout uses SDPA's ``dropout_p``. In ``eval()`` mode the result equals the HF forward to float tolerance
-(``reference_last_token_logits``; tested to 1e-5), for every positional encoding (SPEC §2.1): the
-rotary table is the model's own, ``positions`` gives each sequence its position ids (``randomized:L``
-training), and an SSMax query projection gets the token index of each query.
+attention dropout uses SDPA's ``dropout_p``. ``dropout_masks`` draws the same masks ahead of the call
+(same generator consumption), and ``last_token_logits(..., dropout_masks=...)`` uses them. In ``eval()``
+mode the result equals the HF forward to float tolerance (``reference_last_token_logits``; tested to
+1e-5), for every positional encoding (SPEC §2.1): the rotary table is the model's own, ``positions``
+gives each sequence its position ids (``randomized:L`` training), and an SSMax query projection gets
+the token index of each query.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -68,6 +70,44 @@ def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
     return x * keep * (1.0 / (1.0 - p))
 
 
+def dropout_masks(model: GPTJForCausalLM, batch: int, length: int, dtype: torch.dtype = torch.float32,
+                  device: str | torch.device = "cpu") -> list[Tensor]:
+    """The dropout draws of one train-mode :func:`last_token_logits` call on ``[batch, length]`` ids, made now
+    from the global generator in the forward's order, shapes and ops (so the generator ends in the state the
+    call leaves it in): embedding ``[B, T, D]`` (``rand >= p``), then per layer the attention probabilities
+    ``[B, H, Tq, T]`` (SDPA's own CPU draw: ``F.dropout``, i.e. ``bernoulli_(1 - p)``), the attention output
+    and the MLP output ``[B, Tq, D]``; ``Tq`` = T, 1 in the last layer. A site with rate 0 draws nothing and
+    has no entry. Each entry is the multiplier ``keep / (1 - p)`` (0 or 1/(1-p)); passed back as
+    ``dropout_masks=`` the forward equals the drawing call to float tolerance (CPU; on CUDA SDPA draws
+    inside its kernel, which nothing outside reproduces)."""
+    cfg = model.config
+    D, H = cfg.n_embd, cfg.n_head
+    n_layers = len(model.transformer.h)
+    masks: list[Tensor] = []
+
+    def rand_site(shape: tuple[int, ...], p: float) -> None:
+        if p:
+            masks.append((torch.rand(shape, dtype=dtype, device=device) >= p).to(dtype) * (1.0 / (1.0 - p)))
+
+    rand_site((batch, length, D), cfg.embd_pdrop)
+    for i in range(n_layers):
+        tq = 1 if i == n_layers - 1 else length
+        if cfg.attn_pdrop:
+            masks.append(F.dropout(torch.ones(batch, H, tq, length, dtype=dtype, device=device), cfg.attn_pdrop, True))
+        rand_site((batch, tq, D), cfg.resid_pdrop)
+        rand_site((batch, tq, D), cfg.resid_pdrop)
+    return masks
+
+
+def _masked_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, mask: Tensor) -> Tensor:
+    """SDPA's math path with a given dropout multiplier ``mask`` [B, H, Tq, T] on the attention probabilities."""
+    scores = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        tq, t = scores.shape[-2:]
+        scores = scores.masked_fill(torch.ones(tq, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return (torch.softmax(scores, dim=-1) * mask) @ v
+
+
 #: Attribute (a count) set on a model while something needs its plain forward (:func:`full_forward`).
 FULL_FORWARD = "_posym_full_forward"
 
@@ -96,8 +136,12 @@ def has_fast_path(model: torch.nn.Module) -> bool:
     return isinstance(model, GPTJForCausalLM)
 
 
-def last_token_logits(model: GPTJForCausalLM, input_ids: Tensor, positions: Tensor | None = None) -> Tensor:
+def last_token_logits(model: GPTJForCausalLM, input_ids: Tensor, positions: Tensor | None = None,
+                      dropout_masks: Sequence[Tensor] | None = None) -> Tensor:
     """Logits at the last position. input_ids [B, T] -> logits [B, V].
+
+    ``dropout_masks`` (GPT-J's fast path only): the draws of :func:`dropout_masks`, used in place of drawing
+    (``posym train --seeds`` draws each run's masks from its own generator outside ``vmap``).
 
     Positions are 0..T-1 (``positions`` None) or each sequence's own position ids [B, T]; they must be
     < the model's rotary table length. The fast path is GPT-J's (:func:`has_fast_path`); every other
@@ -116,9 +160,16 @@ def last_token_logits(model: GPTJForCausalLM, input_ids: Tensor, positions: Tens
     index = torch.arange(T, device=input_ids.device)
     positions = index if positions is None else positions.to(input_ids.device)
     train = model.training
-    x = _dropout(tr.wte(input_ids), cfg.embd_pdrop, train)  # [B, T, D]
+    given = None if dropout_masks is None else iter(dropout_masks)
+
+    def drop(t: Tensor, p: float) -> Tensor:
+        if given is None:
+            return _dropout(t, p, train)
+        return t * next(given) if p else t
+
+    x = drop(tr.wte(input_ids), cfg.embd_pdrop)  # [B, T, D]
     sin, cos = _rotary_tables(model, positions, x.dtype)
-    p_attn = cfg.attn_pdrop if model.training else 0.0
+    p_attn = cfg.attn_pdrop if model.training and given is None else 0.0
     n_layers = len(tr.h)
     for i, block in enumerate(tr.h):
         last = i == n_layers - 1
@@ -133,10 +184,13 @@ def last_token_logits(model: GPTJForCausalLM, input_ids: Tensor, positions: Tens
         else:
             q = _rotate(q, sin, cos, rd)
         k = _rotate(k, sin, cos, rd)
-        a = F.scaled_dot_product_attention(q, k, v, dropout_p=p_attn, is_causal=not last, scale=scale)
-        a = _dropout(attn.out_proj(a.transpose(1, 2).reshape(B, hq.shape[1], -1)), cfg.resid_pdrop, train)
+        if given is not None and cfg.attn_pdrop:
+            a = _masked_attention(q, k, v, not last, scale, next(given))
+        else:
+            a = F.scaled_dot_product_attention(q, k, v, dropout_p=p_attn, is_causal=not last, scale=scale)
+        a = drop(attn.out_proj(a.transpose(1, 2).reshape(B, hq.shape[1], -1)), cfg.resid_pdrop)
         mlp = block.mlp
-        m = _dropout(mlp.fc_out(mlp.act(mlp.fc_in(hq))), cfg.resid_pdrop, train)
+        m = drop(mlp.fc_out(mlp.act(mlp.fc_in(hq))), cfg.resid_pdrop)
         x_res = x[:, -1:] if last else x
         x = a + m + x_res
     x = tr.ln_f(x[:, -1])
@@ -154,4 +208,4 @@ def reference_last_token_logits(model: GPTJForCausalLM, input_ids: Tensor, posit
     return model(input_ids=input_ids, position_ids=positions, attention_mask=mask).logits[:, -1]
 
 
-__all__ = ["FULL_FORWARD", "full_forward", "has_fast_path", "last_token_logits", "reference_last_token_logits"]
+__all__ = ["FULL_FORWARD", "dropout_masks", "full_forward", "has_fast_path", "last_token_logits", "reference_last_token_logits"]

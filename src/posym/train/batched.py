@@ -14,9 +14,13 @@ the group or on one run alone).
 Exactness (SPEC §2; tested): train loss per step, metrics and final weights equal K separate runs to
 float tolerance (fp32 on a CPU: batched matmuls reduce in another order; bound 1e-5 of each weight
 tensor's largest magnitude after 20 steps), and a resumed group equals an uninterrupted one bit for
-bit. Dropout > 0 is refused (vmap cannot reproduce each run's own dropout stream), as are fp16/bf16,
-``compile``, another ``--arch`` and DDP. On a CPU it costs more per run than separate runs (batched
-matmuls, vmap's per-run SDPA fallback); it is meant for accelerators.
+bit. Dropout (the paper preset's 0.1) is exact on the CPU: before each step every run's masks are drawn
+outside ``vmap`` from its own generator state (:func:`posym.model.fast.dropout_masks`: the forward's draws
+in its order, shapes and ops, SDPA's attention dropout included) and passed in, so each run's masks and
+RNG state after the step are its single run's. Off the CPU dropout is refused (SDPA draws attention
+dropout inside its CUDA kernel), as are fp16/bf16, ``compile``, another ``--arch`` and DDP. On a CPU it
+costs more per run than separate runs (batched matmuls, vmap's per-run SDPA fallback); it is meant for
+accelerators.
 """
 
 from __future__ import annotations
@@ -29,18 +33,20 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch.func import functional_call, vmap
 from tqdm.auto import tqdm
 
 from posym.errors import PosymError
 from posym.model.arch import arch_config
+from posym.model.fast import dropout_masks, last_token_logits
 from posym.model.pe import parse_pe, random_positions
 from posym.runs.lock import DirLock
 from posym.tasks import get_vocab
 from posym.train import checkpoints as ckpt
 from posym.train import distributed as dist
 from posym.train.config import MAX_SEED, TrainConfig
-from posym.train.loop import (EvalCallback, LastTokenLoss, RunResult, _batch_position, _check_run_dir, _epoch_perm,
+from posym.train.loop import (EvalCallback, RunResult, _batch_position, _check_run_dir, _epoch_perm,
                               _finish, _has_entries, _param_groups, _Run, _setup)
 from posym.train.schedule import linear_warmup_decay
 
@@ -84,9 +90,10 @@ def seed_dir(out: str | Path, seed: int) -> Path:
     return Path(out) / f"seed{seed}"
 
 
-def check_batchable(configs: Sequence[TrainConfig]) -> None:
+def check_batchable(configs: Sequence[TrainConfig], device: str = "cpu") -> None:
     """PosymError (one line, before any work) unless the runs can train as one exact batched model: the
-    same configuration but for :data:`PER_RUN_FIELDS`, GPT-J in fp32 without compile, and no dropout."""
+    same configuration but for :data:`PER_RUN_FIELDS`, GPT-J in fp32 without compile, and dropout only
+    on the CPU (where each run's masks are drawn exactly as its own run draws them)."""
     if not configs:
         raise PosymError("a batched group needs at least one run")
     first = configs[0]
@@ -100,9 +107,10 @@ def check_batchable(configs: Sequence[TrainConfig]) -> None:
         raise PosymError("--seeds trains in fp32 without --compile; drop --precision / --compile or train each seed alone")
     mcfg = arch_config(first.arch, first.preset, get_vocab(first.task).size, pe=first.pe, **first.model_overrides)
     drops = {k: getattr(mcfg, k) for k in ("embd_pdrop", "resid_pdrop", "attn_pdrop") if getattr(mcfg, k)}
-    if drops:
-        raise PosymError(f"--seeds cannot give each run its own dropout stream (dropout {drops}); add "
-                         + " ".join(f"--set {k}=0" for k in drops) + " or train each seed alone")
+    if drops and torch.device(device).type != "cpu":
+        raise PosymError(f"--seeds with dropout ({drops}) trains on the CPU only: on {device} SDPA draws attention "
+                         "dropout inside its kernel, which a batched group cannot reproduce per run; train each seed "
+                         "alone, or add " + " ".join(f"--set {k}=0" for k in drops))
 
 
 class _RunOptimizer:
@@ -119,6 +127,19 @@ class _RunOptimizer:
         return {"state": state, "param_groups": sd["param_groups"]}
 
 
+class _Objective(torch.nn.Module):
+    """:class:`posym.train.loop.LastTokenLoss` (mean cross-entropy of the last-position logits) with each
+    run's dropout masks given (:func:`posym.model.fast.dropout_masks`) instead of drawn inside ``vmap``."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor | None = None,
+                masks: list[torch.Tensor] | None = None) -> torch.Tensor:
+        return F.cross_entropy(last_token_logits(self.model, x, positions, dropout_masks=masks).float(), y)
+
+
 class StackedEngine:
     """K GPT-J models of one shape as stacked parameters ``[K, ...]`` with one AdamW and LambdaLR (SPEC §2).
 
@@ -130,7 +151,7 @@ class StackedEngine:
         config = runs[0].config
         template = runs[0].model
         self.names = [n for n, _ in template.named_parameters()]
-        self.objective = LastTokenLoss(template)
+        self.objective = _Objective(template)
         models = [dict(r.model.named_parameters()) for r in runs]
         self.params = {n: torch.stack([m[n].detach() for m in models]).requires_grad_(True) for n in self.names}
         by_id = {id(p): n for n, p in template.named_parameters()}
@@ -150,18 +171,30 @@ class StackedEngine:
             r.scheduler = self.scheduler
 
     def _loss(self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-              positions: torch.Tensor | None) -> torch.Tensor:
-        args = (x, y) if positions is None else (x, y, positions)
-        return functional_call(self.objective, {f"model.{n}": p for n, p in params.items()}, args)
+              positions: torch.Tensor | None, masks: list[torch.Tensor] | None) -> torch.Tensor:
+        return functional_call(self.objective, {f"model.{n}": p for n, p in params.items()}, (x, y, positions, masks))
+
+    def draw_masks(self, rng: list[torch.Tensor], batch: int, length: int) -> list[torch.Tensor] | None:
+        """Each run's dropout masks of one step, drawn from its own generator state ``rng[k]`` (advanced, as its
+        single run's forward advances it), stacked per site: ``[K, ...]`` each (None without dropout)."""
+        template = self.objective.model
+        if not any(getattr(template.config, k) for k in ("embd_pdrop", "resid_pdrop", "attn_pdrop")):
+            return None
+        device = self.params[self.names[0]].device
+        per_run = []
+        for k in range(len(self.runs)):
+            with _own_rng(rng, k):
+                per_run.append(dropout_masks(template, batch, length, device=device))
+        return [torch.stack(site) for site in zip(*per_run)]
 
     def step(self, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float | None,
-             positions: torch.Tensor | None = None) -> torch.Tensor:
-        """One optimizer step of every run. x [K, B, T], y [K, B], positions [K, B, T] or None -> losses [K]
-        (detached, on the device)."""
+             positions: torch.Tensor | None = None, masks: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """One optimizer step of every run. x [K, B, T], y [K, B], positions [K, B, T] or None, masks (each
+        run's dropout draws, :meth:`draw_masks`) or None -> losses [K] (detached, on the device)."""
         with warnings.catch_warnings():  # SDPA has no vmap batching rule on CPU: a per-run loop, same values
             warnings.filterwarnings("ignore", message=".*batching rule.*")
-            in_dims = (0, 0, 0, None if positions is None else 0)
-            losses = vmap(self._loss, in_dims=in_dims)(self.params, x, y, positions)
+            in_dims = (0, 0, 0, None if positions is None else 0, None if masks is None else 0)
+            losses = vmap(self._loss, in_dims=in_dims)(self.params, x, y, positions, masks)
             self.optimizer.zero_grad(set_to_none=True)
             losses.sum().backward()
         if max_grad_norm:
@@ -215,7 +248,7 @@ def train_batched(configs: Sequence[TrainConfig], outs: Sequence[str | Path], *,
         raise PosymError("--device cuda requested but CUDA is not available")
     if dist.env_world_size() > 1 or dist.get_world_size() > 1:
         raise PosymError("--seeds runs in one process; do not start it under torchrun")
-    check_batchable(configs)
+    check_batchable(configs, device)
     for out in outs:
         _check_run_dir(out, resume, False)
         if not resume and _has_entries(out):
@@ -242,7 +275,7 @@ def train_batched(configs: Sequence[TrainConfig], outs: Sequence[str | Path], *,
             runs.append(_setup(ctx, config, out, resume=resume, force=False, threads=threads, progress=False,
                                callbacks=cbs))
             rng.append(torch.get_rng_state())
-        check_batchable([r.config for r in runs])  # on resume: the stored configurations
+        check_batchable([r.config for r in runs], device)  # on resume: the stored configurations
         train_s = _loop_batched(runs, StackedEngine(runs), rng, progress)
         results = []
         for k, run in enumerate(runs):
@@ -281,7 +314,9 @@ def _loop_batched(runs: list[_Run], engine: StackedEngine, rng: list[torch.Tenso
             if variant.kind == "randomized":
                 pos.append(random_positions(config.batch_size, r.x_train.shape[1], int(variant.value),
                                             r.config.order_seed, step).to(device))
-        losses = engine.step(torch.stack(xs), torch.stack(ys), config.max_grad_norm, torch.stack(pos) if pos else None)
+        x = torch.stack(xs)
+        masks = engine.draw_masks(rng, x.shape[1], x.shape[2])  # each run's own stream, as its forward draws
+        losses = engine.step(x, torch.stack(ys), config.max_grad_norm, torch.stack(pos) if pos else None, masks)
         for k, r in enumerate(runs):
             r.loss_acc += losses[k].double()
             r.loss_count += 1

@@ -63,8 +63,9 @@ from posym.runs.lock import DirLock, read_lock
 from posym.runs.provenance import versions
 from posym.launch import slurm
 from posym.launch.pool import Inline, call_stage, terminate_workers, worker_init
-from posym.verbs.settings import (IMPLIED_SETTINGS, PRESETS, STAGE_SETTINGS,  # noqa: F401
-                                  overrides_from_pairs, preset_settings, validate_settings)
+from posym.verbs.settings import (IMPLIED_SETTINGS, PRESETS, STAGE_SETTINGS, check_train_batched,  # noqa: F401
+                                  overrides_from_pairs, preset_settings, train_batched, train_config,
+                                  validate_settings)
 
 STAGE_KINDS = ("train", "dynamics", "flow", "ablate", "freqs", "lengthgen", "discrepancy", "llm", "choice", "report")
 RUN_STAGES = ("dynamics", "flow", "ablate", "freqs", "lengthgen")  # per (task, seed), after training
@@ -104,24 +105,35 @@ class Context:
     device: str = "cpu"
     progress: bool = True
     threads: int | None = None  # torch threads inside a worker (None: leave as is)
+    seeds: int = 1  # the reproduction's seed count (a batched train stage trains them all)
 
 
 def stage_train(ctx: Context, task: str, seed: int) -> dict:
-    from posym.train import make_config
+    """Train run (task, seed). With ``train_batched``, ``train-{task}-s0`` trains the task's seeds not yet trained
+    as one batched model (:func:`posym.verbs.train.train_seeds`: each run folder as its own run writes it), fresh,
+    or resumed when all stopped at one checkpoint (otherwise one by one); the other seeds' stages find them trained."""
     from posym.train.checkpoints import latest_resumable
-    from posym.verbs.train import train
+    from posym.verbs.train import train, train_seeds
 
-    out = run_dir(ctx.out, task, seed)
-    if (out / layout.RESULTS).is_file():
-        res = layout.read_json(out / layout.RESULTS)
-        return {"run_dir": str(out), "test": res.get("test"), "note": "already trained"}
-    s = ctx.settings
-    resume = (out / layout.POSYM_JSON).is_file() and latest_resumable(out) is not None
-    cfg = make_config(task, s["train_preset"], seed=seed, data_seed=seed, order_seed=seed, track_heads=True,
-                      **s.get("train", {}))
-    result = train(cfg, out, resume=resume, force=not resume, device=ctx.device, threads=ctx.threads,
-                   progress=ctx.progress)
-    return {"run_dir": str(out), "test": result.test, "resumed": resume}
+    outs = {k: run_dir(ctx.out, task, k) for k in (range(ctx.seeds) if seed == 0 and train_batched(ctx.settings) else [seed])}
+    todo = [k for k, o in outs.items() if not (o / layout.RESULTS).is_file()]
+    found = [latest_resumable(outs[k]) if (outs[k] / layout.POSYM_JSON).is_file() else None for k in todo]
+    fresh = all(not outs[k].is_dir() or all(p.name == layout.LOCK for p in outs[k].iterdir()) for k in todo)
+    if len(todo) > 1 and (fresh or (None not in found and len({f[0] for f in found}) == 1)):  # type: ignore[index]
+        results = train_seeds(train_config(ctx.settings, task, 0), todo, Path(ctx.out) / task, resume=not fresh,
+                              device=ctx.device, threads=ctx.threads, progress=ctx.progress)  # OUT/task/seed{k}
+        return {"run_dirs": [str(r.run_dir) for r in results], "batched": todo, "resumed": not fresh}
+    info: dict[str, Any] = {}
+    for k, out in outs.items():
+        if k not in todo:
+            info[f"s{k}"] = {"run_dir": str(out), "test": layout.read_json(out / layout.RESULTS).get("test"),
+                             "note": "already trained"}
+            continue
+        resume = (out / layout.POSYM_JSON).is_file() and latest_resumable(out) is not None
+        result = train(train_config(ctx.settings, task, k), out, resume=resume, force=not resume, device=ctx.device,
+                       threads=ctx.threads, progress=ctx.progress)
+        info[f"s{k}"] = {"run_dir": str(out), "test": result.test, "resumed": resume}
+    return info[f"s{seed}"] if len(outs) == 1 else info
 
 
 def stage_dynamics(ctx: Context, task: str, seed: int) -> dict:
@@ -226,14 +238,17 @@ class Stage:
 
 
 def plan_stages(tasks: Sequence[str], seeds: int, llm: bool = True, choice: bool = True,
-                llm_models: Sequence[str] = ("smollm2",)) -> list[Stage]:
+                llm_models: Sequence[str] = ("smollm2",), batched: bool = False) -> list[Stage]:
     """Every stage of a reproduction, in a valid order (dependencies first); ``choice``: with ``llm``,
     also the log-likelihood protocol (stage ``choice``). The first of ``llm_models`` has the stages
-    ``llm`` / ``choice``, each other one ``llm-<name>`` / ``choice-<name>``."""
+    ``llm`` / ``choice``, each other one ``llm-<name>`` / ``choice-<name>``. ``batched`` (setting
+    ``train_batched``): ``train-{task}-s0`` trains every seed of the task, the other seeds' train stages
+    come after it."""
     stages: list[Stage] = []
     for task in tasks:
         for k in range(seeds):
-            stages.append(Stage(f"train-{task}-s{k}", "train", task, k))
+            deps = (f"train-{task}-s0",) if batched and k else ()
+            stages.append(Stage(f"train-{task}-s{k}", "train", task, k, deps=deps))
     for task in tasks:
         for k in range(seeds):
             for kind in RUN_STAGES:
@@ -351,8 +366,9 @@ def reproduce(preset: str = "quick", out: str | os.PathLike = "runs/reproduce", 
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise PosymError(f"{out} exists and is not a directory")
+    check_train_batched(settings, tasks, seeds, device)
     all_stages = plan_stages(tasks, seeds, llm=llm, choice=bool(settings["llm_choice"]),
-                             llm_models=settings["llm_models"])
+                             llm_models=settings["llm_models"], batched=train_batched(settings))
     chosen = select_stages(all_stages, stages)
     if launcher not in slurm.LAUNCHERS:
         raise PosymError(f"unknown launcher {launcher!r}; choose {' or '.join(slurm.LAUNCHERS)}")
@@ -448,7 +464,7 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
          f"device {device}, {jobs} job{'s' if jobs > 1 else ''}; output {out}")
 
     threads = max(1, cpus // jobs) if jobs > 1 else None
-    ctx = Context(out=str(out), settings=settings, device=device, progress=progress, threads=threads)
+    ctx = Context(out=str(out), settings=settings, device=device, progress=progress, threads=threads, seeds=seeds)
     names = {s.name for s in chosen}
     executed: list[str] = []
     failed: dict[str, str] = {}
@@ -479,7 +495,7 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
         run_ctx = ctx
     else:
         pool = Inline()
-        run_ctx = Context(out=ctx.out, settings=settings, device=device, progress=progress, threads=None)
+        run_ctx = Context(out=ctx.out, settings=settings, device=device, progress=progress, threads=None, seeds=seeds)
     running: dict[Future, tuple[Stage, float]] = {}
     pending = list(work)
     try:
@@ -669,7 +685,8 @@ def run_stage(out: str | os.PathLike, name: str, submission: str | None = None, 
                          "(posym reproduce submits what is not done)")
     settings = meta["settings"]
     plan = plan_stages(tuple(meta["tasks"]), int(meta["seeds"]), llm=bool(meta.get("llm", True)),
-                       choice=bool(settings.get("llm_choice")), llm_models=settings.get("llm_models", ("smollm2",)))
+                       choice=bool(settings.get("llm_choice")), llm_models=settings.get("llm_models", ("smollm2",)),
+                       batched=train_batched(settings))
     st = next((s for s in plan if s.name == name), None)
     if st is None:
         raise PosymError(f"unknown stage {name!r} of {out}; stages: {', '.join(s.name for s in plan)}")
@@ -677,7 +694,7 @@ def run_stage(out: str | os.PathLike, name: str, submission: str | None = None, 
         return {"note": f"{name} is done"}
     cpus = os.environ.get("SLURM_CPUS_PER_TASK") or os.environ.get("SLURM_CPUS_ON_NODE")  # the job's CPUs
     ctx = Context(out=str(out), settings=settings, device=meta.get("device", "cpu"), progress=progress,
-                  threads=int(cpus) if cpus and cpus.isdigit() else None)
+                  threads=int(cpus) if cpus and cpus.isdigit() else None, seeds=int(meta["seeds"]))
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")

@@ -33,7 +33,7 @@ def preset_settings(preset: str, overrides: dict[str, Any] | None = None) -> dic
                 dst[k] = copy.deepcopy(v)
 
     if overrides:
-        unknown = sorted(set(overrides) - set(s))
+        unknown = sorted(set(overrides) - set(s) - set(OPTIONAL_SETTINGS))
         if unknown:
             raise PosymError(f"unknown reproduction setting(s): {', '.join(unknown)}")
         merge(s, overrides)
@@ -54,6 +54,11 @@ def overrides_from_pairs(pairs: dict[str, Any]) -> dict[str, Any]:
     return overrides
 
 
+#: Settings no preset section names (scheduling choices): absent means this value. ``train_batched``: train
+#: the seeds of each task as one batched model (:func:`posym.train.batched.train_batched`; docs/reproduction.md).
+OPTIONAL_SETTINGS: dict[str, Any] = {"train_batched": False}
+
+
 #: Settings added after the first release, with the value a directory made before them was run with
 #: (a ``reproduce.json`` without the key means this value, so such directories stay resumable).
 IMPLIED_SETTINGS: dict[str, Any] = {"llm_models": ["smollm2"]}
@@ -61,7 +66,7 @@ IMPLIED_SETTINGS: dict[str, Any] = {"llm_models": ["smollm2"]}
 
 #: The settings each kind of stage reads (a changed setting invalidates only these stages).
 STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
-    "train": ("train_preset", "train"), "dynamics": ("gammas",), "flow": ("flow_hops",),
+    "train": ("train_preset", "train", "train_batched"), "dynamics": ("gammas",), "flow": ("flow_hops",),
     "ablate": ("ablation_n",), "freqs": ("freqs_n", "freqs_scores"),
     "lengthgen": ("lengthgen_grid", "lengthgen_n", "lengthgen_data_seeds", "lengthgen_extra_rule"),
     "discrepancy": ("discrepancy",), "llm": ("llm", "llm_models"),
@@ -115,6 +120,8 @@ def validate_settings(settings: dict[str, Any], tasks: Sequence[str]) -> None:
             raise PosymError(f"bad reproduction setting train: {exc}") from None
         except (TypeError, ValueError) as exc:
             raise PosymError(f"bad reproduction setting train: {exc}") from None
+    if not isinstance(settings.get("train_batched", False), bool):
+        raise PosymError(f"bad reproduction setting train_batched={settings['train_batched']!r}: expected true or false")
     gammas = settings["gammas"]
     if not isinstance(gammas, list) or not gammas or not all(
             isinstance(g, (int, float)) and not isinstance(g, bool) and 0 < g < 0.5 for g in gammas):
@@ -187,6 +194,29 @@ def check_llm_model_setting(model: str) -> None:
         raise PosymError(f"bad reproduction setting llm_models: {exc}") from None
 
 
+def train_config(settings: dict[str, Any], task: str, seed: int) -> Any:
+    """The :class:`posym.train.config.TrainConfig` of run (task, seed): seed, data and order seed all ``seed``."""
+    from posym.train import make_config
+
+    return make_config(task, settings["train_preset"], seed=seed, data_seed=seed, order_seed=seed, track_heads=True,
+                       **settings.get("train", {}))
+
+
+def train_batched(settings: dict[str, Any]) -> bool:
+    """Whether the seeds of each task train as one batched model (setting ``train_batched``)."""
+    return bool(settings.get("train_batched", OPTIONAL_SETTINGS["train_batched"]))
+
+
+def check_train_batched(settings: dict[str, Any], tasks: Sequence[str], seeds: int, device: str) -> None:
+    """PosymError (one line, before any stage) when ``train_batched`` is set and a task's seeds cannot train as
+    one batched model on ``device`` (:func:`posym.train.batched.check_batchable`)."""
+    if train_batched(settings) and seeds > 1:
+        from posym.train.batched import check_batchable, seed_configs
+
+        for task in tasks:
+            check_batchable(seed_configs(train_config(settings, task, 0), range(seeds)), device)
+
+
 def _optional(check: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
     return lambda key, value: None if value is None else check(key, value)
 
@@ -230,5 +260,6 @@ _LLM_CHECKS: dict[str, Callable[[str, Any], None]] = {
 }
 
 
-__all__ = ["IMPLIED_SETTINGS", "PRESETS", "STAGE_SETTINGS", "check_llm_model_setting", "overrides_from_pairs",
-           "preset_settings", "validate_settings"]
+__all__ = ["IMPLIED_SETTINGS", "OPTIONAL_SETTINGS", "PRESETS", "STAGE_SETTINGS", "check_llm_model_setting",
+           "check_train_batched", "overrides_from_pairs", "preset_settings", "train_batched", "train_config",
+           "validate_settings"]
