@@ -195,7 +195,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="whose rows of the lengthgen tables of a Fig. 5B-only variant are shown (its canonical "
                          "string, e.g. ntk:kappa=4; default none: the untouched model)")
     add_force(sv)
-    add_launcher_options(sv, launcher_help="local: this process (default); slurm: one sbatch job per reproduction variant, then a summary job (docs/cluster.md)")
+    add_launcher_options(sv, launcher_help="local: this process (default); slurm: one sbatch job per reproduction variant, "
+                                           "then a summary job (docs/cluster.md)")
     sv.set_defaults(func=_cmd_sensitivity)
 
     pe = sub.add_parser("pe-study", help="reproductions trained with different positional encodings (--pe) side "

@@ -745,5 +745,6 @@ def get_adapter(model: nn.Module) -> RopeAdapter:
                      "(causal-LM classes; see docs/models.md)")
 
 
-__all__ = ["POSITION_TIED_QK", "position_tied_qk", "RopeAdapter", "GPTJAdapter", "HFRopeAdapter", "SUPPORTED", "get_adapter", "eval_mode", "hook_handles",
+__all__ = ["POSITION_TIED_QK", "position_tied_qk", "RopeAdapter", "GPTJAdapter", "HFRopeAdapter", "SUPPORTED", "get_adapter",
+           "eval_mode", "hook_handles",
            "heads_first_layout", "supported_families", "unwrap_model"]

@@ -1,7 +1,8 @@
 """The acceptance of issue 37 point 3 for ``posym head-sets``: on the known-answer model (head L1H2 carries
 the answer through frequency ID ``pair`` alone, tests/known_heads.py) with a hand-made readout typing L1H2 as
 the set under test, the study finds that head and that pair — dropping that ID inside the set drops accuracy,
-its permutation p sits at the floor 1/(1 + K) (K distinct count-matched controls; layer-matched: all 3 that exist) and its BH-adjusted p is below every other cell's — and the
+its permutation p sits at the floor 1/(1 + K) (K distinct count-matched controls;
+layer-matched: all 3 that exist) and its BH-adjusted p is below every other cell's — and the
 matched random controls (other heads of layer 1) find nothing (effect 0)."""
 
 import numpy as np
