@@ -34,7 +34,7 @@ import pandas as pd
 from posym.constants import GAMMA
 from posym.errors import PosymError
 from posym.runs import layout
-from posym.studies.head_types.run import head_types_out, load_inputs, parse_sources
+from posym.studies.head_types.run import check_reading_settings, head_types_out, load_inputs, parse_sources
 from posym.studies.head_types.study import DEFAULT_REPEAT_LENGTH, DEFAULT_SWAP_EXCLUDE, PROMPT_SOURCES
 from posym.verbs import Outputs, VerbResult
 
@@ -166,33 +166,21 @@ def atlas(model: Any = None, gguf: str | os.PathLike | None = None, *, tokenizer
     from tqdm.auto import tqdm
 
     import posym
-    from posym.checks import check_gamma, check_positive_int, check_taus
+    from posym.checks import check_positive_int
     from posym.heads.detectors import detector_scores
-    from posym.heads.head_types import SINK_SHARE, check_pure_fraction, join_head_types, source_scores
-    from posym.heads.llm_heads import check_min_mass, layer_types, relative_depth
+    from posym.heads.head_types import SINK_SHARE, join_head_types, source_scores
+    from posym.heads.llm_heads import layer_types, relative_depth
     from posym.heads.prompt_readings import per_prompt_kinds
-    from posym.heads.scores import DEFAULT_TAU
-    from posym.heads.swaps import parse_swap_exclude
     from posym.model.adapters import get_adapter
-    from posym.reading import MIN_MASS
     from posym.runs.tables import parquet_available, parquet_path
-    from posym.tasks.llm_prompts import DEFAULT_LENGTH, DEFAULT_N_ENTITIES, DEFAULT_N_EXAMPLES
 
     # ---- every check before any load or write (as head_types checks them)
     sources = parse_sources(prompts)
-    n, length = check_positive_int(n, "n"), check_positive_int(length, "length")
-    batch_size = check_positive_int(batch_size, "batch_size")
-    taus = check_taus(DEFAULT_TAU if tau is None else tau)
-    if len(taus) != 1:
-        raise PosymError("the atlas takes one tau")
-    tau_v = taus[0]
-    gamma = check_gamma(gamma)
-    min_mass = check_min_mass(MIN_MASS if min_mass is None else min_mass)
-    pure_fraction = check_pure_fraction(pure_fraction)
-    exclude = parse_swap_exclude(swap_exclude, np.zeros((1, 1 + 2 * length), dtype=np.int64))
-    window_length = DEFAULT_LENGTH if window_length is None else check_positive_int(window_length, "window_length")
-    n_entities = DEFAULT_N_ENTITIES if n_entities is None else check_positive_int(n_entities, "n_entities")
-    n_examples = DEFAULT_N_EXAMPLES if n_examples is None else int(n_examples)
+    (n, length, batch_size, tau_v, gamma, min_mass, pure_fraction, exclude, window_length, n_entities,
+     n_examples) = check_reading_settings(n=n, length=length, batch_size=batch_size, tau=tau, gamma=gamma, min_mass=min_mass,
+                                          pure_fraction=pure_fraction, swap_exclude=swap_exclude,
+                                          window_length=window_length, n_entities=n_entities, n_examples=n_examples,
+                                          one_tau="the atlas takes one tau")
     if not parquet_available():
         raise PosymError("posym atlas writes Parquet and needs pyarrow: pip install 'posym[parquet]'")
     out = Path(out) if out is not None else atlas_out(model, gguf)

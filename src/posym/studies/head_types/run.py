@@ -75,6 +75,35 @@ def load_inputs(model: Any, gguf: str | None, tokenizer: Any, device: str, dtype
     return lm, tok, label, rep, built
 
 
+def check_reading_settings(*, n: int, length: int, batch_size: int, tau: float | Sequence[float] | None, gamma: float,
+                           min_mass: float | None, pure_fraction: float, swap_exclude: str, window_length: int | None,
+                           n_entities: int | None, n_examples: int | None, one_tau: str) -> tuple:
+    """The head readings' settings checked before any load (one-line PosymError each; ``one_tau`` is the message for
+    several τ): ``(n, length, batch_size, tau, gamma, min_mass, pure_fraction, exclude_keys, window_length,
+    n_entities, n_examples)`` with the defaults filled in (SPEC §3 / §7)."""
+    from posym.checks import check_positive_int as positive_int
+    from posym.heads.head_types import check_pure_fraction
+    from posym.heads.llm_heads import check_min_mass
+    from posym.heads.scores import DEFAULT_TAU
+    from posym.heads.swaps import parse_swap_exclude
+    from posym.reading import MIN_MASS
+    from posym.tasks.llm_prompts import DEFAULT_LENGTH, DEFAULT_N_ENTITIES, DEFAULT_N_EXAMPLES
+
+    n, length, batch_size = positive_int(n, "n"), positive_int(length, "length"), positive_int(batch_size, "batch_size")
+    taus = check_taus(DEFAULT_TAU if tau is None else tau)
+    if len(taus) != 1:
+        raise PosymError(one_tau)
+    gamma = check_gamma(gamma)
+    min_mass = check_min_mass(MIN_MASS if min_mass is None else min_mass)
+    pure_fraction = check_pure_fraction(pure_fraction)
+    exclude = parse_swap_exclude(swap_exclude, np.zeros((1, 1 + 2 * length), dtype=np.int64))
+    window_length = DEFAULT_LENGTH if window_length is None else positive_int(window_length, "window_length")
+    n_entities = DEFAULT_N_ENTITIES if n_entities is None else positive_int(n_entities, "n_entities")
+    n_examples = DEFAULT_N_EXAMPLES if n_examples is None else int(n_examples)
+    return (n, length, batch_size, taus[0], gamma, min_mass, pure_fraction, exclude, window_length, n_entities,
+            n_examples)
+
+
 def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, tokenizer: Any = None,
                prompts: str | Sequence[str] = PROMPT_SOURCES, swap_exclude: str = DEFAULT_SWAP_EXCLUDE,
                n: int = 32, length: int = DEFAULT_REPEAT_LENGTH, seed: int = 0, tau: float | None = None,
@@ -108,35 +137,24 @@ def head_types(model: Any = None, gguf: str | os.PathLike | None = None, *, toke
 
     from posym.launch.fanout import FanOut, check_launcher, submit_fanout
     from posym.heads.detectors import detector_scores
-    from posym.heads.head_types import (SINK_SHARE, check_pure_fraction, contingency, format_contingency,
+    from posym.heads.head_types import (SINK_SHARE, contingency, format_contingency,
                                         informative_correlations, join_head_types, pure_counts, sink_counts,
                                         source_scores)
-    from posym.heads.llm_heads import check_min_mass
     from posym.heads.prompt_readings import per_prompt_kinds
-    from posym.reading import MIN_MASS, READ_POINTER
-    from posym.heads.scores import DEFAULT_TAU
+    from posym.reading import READ_POINTER
     from posym.checks import check_positive_int as positive_int
-    from posym.heads.swaps import parse_swap_exclude
-    from posym.tasks.llm_prompts import DEFAULT_LENGTH, DEFAULT_N_ENTITIES, DEFAULT_N_EXAMPLES
 
     # ---- every check before any load or write
     check_launcher(launcher, slurm_options)
     given = dict(gguf=gguf, tau=tau, min_mass=min_mass, pure_fraction=pure_fraction, window_length=window_length,
                  n_entities=n_entities, n_examples=n_examples, device=device, threads=threads)
     sources = parse_sources(prompts)
-    n, length, batch_size = positive_int(n, "n"), positive_int(length, "length"), positive_int(batch_size, "batch_size")
+    (n, length, batch_size, tau, gamma, min_mass, pure_fraction, exclude, window_length, n_entities,
+     n_examples) = check_reading_settings(n=n, length=length, batch_size=batch_size, tau=tau, gamma=gamma, min_mass=min_mass,
+                                          pure_fraction=pure_fraction, swap_exclude=swap_exclude,
+                                          window_length=window_length, n_entities=n_entities, n_examples=n_examples,
+                                          one_tau="head types take one tau")
     n_boot, n_null = positive_int(n_boot, "n_boot"), positive_int(n_null, "n_null")
-    tau = check_taus(DEFAULT_TAU if tau is None else tau)
-    if len(tau) != 1:
-        raise PosymError("head types take one tau")
-    tau = tau[0]
-    gamma = check_gamma(gamma)
-    min_mass = check_min_mass(MIN_MASS if min_mass is None else min_mass)
-    pure_fraction = check_pure_fraction(pure_fraction)
-    exclude = parse_swap_exclude(swap_exclude, np.zeros((1, 1 + 2 * length), dtype=np.int64))
-    window_length = DEFAULT_LENGTH if window_length is None else positive_int(window_length, "window_length")
-    n_entities = DEFAULT_N_ENTITIES if n_entities is None else positive_int(n_entities, "n_entities")
-    n_examples = DEFAULT_N_EXAMPLES if n_examples is None else int(n_examples)
     out = Path(out) if out is not None else head_types_out(model, gguf)
     stem = layout.figure(out, layout.FIG_HEAD_TYPES)
     names = (layout.HEAD_TYPES, layout.HEAD_TYPES_CORRELATIONS, layout.HEAD_TYPES_CONTINGENCY, layout.HEAD_TYPES_JSON)
