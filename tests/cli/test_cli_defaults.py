@@ -29,7 +29,7 @@ COMMANDS = _commands(build_parser())
 def test_every_command_is_walked():
     names = {name for name, _ in COMMANDS}
     assert {"train", "scores", "llm eval", "llm heads", "head-types", "theory discrepancy", "reproduce"} <= names
-    assert len(names) == 26
+    assert len(names) == 27
 
 
 @pytest.mark.parametrize("name, parser", COMMANDS, ids=[n for n, _ in COMMANDS])

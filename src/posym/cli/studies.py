@@ -1,5 +1,5 @@
 """The studies: ``head-types`` (every head of an LLM typed two ways), ``head-sets`` (typed head sets vs
-matched random sets), ``interventions`` (trained models under
+matched random sets; ``head-sets-combine``: several models' studies side by side), ``interventions`` (trained models under
 inference-time interventions), ``sensitivity`` (reproduction variants) and ``pe-study`` (training-time
 positional encodings); docs/interventions.md, docs/llm.md."""
 
@@ -38,6 +38,11 @@ def _cmd_interventions(a: argparse.Namespace) -> None:
               names=("task", "intervene", "best_of", "grid", "n", "seeds", "heads_lengths", "heads_n", "device",
                      "measure_only"),
               heads_lengths=("no_heads", lambda _: [])))  # --no-heads wins: no head readout
+
+
+def _cmd_head_sets_combine(a: argparse.Namespace) -> None:
+    from posym.studies.head_sets import combine_head_sets
+    show(call(combine_head_sets, a, "studies", "out", names=("labels", "alpha", "force")))
 
 
 def _cmd_sensitivity(a: argparse.Namespace) -> None:
@@ -181,6 +186,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_force(hs, "replace existing tables and figures (the outcome cache is kept)")
     add_quiet(hs, "no progress bar")
     hs.set_defaults(func=_cmd_head_sets)
+
+    hc = sub.add_parser("head-sets-combine", help="several models' head-set studies (e.g. one per training seed) "
+                                                  "side by side, cell by cell (docs/head_sets.md)")
+    hc.add_argument("studies", nargs="+", metavar="STUDY", help="posym head-sets --out folders of replicate models")
+    hc.add_argument("--out", required=True, help="output directory (head_sets_combined.csv/.md, per-model rows, figures)")
+    hc.add_argument("--labels", type=str_list(), default=SUPPRESS,
+                    help="a label per study, comma list (default: the training seeds, else the model folders' names)")
+    hc.add_argument("--alpha", type=finite_float, default=SUPPRESS,
+                    help="a cell counts as significant in a model when its BH-adjusted p <= alpha (default 0.05)")
+    add_force(hc)
+    hc.set_defaults(func=_cmd_head_sets_combine)
 
     sv = sub.add_parser("sensitivity", help="compare reproduction variants (training choices) and test whether "
                                              "head discrepancy predicts length extrapolation")

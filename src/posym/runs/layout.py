@@ -149,6 +149,11 @@ HEAD_SETS_JSON = "head_sets.json"  # the study's settings, sets, control seeds, 
 HEAD_SETS_OUTCOMES = "head_sets_outcomes.jsonl"  # the cache: per-prompt outcomes per (intervention, length)
 FIG_HEAD_SETS_DOSES = "head_sets_doses_{set}"
 FIG_HEAD_SETS_TEMPERATURE = "head_sets_temperature_{set}"
+HEAD_SETS_COMBINED = "head_sets_combined.csv"  # posym head-sets-combine: one row per cell over the models
+HEAD_SETS_COMBINED_MODELS = "head_sets_combined_models.csv"  # one row per (cell, model)
+HEAD_SETS_COMBINED_MD = "head_sets_combined.md"
+FIG_HEAD_SETS_COMBINED_DOSES = "head_sets_combined_doses_{set}"
+FIG_HEAD_SETS_COMBINED_INTERVENTION = "head_sets_combined_intervention_{set}"
 
 
 def safe_name(text: str) -> str:

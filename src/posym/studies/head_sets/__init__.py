@@ -4,7 +4,8 @@ sets (positional, symbolic, previous-token, induction, sink; SPEC §7), each aga
 head sets (same heads per layer), with paired bootstrap CIs, permutation p-values and
 Benjamini–Hochberg over the cells (docs/statistics.md).
 
-``run.py`` the verb and :func:`measure_head_sets` (the study on any ``evaluate`` callable), ``study.py``
+``run.py`` the verb and :func:`measure_head_sets` (the study on any ``evaluate`` callable), ``combine.py``
+several models' studies side by side (``posym head-sets-combine``), ``study.py``
 the sets, directions and the prediction, ``tables.py`` the plan and the statistics, ``figures.py`` the figures.
 """
 
@@ -13,8 +14,10 @@ from posym.studies.head_sets.study import (DEFAULT_SETS, DEFAULT_TEMPERATURE, DI
 from posym.studies.head_sets.tables import Cell, cell_rows, dropped_ids, plan_cells, study_table, table_markdown
 from posym.studies.head_sets.figures import plot_dose_curves, plot_intervention_curve, plot_temperature_curve
 from posym.studies.head_sets.run import OutcomeCache, default_doses, head_sets, measure_head_sets, resolve_sets
+from posym.studies.head_sets.combine import combine_head_sets, combine_tables
 
 __all__ = ["Cell", "DEFAULT_SETS", "DEFAULT_TEMPERATURE", "DIRECTIONS", "NULL", "NULLS", "OutcomeCache", "PREDICTION",
-           "TEMPERATURE_LENGTHS", "cell_rows", "default_doses", "dropped_ids", "head_sets", "measure_head_sets",
+           "TEMPERATURE_LENGTHS", "cell_rows", "combine_head_sets", "combine_tables",
+           "default_doses", "dropped_ids", "head_sets", "measure_head_sets",
            "plan_cells", "plot_dose_curves", "plot_intervention_curve", "plot_temperature_curve", "prediction",
            "resolve_sets", "study_table", "table_markdown"]

@@ -74,7 +74,62 @@ def plot_temperature_curve(table: pd.DataFrame, set_name: str):
     return fig
 
 
+def _model_lines(ax, long: pd.DataFrame, x: str) -> None:
+    """Each model's typed set (solid) and its controls' mean (dashed, same colour); the untouched models dotted."""
+    for i, (label, g) in enumerate(long.groupby("label", sort=False)):
+        g = g.sort_values(x)
+        ax.plot(g[x], g["acc"], color=f"C{i}", marker="o", ms=3.5, label=f"{label}: set")
+        ax.plot(g[x], g["ctrl_acc_mean"], color=f"C{i}", ls="--", lw=1, alpha=0.8, label=f"{label}: controls mean")
+        ax.plot(g[x], g["acc_none"], color=f"C{i}", ls=":", lw=1, alpha=0.6, label=f"{label}: untouched")
+
+
+def _combined_subtitle(long: pd.DataFrame, null: str) -> str:
+    return (f"null: {null or NULL} (each model against its own K ≥ {int(long['n_controls'].min())} controls); "
+            f"n = {int(long['n_prompts'].min())} prompts per model")
+
+
+def plot_combined_doses(long: pd.DataFrame, set_name: str, null: str = ""):
+    """Several models' dose curves for one set (``head_sets_combined_models.csv``): accuracy vs k per
+    direction at the smallest added length, one colour per model (its set solid, its controls' mean dashed)."""
+    t = long[(long["part"] == DOSE) & (long["set"] == set_name)]
+    t = t[t["extra_tokens"] == t["extra_tokens"].min()]
+    dirs = list(dict.fromkeys(t["what"]))
+    fig, axes = new_figure((3.4 * max(1, len(dirs)) + 2.2, 3.3), 1, max(1, len(dirs)), squeeze=False, sharey=True)
+    for ax, d in zip(axes[0], dirs):
+        _model_lines(ax, t[t["what"] == d], "k")
+        ax.set_xticks(sorted(set(int(k) for k in t["k"])))
+        what = {"low": "k slowest IDs dropped", "high": "k fastest IDs dropped"}.get(d, "k random IDs dropped")
+        ax.set(xlabel=f"k ({what})", title=d, ylim=(-0.02, 1.02))
+    axes[0][0].set_ylabel("accuracy")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    n_models = t["label"].nunique()
+    fig.suptitle(f"{set_name} heads of {n_models} models: frequency dose curves, +{int(t['extra_tokens'].min()) if len(t) else 0} "
+                 f"tokens\n{_combined_subtitle(t, null) if len(t) else NULL}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_combined_intervention(long: pd.DataFrame, set_name: str, null: str = ""):
+    """Several models' accuracy vs added length under each per-head intervention on one set, one colour
+    per model (its set solid, its controls' mean dashed, untouched dotted)."""
+    t = long[(long["part"] == TEMPERATURE) & (long["set"] == set_name)]
+    settings = list(dict.fromkeys(t["what"]))
+    fig, axes = new_figure((4.2 * max(1, len(settings)) + 2.2, 3.3), 1, max(1, len(settings)), squeeze=False,
+                           sharey=True)
+    for ax, s in zip(axes[0], settings):
+        _model_lines(ax, t[t["what"] == s], "extra_tokens")
+        ax.set(xlabel="added target-window tokens", title=s, ylim=(-0.02, 1.02))
+    axes[0][0].set_ylabel("accuracy")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    kinds = ", ".join(dict.fromkeys(s.split(":", 1)[0] for s in settings)) or "intervention"
+    fig.suptitle(f"{set_name} heads of {t['label'].nunique()} models: {kinds} on the set only\n"
+                 f"{_combined_subtitle(t, null) if len(t) else NULL}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 #: A neutral name of :func:`plot_temperature_curve` (any per-head intervention).
 plot_intervention_curve = plot_temperature_curve
 
-__all__ = ["plot_dose_curves", "plot_intervention_curve", "plot_temperature_curve"]
+__all__ = ["plot_combined_doses", "plot_combined_intervention", "plot_dose_curves", "plot_intervention_curve",
+           "plot_temperature_curve"]
