@@ -118,7 +118,10 @@ def test_known_answer_under_ids():
         measure_head_sets(evaluate, _readout("all"), n_layers=2, n_heads=4, n_freq=8, sets=("positional",),
                           controls=3, doses=(1,), directions=("high",), temperature=(), match="count")
     fig = plot_dose_curves(table, "positional")
-    assert NULLS["ids"] in fig._suptitle.get_text()
+    assert NULLS["ids"] in fig._suptitle.get_text() and f"(K = {K}," in fig._suptitle.get_text()
+    assert "(K = 7–10," not in plot_dose_curves(t10, "positional")._suptitle.get_text()  # K = 7 there
+    both = pd.concat([t10, table[table["what"] == "high"]])
+    assert f"(K = {K}–7," in plot_dose_curves(both, "positional")._suptitle.get_text()
 
 
 def test_ids_defaults_drop_random_with_a_note_and_explicit_random_or_intervene_is_refused():
