@@ -166,10 +166,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     hs.add_argument("--doses", type=positive_int_list, default=SUPPRESS,
                     help="k frequency IDs dropped, comma list (default 1,2,4,... up to half the rotary pairs)")
     hs.add_argument("--directions", type=str_list(), default=SUPPRESS,
-                    help="low (k slowest IDs), high (k fastest), random (default all three)")
+                    help="low (k slowest IDs), high (k fastest), random (default all three; --match ids: low,high)")
     add_intervene_args(hs, layers=False, metavar="NAME:KEY=VALUE[,...]",
                        help="per-head interventions applied to each set only (repeatable; any that takes heads=; "
-                            "default temperature:beta=0.5,n_train=17)")
+                            "default temperature:beta=0.5,n_train=17; none under --match ids)")
     hs.add_argument("--lengths", type=int_list, default=SUPPRESS,
                     help="added lengths of the dose curves (default 0; an LLM with --model: target-window lengths, e.g. 32)")
     hs.add_argument("--temperature-lengths", "--intervene-lengths", type=int_list, default=SUPPRESS,
@@ -178,9 +178,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="test prompts per length (the same for every intervention)")
     hs.add_argument("--seed", type=nonneg_int, default=SUPPRESS, help="data seed, first control seed, random-ID seed")
     hs.add_argument("--task", default=SUPPRESS, choices=TASK_CHOICES, help=TASK_HELP)
-    hs.add_argument("--match", default=SUPPRESS, choices=("layer", "count"),
+    hs.add_argument("--match", default=SUPPRESS, choices=("layer", "count", "ids"),
                     help="controls with as many heads per layer as the set (layer, default) or as many heads in all, "
-                         "drawn from every head outside it (count: one-head-per-layer models)")
+                         "drawn from every head outside it (count: one-head-per-layer models): which heads carry it; "
+                         "or the same heads with k random frequency IDs dropped (ids: which frequencies the set uses; "
+                         "no random direction, no --intervene part)")
     hs.add_argument("--readout-n", type=nonneg_int, default=SUPPRESS,
                     help="prompts of the typed set's head readout (s_POS/s_SYM) under each dose (default 64; 0 = off)")
     add_force(hs, "replace existing tables and figures (the outcome cache is kept)")

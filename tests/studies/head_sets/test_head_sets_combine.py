@@ -96,3 +96,26 @@ def test_mixing_rows_that_differ_is_one_line_and_writes_nothing(tmp_path, capsys
     err = capsys.readouterr().err.strip()
     assert msg in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.medium  # about 1 s: figures written
+def test_frequency_controlled_studies_combine_and_never_mix_with_head_controlled_ones(tmp_path, capsys):
+    """``--match ids`` studies (dose cells only: no per-head intervention part) combine as any other; ``match``
+    is a setting, so an ids study beside a count study is one line."""
+    from posym.studies.head_sets import NULLS
+
+    ids = {"match": "ids", "null": NULLS["ids"], "temperature": [], "directions": ["high"]}
+    studies = []
+    for name, seed, eff in (("a", 0, (0.1, 0.7)), ("b", 1, (0.0, 0.5))):
+        d = _study(tmp_path, name, seed, eff, **ids)
+        t = pd.read_csv(d / layout.HEAD_SETS)
+        t[t["part"] == "dose"].assign(match="ids").to_csv(d / layout.HEAD_SETS, index=False)
+        studies.append(d)
+    res = combine_head_sets(studies, tmp_path / "out")
+    assert set(res.table["part"]) == {"dose"} and len(res.table) == 2 and set(res.table["n_models"]) == {2}
+    assert NULLS["ids"] in (tmp_path / "out" / layout.HEAD_SETS_COMBINED_MD).read_text()
+    assert (tmp_path / "out" / f"{layout.FIG_HEAD_SETS_COMBINED_DOSES.format(set='positional')}.png").is_file()
+    c = _study(tmp_path, "c", 2, (0.2, 0.6))
+    assert main(["head-sets-combine", str(studies[0]), str(c), "--out", str(tmp_path / "mixed")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "differ in" in err and not (tmp_path / "mixed").exists()

@@ -20,8 +20,9 @@ def _null(t: pd.DataFrame) -> str:
 
 
 def _subtitle(t: pd.DataFrame) -> str:
-    n, k = int(t["n_prompts"].max()), int(t["n_controls"].max())
-    return f"null: {_null(t)} (K = {k}, band 5–95 %); n = {n} prompts"
+    n, k, k_min = int(t["n_prompts"].max()), int(t["n_controls"].max()), int(t["n_controls"].min())
+    ks = f"{k_min}–{k}" if k_min != k else f"{k}"  # --match ids: fewer where fewer k-subsets exist
+    return f"null: {_null(t)} (K = {ks}, band 5–95 %); n = {n} prompts"
 
 
 def _panel(ax, g: pd.DataFrame, x: str, name: str) -> None:

@@ -35,9 +35,10 @@ from posym.runs.resolve import check_model_folder, resolve_model
 from posym.studies.head_sets.cache import READOUT, OutcomeCache
 from posym.studies.head_sets.llm import choice_evaluator, load_offline_llm
 from posym.studies.head_sets.figures import plot_dose_curves, plot_temperature_curve
-from posym.studies.head_sets.study import DEFAULT_SETS, DEFAULT_TEMPERATURE, DIRECTIONS, TEMPERATURE_LENGTHS, null_text
-from posym.studies.head_sets.tables import Evaluate, ReadHeads, cell_rows, plan_cells, readout_row, study_table, \
-    table_markdown
+from posym.studies.head_sets.study import DEFAULT_SETS, DEFAULT_TEMPERATURE, DIRECTIONS, IDS, TEMPERATURE_LENGTHS, \
+    null_text
+from posym.studies.head_sets.tables import Evaluate, ReadHeads, cell_rows, id_control_draws, plan_cells, readout_row, \
+    study_table, table_markdown
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
@@ -87,16 +88,47 @@ def check_settings(*, sets: Sequence[str], controls: int, directions: Sequence[s
     return sets, temps
 
 
+def match_settings(match: str, directions: Sequence[str] | None,
+                   temperature: Sequence[str] | None) -> tuple[list[str], list[str], list[str]]:
+    """``(directions, per-head interventions, notes)`` of a study matched by ``match`` (None: the defaults).
+    ``layer``/``count``: all :data:`DIRECTIONS` and :data:`DEFAULT_TEMPERATURE`. ``ids`` (the frequency
+    control, SPEC §6 / docs/head_sets.md): no ``random`` direction (random against random: refused when given,
+    dropped with a note from the defaults) and no per-head intervention part (it has no frequency control:
+    refused when given, skipped with a note by default). One-line PosymError for an unknown ``match``."""
+    if match not in (*MATCHES, IDS):
+        raise PosymError(f"--match: {match!r} is not a match; give {', '.join(MATCHES)} or {IDS}")
+    given_dirs, given_temps = directions is not None, temperature is not None
+    directions = list(DIRECTIONS if directions is None else directions)
+    temperature = list(DEFAULT_TEMPERATURE if temperature is None else temperature)
+    if match != IDS:
+        return directions, temperature, []
+    notes = []
+    if "random" in directions:
+        if given_dirs:
+            raise PosymError("--directions random: under --match ids the controls are random frequency IDs already "
+                             "(random against random); give low and/or high, or --match layer|count")
+        directions = [d for d in directions if d != "random"]
+        notes.append("--match ids: the random direction is not measured (its controls are random IDs: random against random)")
+    if temperature:
+        if given_temps:
+            raise PosymError(f"--intervene {temperature[0]}: under --match ids a per-head intervention has no frequency "
+                             "control; measure it in a study with --match layer|count")
+        notes.append("--match ids: the per-head intervention part is skipped (no frequency control; --match layer|count "
+                     "measures it)")
+    return directions, [], notes
+
+
 def resolve_sets(table: pd.DataFrame, sets: Sequence[str], n_layers: int, n_heads: int, controls: int,
                  seed: int, match: str = "layer") -> tuple[dict[str, tuple[Head, ...]],
                                                           dict[str, list[tuple[int, tuple[Head, ...]]]], list[str]]:
     """Each set's heads read from the readout ``table``, its K distinct controls ``(seed, heads)`` matched by
     ``match`` (``layer`` | ``count``: :func:`posym.heads.selection.control_draws` — all of them when at most K
-    exist, the exact null) and the notes of the
+    exist, the exact null; ``ids``: none here, the controls are drawn per dose cell inside the set's own heads,
+    :func:`~posym.studies.head_sets.tables.id_control_draws`, so a set of any size is allowed) and the notes of the
     sets skipped (no heads). A set that cannot be matched, or a head outside the model, is a one-line
     PosymError (``--match count``, or drop the set from ``--sets``)."""
-    if match not in MATCHES:
-        raise PosymError(f"--match: {match!r} is not a match; give {' or '.join(MATCHES)}")
+    if match not in (*MATCHES, IDS):
+        raise PosymError(f"--match: {match!r} is not a match; give {', '.join(MATCHES)} or {IDS}")
     typed, ctrls, notes = {}, {}, []
     for s in sets:
         heads = typed_heads(table, s)
@@ -108,7 +140,7 @@ def resolve_sets(table: pd.DataFrame, sets: Sequence[str], n_layers: int, n_head
             raise PosymError(f"--readout: {s} head {out[0]} is not in this model ({n_layers} layers x {n_heads} heads); "
                              "give the readout of the same model")
         try:
-            ctrls[s] = control_draws(heads, n_layers, n_heads, controls, seed, s, match)
+            ctrls[s] = [] if match == IDS else control_draws(heads, n_layers, n_heads, controls, seed, s, match)
         except PosymError as e:
             raise PosymError(f"{e}, or drop {s} from --sets") from None
         typed[s] = heads
@@ -119,17 +151,20 @@ def resolve_sets(table: pd.DataFrame, sets: Sequence[str], n_layers: int, n_head
 
 def measure_head_sets(evaluate: Evaluate, readout: pd.DataFrame, *, n_layers: int, n_heads: int, n_freq: int,
                       sets: Sequence[str] = DEFAULT_SETS, controls: int = 20, seed: int = 0,
-                      doses: Sequence[int] | None = None, directions: Sequence[str] = DIRECTIONS,
-                      lengths: Sequence[int] = (0,), temperature: Sequence[str] = DEFAULT_TEMPERATURE,
+                      doses: Sequence[int] | None = None, directions: Sequence[str] | None = None,
+                      lengths: Sequence[int] = (0,), temperature: Sequence[str] | None = None,
                       temperature_lengths: Sequence[int] = TEMPERATURE_LENGTHS, readout_name: str = "",
                       task: str = "", match: str = "layer",
                       read_heads: ReadHeads | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """The study on any model: ``evaluate(intervention, added length)`` gives per-prompt outcomes
     (``correct``, ``rank``; the same prompts for every intervention). Returns ``(head_sets table,
     controls table, notes)`` (columns: docs/head_sets.md); ``match``: how the controls are matched (``layer``
-    | ``count``, :func:`resolve_sets`); ``read_heads(intervention, added length)``: the per-head readout
-    (layer, head, s_pos, s_sym) giving each dose cell's ``s_pos_none, s_pos, s_sym_none, s_sym`` (the typed
-    set's means; None: NaN)."""
+    | ``count``, :func:`resolve_sets`; ``ids``: the set's own heads with k random frequency IDs dropped,
+    :func:`~posym.studies.head_sets.tables.id_control_draws`, :func:`match_settings`); ``directions`` /
+    ``temperature``: None = the defaults of :func:`match_settings`; ``read_heads(intervention, added length)``:
+    the per-head readout (layer, head, s_pos, s_sym) giving each dose cell's ``s_pos_none, s_pos, s_sym_none,
+    s_sym`` (the typed set's means; None: NaN)."""
+    directions, temperature, match_notes = match_settings(match, directions, temperature)
     sets, temps = check_settings(sets=sets, controls=controls, directions=directions, temperature=temperature,
                                  lengths=lengths, temperature_lengths=temperature_lengths, doses=doses, n=1)
     doses = tuple(int(k) for k in doses) if doses is not None else default_doses(n_freq)
@@ -141,12 +176,15 @@ def measure_head_sets(evaluate: Evaluate, readout: pd.DataFrame, *, n_layers: in
                        temperature_lengths=temperature_lengths, n_freq=n_freq, seed=seed)
     rows, crows = [], []
     for cell in cells:
-        row, c = cell_rows(cell, typed[cell.set], ctrls[cell.set], n_freq, evaluate)
+        heads = typed[cell.set]
+        cc = ([(j, heads, ids) for j, ids in id_control_draws(cell.k, n_freq, controls, seed, cell.dropped)]
+              if match == IDS else ctrls[cell.set])
+        row, c = cell_rows(cell, heads, cc, n_freq, evaluate)
         rows.append({**row, **readout_row(cell, typed[cell.set], n_freq, read_heads)})
         crows += c
     all_heads = {(t, int(e)): float(evaluate(t, int(e))["correct"].mean()) for t in temps for e in temperature_lengths}
     table = study_table(rows, readout=readout_name, task=task, seed=seed, all_heads=all_heads, match=match)
-    return table, pd.DataFrame(crows), notes
+    return table, pd.DataFrame(crows), notes + match_notes
 
 
 def _cached(fn: Evaluate, cache: OutcomeCache, bar: Any, measured: list[int]) -> Evaluate:
@@ -166,8 +204,8 @@ def _cached(fn: Evaluate, cache: OutcomeCache, bar: Any, measured: list[int]) ->
 
 def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathLike, out: str | os.PathLike,
               llm: str | os.PathLike | None = None, sets: Sequence[str] = DEFAULT_SETS, controls: int = 20,
-              seed: int = 0, doses: Sequence[int] | None = None, directions: Sequence[str] = DIRECTIONS,
-              intervene: Sequence[str] = DEFAULT_TEMPERATURE, lengths: Sequence[int] = (0,),
+              seed: int = 0, doses: Sequence[int] | None = None, directions: Sequence[str] | None = None,
+              intervene: Sequence[str] | None = None, lengths: Sequence[int] = (0,),
               temperature_lengths: Sequence[int] | None = None, n: int = 200, task: str | None = None,
               match: str = "layer", readout_n: int = 64, llm_seed: int = 0, force: bool = False,
               progress: bool = True) -> VerbResult:
@@ -178,7 +216,10 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
     two figures per set in ``out``. ``doses``: default 1, 2, 4, … up to half the rotary pairs; ``lengths``:
     the dose curves' added lengths (an LLM: target-window lengths ≥ 1); ``temperature_lengths``: the
     ``intervene`` part's (default 0, 50, 100, 200; an LLM: ``lengths``); ``match``: the controls' matching
-    (``layer``: as many heads per layer, ``count``: as many heads in all); ``readout_n``: prompts of the
+    (``layer``: as many heads per layer, ``count``: as many heads in all, ``ids``: the same heads with k
+    random frequency IDs dropped — no ``random`` direction and no ``intervene`` part there);
+    ``directions`` / ``intervene``: None = all three directions and the log-n temperature
+    (:func:`match_settings`); ``readout_n``: prompts of the
     head readout under each dose (0 = off; data seed ``READOUT_SEED_OFFSET + seed``,
     :func:`posym.heads.tracking.lengthened_score_table`; trained models only); ``n``: prompts per length;
     ``llm_seed``: the 1-hop samples' run index. Every option is checked before the model loads or a file
@@ -191,11 +232,11 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
                          "(--model smollm2|gemma3-270m|FOLDER)")
     if temperature_lengths is None:
         temperature_lengths = tuple(lengths) if llm is not None else TEMPERATURE_LENGTHS
+    directions, intervene, notes = match_settings(match, directions, intervene)
     sets, temps = check_settings(sets=sets, controls=controls, directions=directions, temperature=intervene,
                                  lengths=lengths, temperature_lengths=temperature_lengths, doses=doses, n=n)
     check_int(readout_n, "--readout-n", lo=0)
     check_int(llm_seed, "--llm-seed", lo=0)
-    notes: list[str] = []
     if llm is not None:
         if task not in TASKS:
             raise PosymError(f"--task: an LLM study needs --task {' or '.join(TASKS)} (the 1-hop prompts of SPEC §1.5)")
@@ -276,4 +317,5 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
     return VerbResult(table=t, files=list(outputs.written), summary=summary, data={"notes": notes, "measured": measured[0]})
 
 
-__all__ = ["OutcomeCache", "check_settings", "default_doses", "head_sets", "measure_head_sets", "resolve_sets"]
+__all__ = ["OutcomeCache", "check_settings", "default_doses", "head_sets", "match_settings", "measure_head_sets",
+           "resolve_sets"]

@@ -15,9 +15,14 @@ DEFAULT_TEMPERATURE: tuple[str, ...] = ("temperature:beta=0.5,n_train=17",)
 TEMPERATURE_LENGTHS: tuple[int, ...] = (0, 50, 100, 200)
 #: The null printed beside every figure and table (layer-matched controls, the default).
 NULL = "K matched random head sets, same heads per layer"
-#: The null of each ``--match`` (posym.heads.selection.MATCHES): ``count`` for models whose layers have too
-#: few other heads (posym's one-head-per-layer GPT-J).
-NULLS: dict[str, str] = {"layer": NULL, "count": "K random head sets of as many heads, drawn from all heads outside the set"}
+#: The null of each ``--match`` (posym.heads.selection.MATCHES and :data:`IDS`): ``count`` for models whose layers
+#: have too few other heads (posym's one-head-per-layer GPT-J); ``ids`` the frequency control.
+NULLS: dict[str, str] = {"layer": NULL, "count": "K random head sets of as many heads, drawn from all heads outside the set",
+                         "ids": "K random draws of k frequency IDs inside the same heads"}
+#: The frequency control (``--match ids``): the set's own heads with k random frequency IDs dropped — it tests
+#: WHICH FREQUENCIES a set uses given the set (``layer``/``count`` test WHICH HEADS carry the effect). It has
+#: no ``random`` direction (random against random) and no per-head intervention part (no frequency in it).
+IDS = "ids"
 
 
 def null_text(match: str = "layer") -> str:
@@ -47,5 +52,5 @@ def prediction(set_name: str, what: str, task: str) -> str:
     return PREDICTION.get((set_name, what, task), "")
 
 
-__all__ = ["DEFAULT_SETS", "DEFAULT_TEMPERATURE", "DIRECTIONS", "DOSE", "NULL", "NULLS", "PREDICTION",
+__all__ = ["DEFAULT_SETS", "DEFAULT_TEMPERATURE", "DIRECTIONS", "DOSE", "IDS", "NULL", "NULLS", "PREDICTION",
            "TEMPERATURE", "TEMPERATURE_LENGTHS", "null_text", "prediction"]

@@ -5,7 +5,8 @@ cell measures on the typed set and on its K matched random controls, and the tab
 A **cell** is (set, dose direction, k) at an added length, or (set, per-head intervention setting, added
 length) — part ``temperature`` in the tables, whatever the intervention (``intervention_kind`` names it).
 Its effect is ``untouched − intervened`` accuracy, paired over the same prompts: on the typed set with a
-paired bootstrap CI (:func:`posym.stats.paired_bootstrap`), on each control; the permutation p of the
+paired bootstrap CI (:func:`posym.stats.paired_bootstrap`), on each control (a matched random head set, or
+under ``--match ids`` the same heads with k random frequency IDs dropped, :func:`id_control_draws`); the permutation p of the
 typed set against its controls (:func:`posym.stats.control_p_value`: one-sided "hurts more" for the
 dose cells, two-sided for the intervention part, which may rescue or harm) and Benjamini–Hochberg over every
 cell of the study (:func:`posym.stats.benjamini_hochberg`).
@@ -13,12 +14,14 @@ cell of the study (:func:`posym.stats.benjamini_hochberg`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
+from posym.checks import check_int
 from posym.errors import PosymError
 from posym.heads.selection import Head, format_heads
 from posym.interventions import describe, parse_intervention
@@ -74,6 +77,38 @@ def dropped_ids(direction: str, k: int, n_freq: int, seed: int) -> tuple[int, ..
     raise PosymError(f"unknown direction {direction!r}; directions: {', '.join(DIRECTIONS)}")
 
 
+def id_control_draws(k: int, n_freq: int, K: int, seed: int,
+                     exclude: Sequence[int] | None = None) -> list[tuple[int, tuple[int, ...]]]:
+    """The frequency controls of ``--match ids`` (docs/head_sets.md): K **distinct** k-subsets of the IDs
+    1..n_freq ``(seed used, sorted IDs)``, the subset of seed ``seed + j`` being the first k of
+    ``numpy.random.default_rng(seed + j).permutation`` of 1..n_freq (:func:`dropped_ids` ``random``; a seed
+    whose subset repeats an earlier one, or equals ``exclude`` — the tested set's own dropped IDs — is
+    skipped), or, when at most K such subsets exist (C(n_freq, k) − 1 with ``exclude``), **all** of them:
+    the exact randomization null, p floor 1/(1 + that number) (as :func:`posym.heads.selection.control_draws`
+    for heads)."""
+    n_freq = check_int(n_freq, "n_freq", lo=2)
+    k = check_int(k, "--doses", lo=1)
+    if k >= n_freq:
+        raise PosymError(f"--doses: k = {k} drops every rotary pair or more (the model has {n_freq} frequency IDs); "
+                         f"give k from 1 to {n_freq - 1}")
+    K, seed = check_int(K, "--controls", lo=1), check_int(seed, "--seed", lo=0)
+    skip = tuple(sorted(int(i) for i in exclude)) if exclude is not None else None
+    own = skip is not None and len(set(skip)) == k and all(1 <= i <= n_freq for i in skip)
+    want = min(K, math.comb(n_freq, k) - int(own))
+    out: list[tuple[int, tuple[int, ...]]] = []
+    seen: set[tuple[int, ...]] = {skip} if own else set()
+    s = seed
+    while len(out) < want:
+        ids = dropped_ids("random", k, n_freq, s)
+        if ids not in seen:
+            seen.add(ids)
+            out.append((s, ids))
+        s += 1
+        if s - seed > 1000 * max(K, 10):  # unreachable for want <= the number of subsets; a guard, not a rule
+            raise PosymError(f"could not draw {want} distinct sets of {k} frequency IDs; give fewer --controls")
+    return out
+
+
 def plan_cells(sets: Sequence[str], *, doses: Sequence[int], directions: Sequence[str], lengths: Sequence[int],
                temperature: Sequence[str], temperature_lengths: Sequence[int], n_freq: int, seed: int) -> list[Cell]:
     """Every cell of the study, sets outermost (dose cells, then temperature cells)."""
@@ -92,7 +127,8 @@ def _q(x: np.ndarray, q: float) -> float:
 def cell_rows(cell: Cell, heads: Sequence[Head], controls: Sequence[tuple[int, Sequence[Head]]], n_freq: int,
               evaluate: Evaluate) -> tuple[dict, list[dict]]:
     """The row of one cell (statistics but BH, columns of docs/head_sets.md) and one row per control draw.
-    ``controls``: ``(seed, heads)`` of each matched random set."""
+    ``controls``: ``(seed, heads)`` of each matched random set, or ``(seed, heads, dropped IDs)`` for a
+    frequency control (``--match ids``: the same heads, other IDs dropped; its row gets ``dropped``)."""
     base = evaluate(NONE, cell.length)
     typed_iv = cell.intervention(heads, n_freq)
     typed = evaluate(typed_iv, cell.length)
@@ -100,8 +136,8 @@ def cell_rows(cell: Cell, heads: Sequence[Head], controls: Sequence[tuple[int, S
         raise PosymError(f"{typed_iv}: {len(typed)} prompts against {len(base)} untouched; the outcomes are not paired")
     effect, lo, hi = paired_bootstrap(base["correct"], typed["correct"], seed=0)
     ctrl_rows, ctrl_eff, ctrl_acc, ctrl_rank = [], [], [], []
-    for j_seed, c_heads in controls:
-        iv = cell.intervention(c_heads, n_freq)
+    for j_seed, c_heads, *ids in controls:
+        iv = (replace(cell, dropped=tuple(ids[0])) if ids else cell).intervention(c_heads, n_freq)
         out = evaluate(iv, cell.length)
         acc = float(out["correct"].mean())
         ctrl_eff.append(float(base["correct"].mean()) - acc)
@@ -109,7 +145,8 @@ def cell_rows(cell: Cell, heads: Sequence[Head], controls: Sequence[tuple[int, S
         ctrl_rank.append(float(out["rank"].mean()))
         ctrl_rows.append({"part": cell.part, "set": cell.set, "what": cell.what, "k": cell.k, "extra_tokens": cell.length,
                           "control_seed": j_seed, "heads": format_heads(c_heads), "intervention": iv, "acc": acc,
-                          "rank": ctrl_rank[-1], "effect": ctrl_eff[-1], "n_prompts": len(out)})
+                          "rank": ctrl_rank[-1], "effect": ctrl_eff[-1], "n_prompts": len(out),
+                          **({"dropped": "+".join(map(str, ids[0]))} if ids else {})})
     e, a = np.asarray(ctrl_eff), np.asarray(ctrl_acc)
     two = cell.part == TEMPERATURE
     row = {"part": cell.part, "set": cell.set, "what": cell.what, "intervention_kind": cell.kind, "k": cell.k,
@@ -150,7 +187,7 @@ def study_table(rows: list[dict], *, readout: str, task: str, seed: int, all_hea
                 match: str = "layer") -> pd.DataFrame:
     """The study table from :func:`cell_rows`' rows: BH over every cell (``p_bh``), the readout, task and
     seeds recorded, the all-heads accuracy of each intervention cell (``acc_all_heads``: the same setting on
-    every head, keyed by (setting, length)), the controls' ``match`` (layer | count) and the written prediction."""
+    every head, keyed by (setting, length)), the controls' ``match`` (layer | count | ids) and the written prediction."""
     t = pd.DataFrame(rows)
     if t.empty:
         return t
@@ -180,5 +217,5 @@ def table_markdown(t: pd.DataFrame, null: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["Cell", "Evaluate", "NONE", "READOUT_COLUMNS", "ReadHeads", "cell_rows", "dropped_ids", "plan_cells",
-           "readout_row", "set_scores", "study_table", "table_markdown"]
+__all__ = ["Cell", "Evaluate", "NONE", "READOUT_COLUMNS", "ReadHeads", "cell_rows", "dropped_ids", "id_control_draws",
+           "plan_cells", "readout_row", "set_scores", "study_table", "table_markdown"]
