@@ -49,6 +49,7 @@ def _study(tmp_path, name, seed, effects, sets=("positional",), config=None, **s
     return d
 
 
+@pytest.mark.medium  # figures written
 def test_cells_side_by_side_with_each_models_effect(tmp_path):
     a = _study(tmp_path, "a", 0, (0.1, 0.7))
     b = _study(tmp_path, "b", 1, (0.0, 0.5))

@@ -61,7 +61,7 @@ def _readout(typed: str = "L1H2") -> pd.DataFrame:
     return df
 
 
-@pytest.mark.medium  # about 1 s (tests/conftest.py MEDIUM_TESTS is outside this file's owner)
+@pytest.mark.medium  # about 1 s
 def test_known_answer_under_ids():
     """L1H2 carries the answer through ID 1 (gptj): dropping ID 1 inside it (high, k = 1) hurts, every one of
     the 6 random single IDs does nothing (p at the floor 1/7, the smallest BH p); with k = 2 the controls
