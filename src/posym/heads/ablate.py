@@ -34,7 +34,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from posym.errors import PosymError
 from posym.model.adapters import eval_mode, get_adapter, hook_handles
@@ -392,5 +392,5 @@ def ablation_for_run(run_or_model_dir: str | os.PathLike, task: str | None = Non
     return df
 
 
-__all__ = ["ABLATE_METHODS", "ABLATION_COLUMNS", "DEFAULT_ROWS", "ablated_predictions", "HEAD_SET_COLUMNS", "MODES", "ablate_heads", "ablate_head_set", "ablated", "ablated_logits",
-           "ablation_for_run", "head_output_means"]
+__all__ = ["ABLATE_METHODS", "ABLATION_COLUMNS", "DEFAULT_ROWS", "HEAD_SET_COLUMNS", "MODES", "ablate_heads", "ablate_head_set",
+           "ablated", "ablated_logits", "ablated_predictions", "ablation_for_run", "head_output_means"]
