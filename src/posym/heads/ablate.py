@@ -71,6 +71,11 @@ def _check_modes(modes: str | Sequence[str]) -> tuple[str, ...]:
     return modes
 
 
+def _check_method(method: str) -> None:
+    if method not in ABLATE_METHODS:
+        raise PosymError(f"unknown ablation method {method!r} (expected one of: {', '.join(ABLATE_METHODS)})")
+
+
 def _ids(x) -> np.ndarray:
     ids = x.input_ids if isinstance(x, TaskBatch) else x
     ids = ids.cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
@@ -267,8 +272,7 @@ def ablate_heads(model: nn.Module, batch: TaskBatch, modes: str | Sequence[str] 
     into the head outputs; the tables are equal (tested on several families, GQA and both modes).
     """
     modes = _check_modes(modes)
-    if method not in ABLATE_METHODS:
-        raise PosymError(f"unknown ablation method {method!r} (expected one of: {', '.join(ABLATE_METHODS)})")
+    _check_method(method)
     if not isinstance(batch, TaskBatch):
         raise PosymError("ablate_heads needs a posym.tasks.TaskBatch (labels and hop counts)")
     ids = _ids(batch)
@@ -342,8 +346,8 @@ def ablate_head_set(model: nn.Module, batch: TaskBatch, heads: Sequence[tuple[in
 def ablation_for_run(run_or_model_dir: str | os.PathLike, task: str | None = None, n: int = 2000, seed: int = 0,
                      modes: str | Sequence[str] = MODES, split: str = "test", batch_size: int = 512,
                      step: int | str | None = None, progress: bool = False, heads: str | None = None,
-                     readout: str | os.PathLike | None = None) -> pd.DataFrame:
-    """:func:`ablate_heads` for a run (newest checkpoint, or ``step``) or checkpoint directory on the
+                     readout: str | os.PathLike | None = None, method: str = "batched") -> pd.DataFrame:
+    """:func:`ablate_heads` (``method``: ``"batched"`` or the ``"loop"`` reference) for a run (newest checkpoint, or ``step``) or checkpoint directory on the
     first ``n`` prompts of ``split`` (default: 2,000 test prompts, balanced over hop counts).
 
     ``heads``: a head selection (:func:`posym.heads.selection.parse_heads`: ``L3H1+L5H0``, a type, or
@@ -359,6 +363,7 @@ def ablation_for_run(run_or_model_dir: str | os.PathLike, task: str | None = Non
     from posym.runs.resolve import resolve_model
 
     modes = _check_modes(modes)
+    _check_method(method)
     if split not in SPLIT_SIZES:
         raise PosymError(f"unknown split {split!r} (expected one of: {', '.join(SPLIT_SIZES)})")
     selection = table = None
@@ -375,7 +380,7 @@ def ablation_for_run(run_or_model_dir: str | os.PathLike, task: str | None = Non
     model, task, ckpt_step = resolve_model(run_or_model_dir, task=task, step=step)
     if selection is None:
         batch = make_split(task, split, seed, n=n)
-        df = ablate_heads(model, batch, modes=modes, batch_size=batch_size, progress=progress)
+        df = ablate_heads(model, batch, modes=modes, batch_size=batch_size, progress=progress, method=method)
         df.attrs.update(task=task, step=ckpt_step, n=int(n), split=split, seed=int(seed))
         return df
     L, H, _ = _geometry(model)
@@ -392,5 +397,5 @@ def ablation_for_run(run_or_model_dir: str | os.PathLike, task: str | None = Non
     return df
 
 
-__all__ = ["ABLATE_METHODS", "ABLATION_COLUMNS", "DEFAULT_ROWS", "HEAD_SET_COLUMNS", "MODES", "ablate_heads", "ablate_head_set",
-           "ablated", "ablated_logits", "ablated_predictions", "ablation_for_run", "head_output_means"]
+__all__ = ["ABLATE_METHODS", "ABLATION_COLUMNS", "DEFAULT_ROWS", "HEAD_SET_COLUMNS", "MODES", "ablate_heads",
+           "ablate_head_set", "ablated", "ablated_logits", "ablated_predictions", "ablation_for_run", "head_output_means"]
