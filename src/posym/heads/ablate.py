@@ -347,8 +347,9 @@ def ablation_for_run(run_or_model_dir: str | os.PathLike, task: str | None = Non
                      modes: str | Sequence[str] = MODES, split: str = "test", batch_size: int = 512,
                      step: int | str | None = None, progress: bool = False, heads: str | None = None,
                      readout: str | os.PathLike | None = None, method: str = "batched") -> pd.DataFrame:
-    """:func:`ablate_heads` (``method``: ``"batched"`` or the ``"loop"`` reference) for a run (newest checkpoint, or ``step``) or checkpoint directory on the
-    first ``n`` prompts of ``split`` (default: 2,000 test prompts, balanced over hop counts).
+    """:func:`ablate_heads` (``method``: ``"batched"`` or the ``"loop"`` reference) for a run (newest checkpoint,
+    or ``step``) or checkpoint directory on the first ``n`` prompts of ``split`` (default: 2,000 test prompts,
+    balanced over hop counts).
 
     ``heads``: a head selection (:func:`posym.heads.selection.parse_heads`: ``L3H1+L5H0``, a type, or
     ``random:<type>[,seed=S]``; a type needs ``readout``, the head readout table of the same model):
