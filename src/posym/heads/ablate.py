@@ -45,8 +45,10 @@ from posym.train.evaluate import MAX_HOPS, accuracy_table, predict
 MODES: tuple[str, ...] = ("zero", "mean")
 #: :func:`ablate_heads`'s methods: stacked forwards (default) or the per-head loop (the reference).
 ABLATE_METHODS: tuple[str, ...] = ("batched", "loop")
-#: Rows (prompt x ablated head) per forward of the batched method.
+#: Rows (prompt x ablated head) per forward of the batched method on an accelerator; on the CPU (arithmetic-bound,
+#: where large forwards were not faster) :data:`CPU_ROWS`, the loop's batch.
 DEFAULT_ROWS = 8192
+CPU_ROWS = 512
 #: Columns of :func:`ablate_heads`'s table.
 ABLATION_COLUMNS = ["mode", "layer", "head", "acc"] + [f"acc_hop{h}" for h in range(1, MAX_HOPS + 1)]
 #: Columns :func:`ablate_head_set` adds (on every row): the resolved heads (``L0H1+L2H3``), the selection
@@ -180,12 +182,12 @@ def ablated_logits(model: nn.Module, input_ids, heads: Iterable[tuple[int, int]]
 
 @torch.no_grad()
 def ablated_predictions(model: nn.Module, input_ids, cells: Sequence[tuple[str, int, int]],
-                        means: Sequence[torch.Tensor] | None = None, rows: int = DEFAULT_ROWS,
+                        means: Sequence[torch.Tensor] | None = None, rows: int | None = None,
                         progress: bool = False) -> list[np.ndarray]:
     """Argmax predictions ``[N]`` of the prompts ``input_ids`` ``[N, T]`` for each cell ``(mode, layer, head)``
     of ``cells`` (mode ``"none"`` with layer/head -1: the plain model), from forwards over the cells' prompts
-    stacked ``[C * N, T]``, up to ``rows`` rows at a time: a pre-hook at each layer's head-output site
-    replaces, row by row, the head its cell ablates (0, or ``means[layer][-T:]`` of that head: the values
+    stacked ``[C * N, T]``, up to ``rows`` rows at a time (None: :data:`DEFAULT_ROWS`, :data:`CPU_ROWS` on the
+    CPU): a pre-hook at each layer's head-output site replaces, row by row, the head its cell ablates (0, or ``means[layer][-T:]`` of that head: the values
     :func:`ablated` writes). Few large forwards instead of ``C`` loops of small ones (issue 39)."""
     from tqdm.auto import tqdm
 
@@ -199,8 +201,8 @@ def ablated_predictions(model: nn.Module, input_ids, cells: Sequence[tuple[str, 
                 raise PosymError(f"no head ({layer}, {head}) in a model with {L} layers x {H} heads")
     if any(c[0] == "mean" for c in cells) and (means is None or len(means) != L):
         raise PosymError("mean ablation needs per-layer means (head_output_means)")
-    rows = max(1, int(rows))
     device = ad.device
+    rows = max(1, int(rows if rows is not None else (CPU_ROWS if torch.device(device).type == "cpu" else DEFAULT_ROWS)))
     N, C = len(ids), len(cells)
     c_layer = torch.tensor([int(c[1]) if c[0] != "none" else -1 for c in cells], device=device)
     c_head = torch.tensor([max(int(c[2]), 0) for c in cells], device=device)
@@ -258,7 +260,7 @@ def _mean_outputs(model: nn.Module, ids: np.ndarray, mean_batch, batch_size: int
 
 def ablate_heads(model: nn.Module, batch: TaskBatch, modes: str | Sequence[str] = MODES,
                  batch_size: int = 512, mean_batch: TaskBatch | np.ndarray | None = None,
-                 progress: bool = False, method: str = "batched", rows: int = DEFAULT_ROWS) -> pd.DataFrame:
+                 progress: bool = False, method: str = "batched", rows: int | None = None) -> pd.DataFrame:
     """Accuracy with each head ablated in turn, per mode (Paper A Fig. 3 right), in any supported family.
 
     Returns one row per (mode, layer, head) plus a first baseline row (``mode="none"``, layer and head
@@ -398,5 +400,5 @@ def ablation_for_run(run_or_model_dir: str | os.PathLike, task: str | None = Non
     return df
 
 
-__all__ = ["ABLATE_METHODS", "ABLATION_COLUMNS", "DEFAULT_ROWS", "HEAD_SET_COLUMNS", "MODES", "ablate_heads",
+__all__ = ["ABLATE_METHODS", "ABLATION_COLUMNS", "CPU_ROWS", "DEFAULT_ROWS", "HEAD_SET_COLUMNS", "MODES", "ablate_heads",
            "ablate_head_set", "ablated", "ablated_logits", "ablated_predictions", "ablation_for_run", "head_output_means"]
