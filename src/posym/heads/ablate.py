@@ -187,8 +187,9 @@ def ablated_predictions(model: nn.Module, input_ids, cells: Sequence[tuple[str, 
     """Argmax predictions ``[N]`` of the prompts ``input_ids`` ``[N, T]`` for each cell ``(mode, layer, head)``
     of ``cells`` (mode ``"none"`` with layer/head -1: the plain model), from forwards over the cells' prompts
     stacked ``[C * N, T]``, up to ``rows`` rows at a time (None: :data:`DEFAULT_ROWS`, :data:`CPU_ROWS` on the
-    CPU): a pre-hook at each layer's head-output site replaces, row by row, the head its cell ablates (0, or ``means[layer][-T:]`` of that head: the values
-    :func:`ablated` writes). Few large forwards instead of ``C`` loops of small ones (issue 39)."""
+    CPU): a pre-hook at each layer's head-output site replaces, row by row, the head its cell ablates (0, or
+    ``means[layer][-T:]`` of that head: the values :func:`ablated` writes).
+    Few large forwards instead of ``C`` loops of small ones (issue 39)."""
     from tqdm.auto import tqdm
 
     ids = _ids(input_ids)
