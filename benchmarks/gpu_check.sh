@@ -17,6 +17,7 @@
 #   g-repro1   posym reproduce --preset paper --device cuda --no-llm (1 seed) with REPRO_SET
 #              (default --set train.cuda_graph=auto; REPRO_SET= for today's eager steps)
 #   h-repro3   the same with --seeds 3, if REPRO3=1 and the budget has room
+#              then each reproduction's stage seconds per kind, read from its markers (the analyses: issue 39 point 3)
 # GPU_CHECK_DRY=1 runs every stage on the CPU with tiny step counts, a 2-layer model and the tiny
 # reproduction (the captured arm is then the graph step's body run eagerly), in about 2 minutes.
 #
@@ -356,6 +357,26 @@ if [[ "$REPRO3" == 1 ]]; then
     REPRO_LINES+=("reproduce ... --seeds 3: skipped, $(left) s of the ${BUDGET_S} s budget left")
   fi
 fi
+# the reproductions' stage timings, read from their markers (no extra step): the analysis stages (issue 39
+# point 3: on CUDA ablate/freqs/lengthgen of all runs in one worker, ablate batched) against the 12 / 9 / 6 s
+# per stage an H200 measured before
+for d in "$RUNS/repro1" "$RUNS/repro3"; do
+  [[ -d "$d/stages" ]] || continue
+  "$PY" - "$d" <<'EOF' | tee -a "$SUMMARY" "$OUT/engine.md" || true
+import json, sys
+from pathlib import Path
+d = Path(sys.argv[1])
+kinds = {}
+for p in sorted((d / "stages").glob("*.done")):
+    kinds.setdefault(p.stem.split("-")[0], []).append(float(json.loads(p.read_text()).get("seconds", 0)))
+print(f"\nstage seconds of {d.name} (from its markers; on CUDA the analyses run in one worker, one at a time):")
+print("| kind | stages | mean s | max s | sum s | before (one H200, per stage) |")
+print("|---|---:|---:|---:|---:|---:|")
+before = {"ablate": "12", "freqs": "9", "lengthgen": "6", "train": "234-237"}
+for k, v in sorted(kinds.items()):
+    print(f"| {k} | {len(v)} | {sum(v) / len(v):.1f} | {max(v):.1f} | {sum(v):.1f} | {before.get(k, '')} |")
+EOF
+done
 { echo; printf '%s\n' "${REPRO_LINES[@]}"; echo; echo "whole script: $(elapsed "$T_START" "$(now)") s (budget ${BUDGET_S} s)"; } \
   | tee -a "$OUT/engine.md" "$SUMMARY"
 echo

@@ -39,6 +39,7 @@ INTEGRATION_FIXTURES = {"tiny_repro", "repro_copy"}
 #: function that no longer exists is an error.
 MEDIUM_TESTS: dict[str, tuple[str, ...]] = {
     "test_ablate.py": ("test_ablation_for_run_and_plot",),
+    "test_ablate_batched.py": ("test_batched_table_equals_the_loop",),
     "test_ablate_flow_families.py": ("test_ablate_cli_on_a_llama_folder",),
     "test_aggregate.py": ("test_a_table_that_mixes_interventions_is_kept_apart", "test_aggregate_writes_tables_and_figures"),
     "test_analysis_of_a_run_in_training.py": (

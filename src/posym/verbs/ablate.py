@@ -20,7 +20,7 @@ from posym.verbs import Outputs, VerbResult, figure_paths
 def ablate(run: str | os.PathLike, *, task: str | None = None, n: int = 2000, seed: int = 0,
            modes: Sequence[str] = MODES, step: StepChoice = None, out: str | os.PathLike | None = None,
            force: bool = False, progress: bool = True, heads: str | None = None,
-           readout: str | os.PathLike | None = None) -> VerbResult:
+           readout: str | os.PathLike | None = None, method: str = "batched") -> VerbResult:
     """Write ``ablation.csv`` (with the ``step`` of the ablated checkpoint) and ``figures/ablation.png|pdf``
     in ``out`` (default: the run directory). The folder, its task, family and vocabulary are checked
     (:func:`posym.runs.resolve.check_model_folder`) before any work: an unsupported family is one line.
@@ -28,7 +28,10 @@ def ablate(run: str | os.PathLike, *, task: str | None = None, n: int = 2000, se
     ``heads``: a head selection (``L3H1+L5H0``, a type, ``random:<type>[,seed=S]``; a type needs
     ``readout``, the head readout of the same model) ablated together: ``ablation.csv`` in ``out`` (which
     must be given, and not the run directory, whose ``ablation.csv`` is the per-head table) holds the
-    baseline and one row per mode, with the columns ``heads, selection, readout, seed``; no figure."""
+    baseline and one row per mode, with the columns ``heads, selection, readout, seed``; no figure.
+
+    ``method``: the per-head table's forwards, ``"batched"`` (all heads' prompts stacked) or ``"loop"`` (one
+    head at a time, the reference; :func:`posym.heads.ablate.ablate_heads`); the tables are equal."""
     from posym.report.flow_figures import plot_ablation
 
     check_model_folder(run, task, step)
@@ -40,7 +43,8 @@ def ablate(run: str | os.PathLike, *, task: str | None = None, n: int = 2000, se
     out_dir = Path(out) if out is not None else Path(run)
     stem = layout.figure(out_dir, layout.FIG_ABLATION)
     outputs = Outputs([out_dir / layout.ABLATION, *figure_paths(stem)], force).check()
-    table = ablation_for_run(run, task=task, n=n, seed=seed, modes=tuple(modes), step=step, progress=progress)
+    table = ablation_for_run(run, task=task, n=n, seed=seed, modes=tuple(modes), step=step, progress=progress,
+                             method=method)
     table = with_step(table, table.attrs.get("step"))
     outputs.csv(table, out_dir / layout.ABLATION)
     outputs.figure(plot_ablation(table), stem)

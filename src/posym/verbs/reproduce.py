@@ -24,7 +24,9 @@ Stages (``{task}`` ∈ number, letter; ``{k}`` = seed 0..K-1, the init, data and
 
 Stages run in a pool of ``jobs`` worker processes (``spawn``; torch threads = #cpus // jobs, i.e. 1
 on a 2-core machine, where two 1-thread trainings side by side beat one 2-thread training), as
-soon as the stages they depend on are done; ``jobs=1`` runs everything in this process. The
+soon as the stages they depend on are done; ``jobs=1`` runs everything in this process. On a CUDA device
+the ``ablate``/``freqs``/``lengthgen`` stages of all runs go to one more worker, one after another
+(:func:`~posym.verbs.reproduce_stages.analyses_in_one_process`). The
 ``report`` stage runs last, in this process, whenever any other stage ran or failed (and is not
 marked done while a stage has failed). A failed stage leaves no marker; the stages that need it are
 not started; the others go on, and :func:`reproduce` raises :class:`PosymError` at the end.
@@ -52,13 +54,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from posym.constants import TASKS
 from posym.errors import PosymError
 from posym.progress import is_terminal, line_progress
 from posym.runs import layout
-from posym.runs.layout import run_dir
 from posym.runs.lock import DirLock, read_lock
 from posym.runs.provenance import versions
 from posym.launch import slurm
@@ -66,151 +67,15 @@ from posym.launch.pool import Inline, call_stage, terminate_workers, worker_init
 from posym.verbs.settings import (IMPLIED_SETTINGS, PRESETS, STAGE_SETTINGS, check_train_batched,  # noqa: F401
                                   overrides_from_pairs, preset_settings, train_batched, train_config,
                                   validate_settings)
+from posym.verbs.reproduce_stages import (ANALYSIS_KINDS, STAGE_FUNCS, Context, analyses_in_one_process,  # noqa: F401
+                                          llm_available, stage_ablate,
+                                          stage_choice, stage_discrepancy, stage_dynamics, stage_flow, stage_freqs,
+                                          stage_lengthgen, stage_llm, stage_train)
 
 STAGE_KINDS = ("train", "dynamics", "flow", "ablate", "freqs", "lengthgen", "discrepancy", "llm", "choice", "report")
 RUN_STAGES = ("dynamics", "flow", "ablate", "freqs", "lengthgen")  # per (task, seed), after training
 _PRIORITY = {"train": 0, "llm": 1, "choice": 1, "lengthgen": 2, "freqs": 3, "ablate": 3, "dynamics": 4, "flow": 4,
              "discrepancy": 5, "report": 9}
-
-
-# ------------------------------------------------------------------------------------------------
-# the [llm] extra
-# ------------------------------------------------------------------------------------------------
-def llm_available(model: str = "smollm2") -> tuple[bool, str]:
-    """Whether the offline evaluation of ``model`` (a name of the ``llm_models`` setting) can run:
-    ``(True, its source)`` or ``(False, reason)``."""
-    import importlib.util
-
-    from posym.model.llm import INSTALL_HINT, llm_source
-
-    if importlib.util.find_spec("gguf") is None:
-        return False, ("the [llm] extra is not installed (no 'gguf' package); install it with "
-                       f"pip install -e '.[llm]' && {INSTALL_HINT}")
-    try:
-        src, gguf = llm_source(model)
-    except PosymError as exc:
-        return False, str(exc)
-    if gguf is None and not Path(src).is_dir():
-        return False, f"no model directory {src!r}"
-    return True, str(Path(src) / gguf) if gguf else src
-
-
-# ------------------------------------------------------------------------------------------------
-# stage functions (module level: they run in worker processes). Each returns a JSON-able dict.
-# ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Context:
-    out: str
-    settings: dict
-    device: str = "cpu"
-    progress: bool = True
-    threads: int | None = None  # torch threads inside a worker (None: leave as is)
-    seeds: int = 1  # the reproduction's seed count (a batched train stage trains them all)
-
-
-def stage_train(ctx: Context, task: str, seed: int) -> dict:
-    """Train run (task, seed). With ``train_batched``, ``train-{task}-s0`` trains the task's seeds not yet trained
-    as one batched model (:func:`posym.verbs.train.train_seeds`: each run folder as its own run writes it), fresh,
-    or resumed when all stopped at one checkpoint (otherwise one by one); the other seeds' stages find them trained."""
-    from posym.train.checkpoints import latest_resumable
-    from posym.verbs.train import train, train_seeds
-
-    outs = {k: run_dir(ctx.out, task, k) for k in (range(ctx.seeds) if seed == 0 and train_batched(ctx.settings) else [seed])}
-    todo = [k for k, o in outs.items() if not (o / layout.RESULTS).is_file()]
-    found = [latest_resumable(outs[k]) if (outs[k] / layout.POSYM_JSON).is_file() else None for k in todo]
-    fresh = all(not outs[k].is_dir() or all(p.name == layout.LOCK for p in outs[k].iterdir()) for k in todo)
-    if len(todo) > 1 and (fresh or (None not in found and len({f[0] for f in found}) == 1)):  # type: ignore[index]
-        results = train_seeds(train_config(ctx.settings, task, 0), todo, Path(ctx.out) / task, resume=not fresh,
-                              device=ctx.device, threads=ctx.threads, progress=ctx.progress)  # OUT/task/seed{k}
-        return {"run_dirs": [str(r.run_dir) for r in results], "batched": todo, "resumed": not fresh}
-    info: dict[str, Any] = {}
-    for k, out in outs.items():
-        if k not in todo:
-            info[f"s{k}"] = {"run_dir": str(out), "test": layout.read_json(out / layout.RESULTS).get("test"),
-                             "note": "already trained"}
-            continue
-        resume = (out / layout.POSYM_JSON).is_file() and latest_resumable(out) is not None
-        result = train(train_config(ctx.settings, task, k), out, resume=resume, force=not resume, device=ctx.device,
-                       threads=ctx.threads, progress=ctx.progress)
-        info[f"s{k}"] = {"run_dir": str(out), "test": result.test, "resumed": resume}
-    return info[f"s{seed}"] if len(outs) == 1 else info
-
-
-def stage_dynamics(ctx: Context, task: str, seed: int) -> dict:
-    from posym.verbs.dynamics import dynamics
-
-    res = dynamics(run_dir(ctx.out, task, seed), gammas=ctx.settings["gammas"], force=True)
-    return {"pure_heads": {f"{g:g}": {k: int((t["kind"] == k).sum()) for k in ("positional", "symbolic", "mixed")}
-                           for g, t in res.data["purity"].items()}}
-
-
-def stage_flow(ctx: Context, task: str, seed: int) -> dict:
-    from posym.verbs.flow import flow
-
-    res = flow(run_dir(ctx.out, task, seed), hops=ctx.settings["flow_hops"], task=task, split="test", seed=seed,
-               force=True)
-    return {"examples": {h: e["example"] for h, e in res.data["examples"].items()}}
-
-
-def stage_ablate(ctx: Context, task: str, seed: int) -> dict:
-    from posym.verbs.ablate import ablate
-
-    res = ablate(run_dir(ctx.out, task, seed), task=task, n=ctx.settings["ablation_n"], seed=seed, force=True,
-                 progress=ctx.progress)
-    return {"rows": len(res.table)}
-
-
-def stage_freqs(ctx: Context, task: str, seed: int) -> dict:
-    from posym.verbs.freqs import freqs
-
-    res = freqs(run_dir(ctx.out, task, seed), task=task, n=ctx.settings["freqs_n"], seed=seed,
-                scores=ctx.settings["freqs_scores"], force=True, progress=ctx.progress)
-    return {"geometry_layer": res.data["geometry_layer"]}
-
-
-def stage_lengthgen(ctx: Context, task: str, seed: int) -> dict:
-    from posym.verbs.lengthgen import lengthgen
-
-    s = ctx.settings
-    res = lengthgen(run_dir(ctx.out, task, seed), task=task, grid=s["lengthgen_grid"], n=s["lengthgen_n"],
-                    seeds=s["lengthgen_data_seeds"], extra_rule=s["lengthgen_extra_rule"], device=ctx.device,
-                    force=True, resume=True, progress=ctx.progress)
-    return {"points": len(res.table), "seconds": round(float(res.table["seconds"].sum()), 1)}
-
-
-def stage_discrepancy(ctx: Context) -> dict:
-    from posym.verbs.theory import discrepancy
-
-    res = discrepancy(Path(ctx.out) / layout.THEORY, force=True, **ctx.settings["discrepancy"])
-    return {"rows": len(res.table)}
-
-
-def _llm_stage(ctx: Context, index: int, protocol: str) -> dict:
-    from posym.verbs.llm import llm_eval
-
-    models = ctx.settings["llm_models"]
-    kw = {k: v for k, v in dict(ctx.settings["llm"]).items() if v is not None}
-    res = llm_eval(models[index], out=layout.llm_dir(ctx.out, models, index, protocol), threads=ctx.threads,
-                   progress=ctx.progress, protocol=protocol, **kw).data["result"]
-    (layout.llm_dir(ctx.out, models, index) / layout.SKIPPED_JSON).unlink(missing_ok=True)
-    return {"model": res.model, "answered": res.n_new, "cached": res.n_cached, "seconds": round(res.seconds, 1)}
-
-
-def stage_llm(ctx: Context, index: int = 0) -> dict:
-    """SPEC §1.5's 1-hop prompts by greedy generation on model ``llm_models[index]``."""
-    return _llm_stage(ctx, index, "generate")
-
-
-def stage_choice(ctx: Context, index: int = 0) -> dict:
-    """The log-likelihood protocol on the same prompts (SPEC §1.5; chance level per length)."""
-    return _llm_stage(ctx, index, "choice")
-
-
-STAGE_FUNCS: dict[str, Callable[..., dict]] = {
-    "train": stage_train, "dynamics": stage_dynamics, "flow": stage_flow, "ablate": stage_ablate,
-    "freqs": stage_freqs, "lengthgen": stage_lengthgen, "discrepancy": stage_discrepancy, "llm": stage_llm,
-    "choice": stage_choice,
-}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -486,24 +351,34 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
     report = next((s for s in todo if s.kind == "report"), None)
     work = [s for s in todo if s.kind != "report"]
     tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    apool = None  # on CUDA: the one process that runs every ablate/freqs/lengthgen stage, one after another
     if jobs > 1 and work:
         import multiprocessing as mp
 
         mpc = mp.get_context("spawn")
+        counter = mpc.Value("i", 0)
         pool = ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=mpc,
-                                   initializer=worker_init, initargs=(mpc.Value("i", 0), tty, os.getpid()))
+                                   initializer=worker_init, initargs=(counter, tty, os.getpid()))
+        if analyses_in_one_process(device, jobs) and any(s.kind in ANALYSIS_KINDS for s in work):
+            apool = ProcessPoolExecutor(max_workers=1, mp_context=mpc, initializer=worker_init,
+                                        initargs=(counter, tty, os.getpid()))
         run_ctx = ctx
     else:
         pool = Inline()
         run_ctx = Context(out=ctx.out, settings=settings, device=device, progress=progress, threads=None, seeds=seeds)
+
+    def pool_of(st: Stage) -> Any:
+        return apool if apool is not None and st.kind in ANALYSIS_KINDS else pool
+
     running: dict[Future, tuple[Stage, float]] = {}
     pending = list(work)
     try:
         while pending or running:
             progressed = False
             for st in sorted(pending, key=lambda s: s.priority):
-                if len(running) >= jobs:
-                    break
+                target = pool_of(st)
+                if sum(pool_of(r) is target for r, _ in running.values()) >= (1 if target is apool else jobs):
+                    continue  # that pool is full
                 ds = deps_state(st)
                 if ds == "wait":
                     continue
@@ -514,7 +389,7 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
                     _say(f"skip  {st.name} ({ds})")
                     continue
                 _say(f"start {st.name}")
-                running[pool.submit(call_stage, STAGE_FUNCS[st.kind], run_ctx, st.args)] = (st, time.time())
+                running[target.submit(call_stage, STAGE_FUNCS[st.kind], run_ctx, st.args)] = (st, time.time())
             if not running:
                 if pending and not progressed:  # cannot happen with a valid plan; be safe
                     for st in pending:
@@ -544,10 +419,13 @@ def _reproduce(out: Path, preset: str, settings: dict, tasks: tuple[str, ...], s
     except KeyboardInterrupt:
         # Ctrl-C (or a SIGINT to this process alone): stop the workers now instead of waiting for the
         # stages they run; their runs resume from the newest checkpoint on the next reproduce
-        terminate_workers(pool)  # first: shutdown() forgets the worker processes
-        pool.shutdown(wait=False, cancel_futures=True)
+        for p in (pool, apool) if apool is not None else (pool,):
+            terminate_workers(p)  # first: shutdown() forgets the worker processes
+            p.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+    if apool is not None:
+        apool.shutdown(wait=True)
 
     report_path = out / layout.REPORT_HTML
     if report is not None:
