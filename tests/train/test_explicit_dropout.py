@@ -98,6 +98,7 @@ def _train_30(explicit: bool, monkeypatch) -> tuple[list[float], list[torch.Tens
     return losses, [p.detach().clone() for p in params], torch.get_rng_state()
 
 
+@pytest.mark.medium  # 30 training steps twice: about a second
 def test_the_explicit_path_trains_as_the_implicit_one_bit_for_bit(monkeypatch):
     """30 steps of a tiny GPT-J, dropout 0.1 at every site, ``randomized:64`` positions: losses, weights and
     the generator state after equal bit for bit (the CPU keeps the implicit path; a CUDA run takes this one)."""
