@@ -109,7 +109,7 @@ def explicit_dropout(device: str | torch.device) -> bool:
     (:func:`dropout_masks` from ``device``'s default generator, attention through ``_masked_attention``)
     instead of inside the ops (SDPA's ``dropout_p``): every device but the CPU. On the CPU both paths draw
     the same masks and give the same values bit for bit (tested), so the CPU keeps the implicit one."""
-    return torch.device(device).type != "cpu"
+    return (device if isinstance(device, torch.device) else torch.device(device)).type != "cpu"
 
 
 def has_dropout(model: torch.nn.Module) -> bool:
