@@ -319,11 +319,10 @@ if [[ "$GPU_CHECK_DRY" == 1 ]]; then
 fi
 if "${POSYM[@]}" train --help 2>/dev/null | grep -q -- "--seeds"; then
   KSTEPS=$ENGINE_STEPS
-  for k in 1 6; do
-    seeds=$(seq -s, 0 $((k - 1)))
+  for k in 1 6; do  # --seeds K: the count, seeds 0..K-1 (a single number is a count, not a seed)
     rm -rf "$RUNS/batched-k$k"  # --seeds replaces nothing (no --force): this script's own folder, cleared
     stage "f-batched-k$k" "$(left)" "${POSYM[@]}" train --task number --preset paper --device "$DEVICE" --quiet \
-      --seeds "$seeds" --steps "$KSTEPS" --eval-every "$KSTEPS" --no-track-heads --n-test 256 \
+      --seeds "$k" --steps "$KSTEPS" --eval-every "$KSTEPS" --no-track-heads --n-test 256 \
       "${TINY_TRAIN[@]}" --out "$RUNS/batched-k$k"
   done
   "$PY" - "$RUNS" "$KSTEPS" <<'EOF' | tee -a "$SUMMARY" "$OUT/engine.md"
