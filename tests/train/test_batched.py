@@ -150,9 +150,9 @@ def test_interrupted_group_resumes_exactly(group, tmp_path):
 
 
 def test_refusals_name_the_problem(tmp_path, monkeypatch):
-    with pytest.raises(PosymError, match="dropout"):  # on the CPU dropout trains (test_batched_dropout.py)
+    with pytest.raises(PosymError, match="dropout"):  # on the CPU and CUDA dropout trains (test_explicit_dropout.py)
         check_batchable(seed_configs(_cfg(model_overrides={**TINY["model_overrides"], "resid_pdrop": 0.1}), SEEDS),
-                        "cuda")
+                        "mps")
     with pytest.raises(PosymError, match="fp32"):
         train_seeds(_cfg(precision="bf16"), SEEDS, tmp_path)
     with pytest.raises(PosymError, match="differ in steps"):

@@ -1,5 +1,6 @@
 """``posym train --cuda-graph`` (posym.train.graphs) on the CPU: the graph step's static-buffer body, run
-eagerly, equals the loop's step bit for bit (losses, weights, AdamW state, lr schedule); ``auto`` on the
+eagerly, equals the loop's step bit for bit (losses, weights, AdamW state, lr schedule; also with CUDA's
+explicit dropout masks forced on the CPU: ``posym.model.fast.explicit_dropout``); ``auto`` on the
 CPU equals ``off``; ``on`` is refused in one line before any work. The captured graph itself is
 checked on a GPU by ``benchmarks/gpu_check.sh`` (captured = eager over 200 steps)."""
 
@@ -11,6 +12,7 @@ from safetensors.torch import load_file
 
 from posym.cli import main
 from posym.errors import PosymError
+from posym.model import fast
 from posym.model.arch import arch_config, build_arch_model
 from posym.model.pe import random_positions
 from posym.presets import PRESETS
@@ -43,12 +45,15 @@ def _batches(n_steps, pe="rope"):
     return out
 
 
-@pytest.mark.parametrize("case", ["plain", "dropout", "randomized", "bf16"])
-def test_the_graph_steps_body_run_eagerly_equals_the_loops_step(case):
-    """30 steps, warmup 5 then decay: losses, weights, AdamW state and lr equal bit for bit."""
+@pytest.mark.parametrize("case", ["plain", "dropout", "randomized", "bf16", "explicit-dropout"])
+def test_the_graph_steps_body_run_eagerly_equals_the_loops_step(case, monkeypatch):
+    """30 steps, warmup 5 then decay: losses, weights, AdamW state and lr equal bit for bit. "explicit-dropout":
+    both with the masks drawn ahead (CUDA's path, forced on the CPU) and ``randomized:64`` positions."""
     torch.set_num_threads(1)
-    pe = "randomized:64" if case == "randomized" else "rope"
-    model_kw = dict(resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1) if case == "dropout" else {}
+    if case == "explicit-dropout":
+        monkeypatch.setattr(fast, "explicit_dropout", lambda device: True)
+    pe = "randomized:64" if case in ("randomized", "explicit-dropout") else "rope"
+    model_kw = dict(resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1) if "dropout" in case else {}
     precision = "bf16" if case == "bf16" else "fp32"
     batches = _batches(30, pe)
     config, ref, ref_opt, ref_sched = _setup(pe, **model_kw)
@@ -73,7 +78,7 @@ def test_the_graph_steps_body_run_eagerly_equals_the_loops_step(case):
     assert sched.get_last_lr() == ref_sched.get_last_lr()
     assert all(type(g["lr"]) is float and not g["capturable"] for g in opt.param_groups)  # checkpoints as eager
     assert opt.state_dict()["param_groups"] == ref_opt.state_dict()["param_groups"]
-    if case == "dropout":
+    if "dropout" in case:
         assert len(set(got)) == len(got)
 
 
@@ -167,9 +172,11 @@ class _FakeGraph:
         self.step.loss.copy_(loss)
 
 
-def test_capture_bookkeeping_on_the_cpu_with_a_stand_in_graph(monkeypatch):
+@pytest.mark.parametrize("explicit", [False, True])
+def test_capture_bookkeeping_on_the_cpu_with_a_stand_in_graph(monkeypatch, explicit):
     """The capture's warm-up, restore (weights, AdamW state, RNG) and replay order, with CUDA stood in for
-    on the CPU: the "captured" run equals the loop's step bit for bit, dropout included."""
+    on the CPU: the "captured" run equals the loop's step bit for bit, dropout included (``explicit``: the
+    masks drawn inside the step ahead of the forward, as on CUDA; the eager reference draws implicitly)."""
     import contextlib
 
     class Stream:
@@ -205,6 +212,8 @@ def test_capture_bookkeeping_on_the_cpu_with_a_stand_in_graph(monkeypatch):
     torch.manual_seed(3)
     want = [train_step(ref, ref_opt, ref_sched, x, y, config.max_grad_norm) for x, y, _ in batches]
     rng_after = torch.get_rng_state()
+    if explicit:  # from here on the masks are drawn ahead, inside the captured step
+        monkeypatch.setattr(fast, "explicit_dropout", lambda device: True)
     torch.manual_seed(3)
     step = GraphStep(LastTokenLoss(model), model.parameters(), opt, sched, config.max_grad_norm, "fp32", batches[0],
                      capture=True)

@@ -10,8 +10,12 @@ predicts the answer). ``last_token_logits`` runs the *same parameters* of an HF
 * the LM head runs on one position.
 
 Dropout (in ``train()`` mode) has the model's rates and distribution but a faster draw (``_dropout``);
-attention dropout uses SDPA's ``dropout_p``. ``dropout_masks`` draws the same masks ahead of the call
-(same generator consumption), and ``last_token_logits(..., dropout_masks=...)`` uses them. In ``eval()``
+on the CPU attention dropout uses SDPA's ``dropout_p``. ``dropout_masks`` draws the same masks ahead of the
+call (same generator consumption), and ``last_token_logits(..., dropout_masks=...)`` uses them. Off the CPU
+(:func:`explicit_dropout`) a train-mode call always draws its masks so, from the device's default generator,
+and runs attention through SDPA's math path with the mask (``_masked_attention``) instead of SDPA's in-kernel
+dropout, which nothing outside the kernel reproduces: a single run and one run of a batched group
+(``posym train --seeds``) then draw the same masks. In ``eval()``
 mode the result equals the HF forward to float tolerance (``reference_last_token_logits``; tested to
 1e-5), for every positional encoding (SPEC §2.1): the rotary table is the model's own, ``positions``
 gives each sequence its position ids (``randomized:L`` training), and an SSMax query projection gets
@@ -20,6 +24,7 @@ the token index of each query.
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
@@ -78,8 +83,8 @@ def dropout_masks(model: GPTJForCausalLM, batch: int, length: int, dtype: torch.
     ``[B, H, Tq, T]`` (SDPA's own CPU draw: ``F.dropout``, i.e. ``bernoulli_(1 - p)``), the attention output
     and the MLP output ``[B, Tq, D]``; ``Tq`` = T, 1 in the last layer. A site with rate 0 draws nothing and
     has no entry. Each entry is the multiplier ``keep / (1 - p)`` (0 or 1/(1-p)); passed back as
-    ``dropout_masks=`` the forward equals the drawing call to float tolerance (CPU; on CUDA SDPA draws
-    inside its kernel, which nothing outside reproduces)."""
+    ``dropout_masks=`` the forward equals the drawing call bit for bit on the CPU (tested). Off the CPU the
+    forward itself draws them so (:func:`explicit_dropout`); SDPA's in-kernel CUDA draw is not reproduced."""
     cfg = model.config
     D, H = cfg.n_embd, cfg.n_head
     n_layers = len(model.transformer.h)
@@ -99,14 +104,32 @@ def dropout_masks(model: GPTJForCausalLM, batch: int, length: int, dtype: torch.
     return masks
 
 
+def explicit_dropout(device: str | torch.device) -> bool:
+    """The one rule of where a train-mode :func:`last_token_logits` draws its dropout masks explicitly
+    (:func:`dropout_masks` from ``device``'s default generator, attention through ``_masked_attention``)
+    instead of inside the ops (SDPA's ``dropout_p``): every device but the CPU. On the CPU both paths draw
+    the same masks and give the same values bit for bit (tested), so the CPU keeps the implicit one."""
+    return (device if isinstance(device, torch.device) else torch.device(device)).type != "cpu"
+
+
+def has_dropout(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s config has any dropout rate > 0 (embedding, residual or attention; GPT-J names)."""
+    return any(getattr(model.config, k, 0) for k in ("embd_pdrop", "resid_pdrop", "attn_pdrop"))
+
+
 def _masked_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, mask: Tensor) -> Tensor:
-    """SDPA's math path with a given dropout multiplier ``mask`` [B, H, Tq, T] on the attention probabilities."""
-    scores = (q @ k.transpose(-1, -2)) * scale
+    """SDPA's math path (the CPU's kernel with ``dropout_p``, op for op: q and k each scaled by sqrt(scale),
+    the causal mask, softmax, the dropout multiplier ``mask`` [B, H, Tq, T], times v): equal to
+    ``F.scaled_dot_product_attention(q, k, v, dropout_p=p)`` bit for bit on the CPU with the same draw."""
+    sf = math.sqrt(scale)
+    scores = (q * sf) @ (k.transpose(-1, -2) * sf)
     if causal:
         tq, t = scores.shape[-2:]
         scores = scores.masked_fill(torch.ones(tq, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return (torch.softmax(scores, dim=-1) * mask) @ v
+    return (torch.softmax(scores, dim=-1) * mask).to(v.dtype) @ v
 
+
+_draw_masks = dropout_masks  # the function, where last_token_logits' argument of that name hides it
 
 #: Attribute (a count) set on a model while something needs its plain forward (:func:`full_forward`).
 FULL_FORWARD = "_posym_full_forward"
@@ -141,7 +164,8 @@ def last_token_logits(model: GPTJForCausalLM, input_ids: Tensor, positions: Tens
     """Logits at the last position. input_ids [B, T] -> logits [B, V].
 
     ``dropout_masks`` (GPT-J's fast path only): the draws of :func:`dropout_masks`, used in place of drawing
-    (``posym train --seeds`` draws each run's masks from its own generator outside ``vmap``).
+    (``posym train --seeds`` draws each run's masks from its own generator outside ``vmap``). Without them a
+    train-mode call off the CPU draws them itself first (:func:`explicit_dropout`), so its masks are the same.
 
     Positions are 0..T-1 (``positions`` None) or each sequence's own position ids [B, T]; they must be
     < the model's rotary table length. The fast path is GPT-J's (:func:`has_fast_path`); every other
@@ -160,12 +184,14 @@ def last_token_logits(model: GPTJForCausalLM, input_ids: Tensor, positions: Tens
     index = torch.arange(T, device=input_ids.device)
     positions = index if positions is None else positions.to(input_ids.device)
     train = model.training
+    if dropout_masks is None and train and explicit_dropout(input_ids.device) and has_dropout(model):
+        dropout_masks = _draw_masks(model, B, T, dtype=tr.wte.weight.dtype, device=input_ids.device)
     given = None if dropout_masks is None else iter(dropout_masks)
 
     def drop(t: Tensor, p: float) -> Tensor:
         if given is None:
             return _dropout(t, p, train)
-        return t * next(given) if p else t
+        return (t * next(given)).to(t.dtype) if p else t  # bf16 autocast: the multiplier applied in fp32
 
     x = drop(tr.wte(input_ids), cfg.embd_pdrop)  # [B, T, D]
     sin, cos = _rotary_tables(model, positions, x.dtype)
@@ -208,4 +234,5 @@ def reference_last_token_logits(model: GPTJForCausalLM, input_ids: Tensor, posit
     return model(input_ids=input_ids, position_ids=positions, attention_mask=mask).logits[:, -1]
 
 
-__all__ = ["FULL_FORWARD", "dropout_masks", "full_forward", "has_fast_path", "last_token_logits", "reference_last_token_logits"]
+__all__ = ["FULL_FORWARD", "dropout_masks", "explicit_dropout", "full_forward", "has_dropout", "has_fast_path",
+           "last_token_logits", "reference_last_token_logits"]

@@ -14,13 +14,16 @@ the group or on one run alone).
 Exactness (SPEC §2; tested): train loss per step, metrics and final weights equal K separate runs to
 float tolerance (fp32 on a CPU: batched matmuls reduce in another order; bound 1e-5 of each weight
 tensor's largest magnitude after 20 steps), and a resumed group equals an uninterrupted one bit for
-bit. Dropout (the paper preset's 0.1) is exact on the CPU: before each step every run's masks are drawn
-outside ``vmap`` from its own generator state (:func:`posym.model.fast.dropout_masks`: the forward's draws
-in its order, shapes and ops, SDPA's attention dropout included) and passed in, so each run's masks and
-RNG state after the step are its single run's. Off the CPU dropout is refused (SDPA draws attention
-dropout inside its CUDA kernel), as are fp16/bf16, ``compile``, another ``--arch`` and DDP. On a CPU it
-costs more per run than separate runs (batched matmuls, vmap's per-run SDPA fallback); it is meant for
-accelerators.
+bit. Dropout (the paper preset's 0.1) is exact: before each step every run's masks are drawn outside
+``vmap`` from its own generator state (:func:`posym.model.fast.dropout_masks`: the forward's draws in its
+order, shapes and ops, SDPA's attention dropout included) and passed in, so each run's masks and RNG state
+after the step are its single run's. On the CPU that is the CPU generator (the single run's implicit draws
+are the same masks); on CUDA the device's default generator, whose state is swapped per run
+(:func:`posym.train.rng.process_rng`) as the CPU's is, and the single CUDA run draws the same explicit
+masks (:func:`posym.model.fast.explicit_dropout`). Dropout on another device (``mps``, ...) is refused, as
+are fp16/bf16, ``compile``, another ``--arch`` and DDP. The group has no CUDA-graph path (each step is
+eager; ``--cuda-graph`` applies to a single run). On a CPU it costs more per run than separate runs
+(batched matmuls, vmap's per-run SDPA fallback); it is meant for accelerators.
 """
 
 from __future__ import annotations
@@ -39,15 +42,16 @@ from tqdm.auto import tqdm
 
 from posym.errors import PosymError
 from posym.model.arch import arch_config
-from posym.model.fast import dropout_masks, last_token_logits
+from posym.model.fast import dropout_masks, has_dropout, last_token_logits
 from posym.model.pe import parse_pe, random_positions
 from posym.runs.lock import DirLock
 from posym.tasks import get_vocab
 from posym.train import checkpoints as ckpt
 from posym.train import distributed as dist
 from posym.train.config import MAX_SEED, TrainConfig
-from posym.train.loop import (EvalCallback, RunResult, _batch_position, _check_run_dir, _epoch_perm,
-                              _finish, _has_entries, _param_groups, _Run, _setup)
+from posym.train.loop import EvalCallback, RunResult, _batch_position, _epoch_perm, _finish, _param_groups, _Run, _setup
+from posym.train.rng import RNG_DEVICES, process_rng, set_process_rng
+from posym.train.rundir import _check_run_dir, _has_entries
 from posym.train.schedule import linear_warmup_decay
 
 #: Fields that may differ between the runs of a batched group (they change no shape and no step rule).
@@ -93,7 +97,7 @@ def seed_dir(out: str | Path, seed: int) -> Path:
 def check_batchable(configs: Sequence[TrainConfig], device: str = "cpu") -> None:
     """PosymError (one line, before any work) unless the runs can train as one exact batched model: the
     same configuration but for :data:`PER_RUN_FIELDS`, GPT-J in fp32 without compile, and dropout only
-    on the CPU (where each run's masks are drawn exactly as its own run draws them)."""
+    on a device whose generator state is swapped per run (:data:`posym.train.rng.RNG_DEVICES`: CPU, CUDA)."""
     if not configs:
         raise PosymError("a batched group needs at least one run")
     first = configs[0]
@@ -107,10 +111,10 @@ def check_batchable(configs: Sequence[TrainConfig], device: str = "cpu") -> None
         raise PosymError("--seeds trains in fp32 without --compile; drop --precision / --compile or train each seed alone")
     mcfg = arch_config(first.arch, first.preset, get_vocab(first.task).size, pe=first.pe, **first.model_overrides)
     drops = {k: getattr(mcfg, k) for k in ("embd_pdrop", "resid_pdrop", "attn_pdrop") if getattr(mcfg, k)}
-    if drops and torch.device(device).type != "cpu":
-        raise PosymError(f"--seeds with dropout ({drops}) trains on the CPU only: on {device} SDPA draws attention "
-                         "dropout inside its kernel, which a batched group cannot reproduce per run; train each seed "
-                         "alone, or add " + " ".join(f"--set {k}=0" for k in drops))
+    if drops and torch.device(device).type not in RNG_DEVICES:
+        raise PosymError(f"--seeds with dropout ({drops}) trains on {' or '.join(RNG_DEVICES)} only (each run's "
+                         f"masks drawn from its own generator state); on {device} train each seed alone, or add "
+                         + " ".join(f"--set {k}=0" for k in drops))
 
 
 class _RunOptimizer:
@@ -174,16 +178,17 @@ class StackedEngine:
               positions: torch.Tensor | None, masks: list[torch.Tensor] | None) -> torch.Tensor:
         return functional_call(self.objective, {f"model.{n}": p for n, p in params.items()}, (x, y, positions, masks))
 
-    def draw_masks(self, rng: list[torch.Tensor], batch: int, length: int) -> list[torch.Tensor] | None:
-        """Each run's dropout masks of one step, drawn from its own generator state ``rng[k]`` (advanced, as its
-        single run's forward advances it), stacked per site: ``[K, ...]`` each (None without dropout)."""
+    def draw_masks(self, rng: list[dict[str, torch.Tensor]], batch: int, length: int) -> list[torch.Tensor] | None:
+        """Each run's dropout masks of one step, drawn on the device from its own generator state ``rng[k]``
+        (:func:`posym.train.rng.process_rng`; advanced, as its single run's forward advances it), stacked per
+        site: ``[K, ...]`` each (None without dropout)."""
         template = self.objective.model
-        if not any(getattr(template.config, k) for k in ("embd_pdrop", "resid_pdrop", "attn_pdrop")):
+        if not has_dropout(template):
             return None
         device = self.params[self.names[0]].device
         per_run = []
         for k in range(len(self.runs)):
-            with _own_rng(rng, k):
+            with _own_rng(rng, k, device):
                 per_run.append(dropout_masks(template, batch, length, device=device))
         return [torch.stack(site) for site in zip(*per_run)]
 
@@ -226,13 +231,14 @@ def clip_per_run(params: Sequence[torch.Tensor], max_norm: float) -> torch.Tenso
 
 
 @contextlib.contextmanager
-def _own_rng(states: list[torch.Tensor], k: int) -> Iterator[None]:
-    """Run ``k``'s CPU RNG stream for the duration (what its checkpoints store, as a single run's)."""
-    torch.set_rng_state(states[k])
+def _own_rng(states: list[dict[str, torch.Tensor]], k: int, device: str | torch.device) -> Iterator[None]:
+    """Run ``k``'s random streams for the duration: the CPU generator and, on CUDA, the device's default
+    generator (:func:`posym.train.rng.process_rng`; what its checkpoints store, as a single run's)."""
+    set_process_rng(states[k], device)
     try:
         yield
     finally:
-        states[k] = torch.get_rng_state()
+        states[k] = process_rng(device)
 
 
 def train_batched(configs: Sequence[TrainConfig], outs: Sequence[str | Path], *, resume: bool = False,
@@ -265,7 +271,7 @@ def train_batched(configs: Sequence[TrainConfig], outs: Sequence[str | Path], *,
     ctx = dist.setup(device)
     locks = [DirLock(out, "run") for out in outs]
     held: list[DirLock] = []
-    saved_rng = torch.get_rng_state()
+    saved_rng = process_rng(device)
     try:
         for lock in locks:
             lock.acquire()
@@ -274,21 +280,22 @@ def train_batched(configs: Sequence[TrainConfig], outs: Sequence[str | Path], *,
         for config, out, cbs in zip(configs, outs, callbacks):
             runs.append(_setup(ctx, config, out, resume=resume, force=False, threads=threads, progress=False,
                                callbacks=cbs))
-            rng.append(torch.get_rng_state())
+            rng.append(process_rng(device))
         check_batchable([r.config for r in runs], device)  # on resume: the stored configurations
         train_s = _loop_batched(runs, StackedEngine(runs), rng, progress)
         results = []
         for k, run in enumerate(runs):
-            with _own_rng(rng, k):
+            with _own_rng(rng, k, device):
                 results.append(RunResult(run.out, run.config, _finish(run, train_s[k])))
         return results
     finally:
-        torch.set_rng_state(saved_rng)
+        set_process_rng(saved_rng, device)
         for lock in reversed(held):
             lock.release()
 
 
-def _loop_batched(runs: list[_Run], engine: StackedEngine, rng: list[torch.Tensor], progress: bool) -> list[float]:
+def _loop_batched(runs: list[_Run], engine: StackedEngine, rng: list[dict[str, torch.Tensor]],
+                  progress: bool) -> list[float]:
     """The steps of :func:`posym.train.loop._loop` for every run at once; returns each run's loop seconds."""
     config, device = runs[0].config, runs[0].ctx.device
     variant = parse_pe(config.pe)
@@ -299,7 +306,7 @@ def _loop_batched(runs: list[_Run], engine: StackedEngine, rng: list[torch.Tenso
     for k, r in enumerate(runs):
         r.model.train()
         r.bar = tqdm(disable=True)
-        with _own_rng(rng, k):
+        with _own_rng(rng, k, device):
             r.at_step(start)
     perms: list[tuple[int, torch.Tensor]] = [(-1, torch.empty(0, dtype=torch.long))] * len(runs)
     for step in range(start, config.steps):
@@ -325,7 +332,7 @@ def _loop_batched(runs: list[_Run], engine: StackedEngine, rng: list[torch.Tenso
         if any(done in r.evals or done in r.saves for r in runs):
             engine.unstack()
         for k, r in enumerate(runs):
-            with _own_rng(rng, k):
+            with _own_rng(rng, k, device):
                 r.at_step(done)
     bar.close()
     engine.unstack()

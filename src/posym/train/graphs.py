@@ -16,9 +16,12 @@ fusions change rounding), covers clipping and the optimizer in the same graph, c
 issue measured compile time not repaid within 600 steps) and cannot recompile on a new shape.
 
 Exactness: the warm-up and the capture run real steps; the weights, AdamW state and CUDA RNG state are
-restored after them, so the first replayed step is the run's first step. Dropout draws from the default
-CUDA generator's Philox stream, which graphs register and advance on every replay (fresh masks per
-step, the eager stream's offsets); ``benchmarks/gpu_check.sh`` measures captured = eager over 200 steps.
+restored after them, so the first replayed step is the run's first step. Dropout on CUDA draws its masks
+explicitly inside the captured step, ahead of the forward (:func:`posym.model.fast.explicit_dropout`:
+``dropout_masks`` from the default CUDA generator, attention through SDPA's math path), from the Philox
+stream that graphs register and advance on every replay (fresh masks per step, the eager stream's offsets);
+the body with explicit masks forced on the CPU equals the loop's step bit for bit (tested), and
+``benchmarks/gpu_check.sh`` measures captured = eager over 200 steps.
 Where capture is impossible (:func:`graph_obstacle`) ``--cuda-graph auto`` trains eagerly after one
 printed line and ``on`` refuses in one line.
 """

@@ -44,6 +44,8 @@ from posym.train import distributed as dist
 from posym.train.config import TrainConfig
 from posym.train.evaluate import MAX_HOPS, evaluate
 from posym.train.graphs import check_cuda_graph, make_graph_step
+from posym.train.rng import _restore_rng, _rng_states
+from posym.train.rundir import _check_replaceable, _check_run_dir, _has_entries, _prepare_run_dir
 from posym.train.schedule import checkpoint_steps, eval_steps, linear_warmup_decay
 
 METRIC_COLUMNS = ["split", "step", "train_loss", "lr", "loss", "acc"] + [
@@ -223,73 +225,6 @@ def _append_metrics(path: Path, row: dict[str, Any]) -> None:
     refresh_parquet(path)
 
 
-def _check_run_dir(out: Path, resume: bool, force: bool) -> None:
-    """Checks that need no lock (nothing is created or changed)."""
-    if resume and force:
-        raise PosymError("--resume and --force exclude each other")
-    if out.exists() and not out.is_dir():
-        raise PosymError(f"{out} exists and is not a directory")
-    if resume and not (out / layout.POSYM_JSON).is_file():
-        raise PosymError(f"cannot resume: {out} is not a posym run directory (no posym.json)")
-
-
-def _is_cwd_or_above(path: Path) -> bool:
-    """Whether ``path`` is the current directory or one of its parents (never to be deleted)."""
-    try:
-        here, target = Path.cwd().resolve(), path.resolve()
-    except OSError:
-        return True
-    return target == here or target in here.parents
-
-
-def _check_replaceable(out: Path) -> None:
-    """What ``force`` may replace: a whole posym run directory, never a checkpoint folder, anything
-    inside a run, any other folder, nor the current directory or one above it (PosymError)."""
-    if _is_cwd_or_above(out):
-        raise PosymError(f"--force would delete {out}, the current directory or one above it; choose another --out")
-    if (out / layout.CONFIG_JSON).exists():
-        raise PosymError(f"{out} is a checkpoint folder, not a run; --force replaces only a whole run directory, "
-                         "so choose another --out")
-    inside = layout.enclosing_run(out)
-    if inside is not None:
-        raise PosymError(f"{out} lies inside the run {_shown(inside)}; --force replaces only a whole run directory, "
-                         "so choose another --out")
-    if not layout.is_run_dir(out):
-        raise PosymError(f"{out} is not a posym run (no posym.json); --force only replaces posym runs, "
-                         "so choose another --out")
-
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the current directory when it lies under it."""
-    try:
-        return str(path.relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _has_entries(out: Path) -> bool:
-    return out.is_dir() and any(p.name != layout.LOCK for p in out.iterdir())
-
-
-def _prepare_run_dir(out: Path, resume: bool, force: bool) -> None:
-    """Validate the run directory; runs under the run's lock (``posym.runs.lock``). A new run starts
-    in an empty (or missing) directory: ``force`` over an existing run is :func:`_replace_run`."""
-    _check_run_dir(out, resume, force)
-    if resume:
-        return
-    if _has_entries(out):
-        if force:  # it was empty when train() looked; someone wrote into it since
-            raise PosymError(f"run directory {out} changed while the run started; try again")
-        raise PosymError(f"run directory {out} already exists; use --resume to continue it or --force to overwrite")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise PosymError(f"cannot write to {out}: {exc.strerror or exc}") from exc
-
-
 def _versions() -> dict[str, str]:
     return {"posym": posym.__version__, "torch": torch.__version__,
             "transformers": transformers.__version__, "numpy": np.__version__,
@@ -352,24 +287,6 @@ def _best_so_far(out: Path, start_step: int) -> dict[str, Any]:
     return best
 
 
-def _restore_rng(state: dict[str, Any], rank: int, world_size: int, device: str, fallback_seed: int) -> None:
-    """Set this rank's CPU (and CUDA) RNG from a trainer state. States of every rank are stored
-    (``rng_cpu_ranks``); a run resumed with another process count reseeds ranks > 0 from
-    ``fallback_seed`` (rank 0 always continues its stream, which is all a single process uses)."""
-    cpu_ranks = state.get("rng_cpu_ranks")
-    cuda_ranks = state.get("rng_cuda_ranks")
-    same_world = cpu_ranks is not None and len(cpu_ranks) == world_size
-    if rank == 0 or same_world:
-        torch.set_rng_state(cpu_ranks[rank] if same_world else state["rng_cpu"])
-        if device.startswith("cuda"):
-            if cuda_ranks is not None and len(cuda_ranks) == world_size:
-                torch.cuda.set_rng_state(cuda_ranks[rank], device)
-            elif "rng_cuda" in state and rank == 0:
-                torch.cuda.set_rng_state(state["rng_cuda"], device)
-    else:
-        torch.manual_seed(fallback_seed)
-
-
 def _check_resumed_tables(out: Path, config: TrainConfig, start_step: int) -> None:
     """PosymError (before anything is changed) unless the tables the resumed run keeps are sound
     (``posym.runs.tables.check_resumed``): ``metrics.csv`` with its columns, values (acc in [0, 1],
@@ -392,22 +309,6 @@ def _restore_metrics(out: Path, config: TrainConfig, start_step: int) -> None:
         raise PosymError(f"run {out} is already complete ({config.steps} steps)")
     _check_resumed_tables(out, config, start_step)
     _write_metrics(metrics_path, [r for r in old_rows if r["split"] == "val" and int(r["step"]) <= start_step])
-
-
-def _rng_states(device: str) -> dict[str, Any]:
-    """Trainer-state RNG entries: this process's CPU/CUDA state (rank 0's under DDP, for single-process
-    resume) and, under DDP, every rank's (``*_ranks``, stacked). A collective under DDP."""
-    st: dict[str, Any] = {"rng_cpu": torch.get_rng_state()}
-    cuda = device.startswith("cuda")
-    if cuda:
-        st["rng_cuda"] = torch.cuda.get_rng_state(device)
-    if dist.get_world_size() > 1:
-        st["rng_cpu_ranks"] = torch.stack(dist.gather_tensors(st["rng_cpu"]))
-        st["rng_cpu"] = st["rng_cpu_ranks"][0].clone()
-        if cuda:
-            st["rng_cuda_ranks"] = torch.stack(dist.gather_tensors(st["rng_cuda"]))
-            st["rng_cuda"] = st["rng_cuda_ranks"][0].clone()
-    return st
 
 
 def train(config: TrainConfig, out: str | os.PathLike, *, resume: bool = False, force: bool = False,
