@@ -208,6 +208,9 @@ def _uses_slurm(item) -> bool:
     return hasattr(module, "slurm_cluster") and "cluster" in getattr(item, "fixturenames", ())
 
 
+# tryfirst: xdist's worker hook (registered after this conftest, so called before it) turns each
+# ``xdist_group`` mark into the test's scope; the mark must be there by then
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Tier the suite: a test that uses a reproduction fixture is ``integration``; one named in
     ``MEDIUM_TESTS`` is ``medium`` (see pyproject); one on the real Slurm joins the xdist group ``SLURM_GROUP``."""
