@@ -1,5 +1,6 @@
-"""Shared fixture of the reproduction tests (one tiny end-to-end reproduction, 2 tasks x 2 seeds) and the
-tiers of the suite (pyproject ``markers``): ``integration`` by fixture, ``medium`` by name."""
+"""Shared fixture of the reproduction tests (one tiny end-to-end reproduction, 2 tasks x 2 seeds), the
+tiers of the suite (pyproject ``markers``): ``integration`` by fixture, ``medium`` by name, and the
+pytest-xdist groups of ``-n 2 --dist loadgroup`` (tests that must share one worker)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ def repro_copy(tiny_repro, tmp_path) -> Path:
 
 #: Fixtures that make a test an integration test (a whole reproduction, a trained model in a fixture).
 INTEGRATION_FIXTURES = {"tiny_repro", "repro_copy"}
+
+#: pytest-xdist group of every test on the real single-node Slurm (tests/slurm_cluster.py): a test that uses a
+#: fixture named ``cluster`` in a module that imports ``slurm_cluster``. Under ``--dist loadgroup`` one worker
+#: runs them all, in file order, so that two clusters never run at once (slurmd names this host as its node).
+SLURM_GROUP = "slurm"
 
 #: Tests of about half a second or more on 2 idle cores (2 s or more in a ``--durations=0`` run of the
 #: fast tier on the loaded 2-core machine): ``medium``, left out of the edit tier
@@ -192,11 +198,27 @@ def _is_medium(item) -> bool:
     return bool(names) and (getattr(item, "originalname", None) in names or item.name in names)
 
 
+def pytest_configure(config):
+    """Register ``xdist_group`` when pytest-xdist is absent (a plain serial run), so that the mark stays quiet."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        config.addinivalue_line("markers", "xdist_group(name): pytest-xdist runs a group's tests on one worker")
+
+
+def _uses_slurm(item) -> bool:
+    module = getattr(item, "module", None)
+    return hasattr(module, "slurm_cluster") and "cluster" in getattr(item, "fixturenames", ())
+
+
+# tryfirst: xdist's worker hook (registered after this conftest, so called before it) turns each
+# ``xdist_group`` mark into the test's scope; the mark must be there by then
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Tier the suite: a test that uses a reproduction fixture is ``integration``; one named in
-    ``MEDIUM_TESTS`` is ``medium`` (see pyproject)."""
+    ``MEDIUM_TESTS`` is ``medium`` (see pyproject); one on the real Slurm joins the xdist group ``SLURM_GROUP``."""
     _check_medium({Path(item.path) for item in items})
     for item in items:
+        if _uses_slurm(item):
+            item.add_marker(pytest.mark.xdist_group(SLURM_GROUP))
         if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
         if _is_medium(item):
