@@ -221,7 +221,7 @@ def _jobs(out: Path) -> dict[str, str]:
     return {n: e["job"] for n, e in json.loads((out / "slurm" / "jobs.json").read_text()).items()}
 
 
-def _wait_gone(cluster, ids, timeout: float = 240) -> None:
+def _wait_gone(cluster, ids, timeout: float = 600) -> None:
     t0 = time.monotonic()
     while set(ids) & set(cluster.jobs()):
         assert time.monotonic() - t0 < timeout, f"jobs still queued after {timeout} s:\n{cluster.logs()}"

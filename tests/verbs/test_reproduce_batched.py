@@ -100,8 +100,9 @@ def test_the_plan_and_the_setting():
     assert deps["train-number-s0"] == () and deps["train-number-s1"] == deps["train-number-s2"] == ("train-number-s0",)
     with pytest.raises(PosymError, match="train_batched"):
         validate_settings(preset_settings("tiny", {"train_batched": "yes"}), ("number",))
-    paper = preset_settings("paper", {"train_batched": True})  # dropout 0.1: exact on the CPU only
+    paper = preset_settings("paper", {"train_batched": True})  # dropout 0.1: exact on the CPU and CUDA
     check_train_batched(paper, ("number", "letter"), 2, "cpu")
-    check_train_batched(paper, ("number",), 1, "cuda")  # one seed: nothing to batch
-    with pytest.raises(PosymError, match="CPU only"):
-        check_train_batched(paper, ("number",), 2, "cuda")
+    check_train_batched(paper, ("number", "letter"), 2, "cuda")  # explicit masks (posym.model.fast.explicit_dropout)
+    check_train_batched(paper, ("number",), 1, "mps")  # one seed: nothing to batch
+    with pytest.raises(PosymError, match="cpu or cuda only"):
+        check_train_batched(paper, ("number",), 2, "mps")
