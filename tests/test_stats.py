@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from posym.errors import PosymError
-from posym.stats import benjamini_hochberg, bh_reject, control_p_value, format_p, paired_bootstrap
+from posym.stats import benjamini_hochberg, bh_reject, control_p_value, fisher_combined, format_p, paired_bootstrap
 
 #: Benjamini & Hochberg (1995), section 4: the 15 p-values of the worked example; at q = 0.05 the
 #: step-up rule rejects the four smallest (Bonferroni only three).
@@ -148,3 +148,24 @@ def test_paired_bootstrap_refuses_bad_input():
         paired_bootstrap([1], [0], level=1.0)
     with pytest.raises(PosymError, match="n_boot"):
         paired_bootstrap([1], [0], n_boot=0)
+
+
+def test_fisher_combined_known_answers():
+    """One p is itself; m = 2 in closed form; the χ² tail against SciPy where it is installed; a
+    Monte-Carlo check that it is valid (uniform p -> P(combined <= 0.05) ~ 0.05); NaN ignored."""
+    assert fisher_combined([0.3]) == pytest.approx(0.3, abs=1e-15)
+    a, b = 0.04, 0.2  # m = 2: X/2 = -ln(ab); p = ab (1 - ln(ab))
+    assert fisher_combined([a, b]) == pytest.approx(a * b * (1 - np.log(a * b)), rel=1e-12)
+    assert fisher_combined([1 / 21] * 3) == pytest.approx(0.0055982, abs=1e-7)  # chi2.sf(18.267, 6)
+    assert fisher_combined([0.5, np.nan]) == pytest.approx(0.5) and np.isnan(fisher_combined([np.nan]))
+    assert fisher_combined([0.0, 0.5]) == 0.0 and fisher_combined([1.0, 1.0]) == 1.0
+    if importlib.util.find_spec("scipy") is not None:
+        from scipy.stats import chi2
+
+        ps = [0.01, 0.3, 0.7, 0.05]
+        assert fisher_combined(ps) == pytest.approx(chi2.sf(-2 * np.log(ps).sum(), 8), rel=1e-10)
+    rng = np.random.default_rng(0)
+    draws = np.array([fisher_combined(u) for u in rng.uniform(size=(4000, 3))])
+    assert abs((draws <= 0.05).mean() - 0.05) < 0.012
+    with pytest.raises(PosymError):
+        fisher_combined([1.5])

@@ -13,6 +13,9 @@ same prompts against its matched random control.
 * :func:`benjamini_hochberg` / :func:`bh_reject` — the step-up false-discovery-rate correction over
   the cells of a study (Benjamini & Hochberg 1995): adjusted ``p_(i) = min_{j ≥ i} m·p_(j) / j``,
   capped at 1; a cell is a discovery at level ``q`` when its adjusted p is ``≤ q``.
+* :func:`fisher_combined` — one p from the p-values of independent replicates (Fisher 1932: ``X = −2 Σ ln p_i``,
+  χ² with ``2m`` degrees of freedom under the null); valid, conservative, for permutation p-values (which are
+  super-uniform: ``P(p ≤ u) ≤ u``).
 * :func:`format_p` — a permutation p as printed (``< 1/K`` at the floor).
 
 NumPy only; floor 2 (docs/architecture.md), above the ``checks`` it uses. Bad input is one :class:`~posym.errors.PosymError` line.
@@ -136,6 +139,24 @@ def bh_reject(pvalues: Any, q: float = 0.05) -> np.ndarray:
     return ~np.isnan(adj) & (adj <= q)
 
 
+def fisher_combined(pvalues: Any) -> float:
+    """Fisher's (1932) combined p of ``m`` independent p-values ``[m]`` (NaN ignored; NaN when none): the
+    upper tail of χ² with ``2m`` degrees of freedom at ``X = −2 Σ ln p_i``, in closed form
+    ``exp(−X/2) Σ_{i<m} (X/2)^i / i!`` (an even number of degrees of freedom). A p of 0 gives 0."""
+    p = _pvalues(pvalues)
+    p = p[~np.isnan(p)]
+    if p.size == 0:
+        return float("nan")
+    if (p == 0).any():
+        return 0.0
+    half = -np.log(p).sum()  # X / 2
+    term, total = 1.0, 1.0
+    for i in range(1, p.size):
+        term *= half / i
+        total += term
+    return float(min(1.0, np.exp(-half) * total))
+
+
 def format_p(p: float, n_null: int, at_floor: bool | None = None) -> str:
     """A permutation p as printed: ``< 1/n_null`` (e.g. ``< 0.001`` for 1,000 shuffles) when no shuffle
     reached the statistic (``at_floor``; default: ``p`` equals the floor ``1 / (1 + n_null)``), else
@@ -147,4 +168,4 @@ def format_p(p: float, n_null: int, at_floor: bool | None = None) -> str:
     return f"< {1 / int(n_null):.3g}" if at_floor else f"{float(p):.3g}"
 
 
-__all__ = ["benjamini_hochberg", "bh_reject", "control_p_value", "format_p", "paired_bootstrap"]
+__all__ = ["benjamini_hochberg", "bh_reject", "control_p_value", "fisher_combined", "format_p", "paired_bootstrap"]

@@ -12,6 +12,7 @@ import pytest
 from posym.cli import main
 from posym.errors import PosymError
 from posym.runs import layout
+from posym.stats import fisher_combined
 from posym.studies.head_sets import combine_head_sets
 
 CONFIG = {"task": "number", "preset": "paper", "arch": "gptj", "pe": "rope", "steps": 100, "batch_size": 8, "lr": 1e-4,
@@ -61,6 +62,9 @@ def test_cells_side_by_side_with_each_models_effect(tmp_path):
     assert r["effect"] == pytest.approx(0.6) and r["effect_min"] == pytest.approx(0.5) and r["effect_max"] == pytest.approx(0.7)
     assert r["effects"] == "+0.700;+0.500;+0.600" and r["n_significant"] == 3
     assert r["heads"] == "L0H0+L1H0;L1H0+L2H0;L2H0+L3H0"
+    assert r["p_fisher"] == pytest.approx(fisher_combined([0.005] * 3))  # the models' p (not BH-adjusted)
+    assert r["p_fisher_bh"] == pytest.approx(min(1.0, r["p_fisher"] * len(t) / 1))  # the smallest of the cells
+    assert list(res.table["part"][:2]) == ["dose", "dose"] and list(res.table["k"][:2]) == [1, 4]  # the studies' order
     assert t.loc[("dose", "positional", "high", 1, 0)]["n_significant"] == 0
     assert t.loc[("temperature", "positional", "ntk:kappa=4", 0, 100)]["acc"] == pytest.approx(0.4)
     assert t.loc[("dose", "mixed", "high", 4, 0)]["n_models"] == 1  # a set only one model has: never averaged silently

@@ -4,9 +4,10 @@ point 5: "the paper-preset models of both tasks (3 seeds)").
 Each model keeps its own typed sets, controls and statistics (``posym head-sets`` on that model); this
 combines them cell by cell — a cell is (task, part, set, what, k, added length) — into one row per cell
 with the number of models that have it, each model's effect beside the mean, the smallest and the largest,
-the controls' mean effect and in how many models the cell is significant after Benjamini–Hochberg
-(``p_bh`` ≤ ``alpha``). Nothing is pooled across prompts or models: the models are replicates of one recipe,
-not one sample.
+the controls' mean effect, in how many models the cell is significant after Benjamini–Hochberg
+(``p_bh`` ≤ ``alpha``), and one p across the models: Fisher's combination of their matched-control p
+(independent replicates; conservative for permutation p), Benjamini–Hochberg over the combined cells.
+Nothing is pooled across prompts or models: the models are replicates of one recipe, not one sample.
 
 Refused in one line, before anything is written (an aggregate must never mix rows that differ): fewer
 than two studies, a folder that is not a ``posym head-sets`` study, studies whose settings differ (task,
@@ -27,6 +28,7 @@ import pandas as pd
 from posym.checks import check_float
 from posym.errors import PosymError
 from posym.runs import layout
+from posym.stats import benjamini_hochberg, fisher_combined
 from posym.studies.head_sets.figures import plot_combined_doses, plot_combined_intervention
 from posym.verbs import Outputs, VerbResult, figure_paths
 
@@ -117,8 +119,10 @@ def combine_tables(tables: Sequence[pd.DataFrame], labels: Sequence[str], models
                    alpha: float = 0.05) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(combined, per model)`` of studies' ``head_sets.csv`` tables: one row per cell (:data:`KEY`) with
     ``n_models, labels, heads`` (each model's, ``;``-separated), the means of ``acc_none, acc, effect,
-    ctrl_acc_mean, ctrl_effect_mean``, ``effect_min, effect_max``, ``p_max, p_bh_max`` and ``n_significant``
-    (models with ``p_bh`` ≤ ``alpha``); and the long table (one row per cell and model)."""
+    ctrl_acc_mean, ctrl_effect_mean``, ``effect_min, effect_max``, ``p_max, p_bh_max``, ``n_significant``
+    (models with ``p_bh`` ≤ ``alpha``), ``p_fisher`` (Fisher's combination of the models' matched-control p,
+    :func:`posym.stats.fisher_combined`: the models are independent replicates) and ``p_fisher_bh``
+    (Benjamini–Hochberg over the combined cells); and the long table (one row per cell and model)."""
     check_float(alpha, "--alpha", lo=0.0, hi=1.0)
     parts = []
     for t, label, model in zip(tables, labels, models):
@@ -127,10 +131,8 @@ def combine_tables(tables: Sequence[pd.DataFrame], labels: Sequence[str], models
         part.insert(len(KEY), "label", label)
         part.insert(len(KEY) + 1, "model", model)
         parts.append(part)
-    long = pd.concat(parts, ignore_index=True)
+    long = pd.concat(parts, ignore_index=True)  # cells in the studies' order, models in the given order within a cell
     long["k"] = long["k"].fillna(0).astype(int)
-    order = {lab: i for i, lab in enumerate(labels)}
-    long = long.sort_values(KEY + ["label"], key=lambda s: s.map(order) if s.name == "label" else s, kind="stable")
     rows = []
     for key, g in long.groupby(KEY, sort=False, dropna=False):
         sig = (g["p_bh"] <= alpha).sum() if "p_bh" in g else np.nan
@@ -141,8 +143,12 @@ def combine_tables(tables: Sequence[pd.DataFrame], labels: Sequence[str], models
                      "effects": ";".join(f"{x:+.3f}" for x in g["effect"]),
                      "ctrl_acc_mean": g["ctrl_acc_mean"].mean(), "ctrl_effect_mean": g["ctrl_effect_mean"].mean(),
                      "acc_all_heads": g["acc_all_heads"].mean() if "acc_all_heads" in g else np.nan,
-                     "p_max": g["p"].max(), "p_bh_max": g["p_bh"].max(), "n_significant": int(sig), "alpha": alpha})
-    return pd.DataFrame(rows), long.reset_index(drop=True)
+                     "p_max": g["p"].max(), "p_bh_max": g["p_bh"].max(), "n_significant": int(sig), "alpha": alpha,
+                     "p_fisher": fisher_combined(g["p"])})
+    out = pd.DataFrame(rows)
+    out["p_fisher_bh"] = benjamini_hochberg(out["p_fisher"]) if len(out) else []
+    long = long.assign(_cell=long.groupby(KEY, sort=False, dropna=False).ngroup()).sort_values("_cell", kind="stable")
+    return out, long.drop(columns="_cell").reset_index(drop=True)
 
 
 def combined_markdown(t: pd.DataFrame, n_studies: int, null: str, labels: Sequence[str]) -> str:
@@ -151,12 +157,14 @@ def combined_markdown(t: pd.DataFrame, n_studies: int, null: str, labels: Sequen
     lines = [f"{n_studies} models ({', '.join(labels)}), each against its own matched controls. Null: {null}. "
              "Effect = untouched − intervened accuracy, paired over the same prompts within a model; "
              f"significant: BH-adjusted p ≤ {t['alpha'].iloc[0] if len(t) else 0.05:g} within the model's study.", "",
+             "Across models: Fisher's combination of their matched-control p, Benjamini–Hochberg over these cells.", "",
              "| part | set | what | k | +len | models | effect per model | mean [min, max] | controls' mean effect | "
-             "significant |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "significant | p (Fisher) | p (Fisher, BH) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in t.itertuples(index=False):
         lines.append(f"| {r.part} | {r.set} | {r.what} | {r.k} | {r.extra_tokens} | {r.n_models} of {n_studies} | "
                      f"{r.effects} | {r.effect:+.3f} [{r.effect_min:+.3f}, {r.effect_max:+.3f}] | "
-                     f"{r.ctrl_effect_mean:+.3f} | {r.n_significant} of {r.n_models} |")
+                     f"{r.ctrl_effect_mean:+.3f} | {r.n_significant} of {r.n_models} | {r.p_fisher:.3g} | "
+                     f"{r.p_fisher_bh:.3g} |")
     return "\n".join(lines) + "\n"
 
 
