@@ -79,13 +79,15 @@ def _model_lines(ax, long: pd.DataFrame, x: str) -> None:
     """Each model's typed set (solid) and its controls' mean (dashed, same colour); the untouched models dotted."""
     for i, (label, g) in enumerate(long.groupby("label", sort=False)):
         g = g.sort_values(x)
-        ax.plot(g[x], g["acc"], color=f"C{i}", marker="o", ms=3.5, label=f"{label}: set")
+        heads = str(g["heads"].iloc[0]).split("+")
+        ax.plot(g[x], g["acc"], color=f"C{i}", marker="o", ms=3.5,
+                label=f"{label}: set ({'+'.join(heads) if len(heads) <= 3 else f'{len(heads)} heads'})")
         ax.plot(g[x], g["ctrl_acc_mean"], color=f"C{i}", ls="--", lw=1, alpha=0.8, label=f"{label}: controls mean")
         ax.plot(g[x], g["acc_none"], color=f"C{i}", ls=":", lw=1, alpha=0.6, label=f"{label}: untouched")
 
 
 def _combined_subtitle(long: pd.DataFrame, null: str) -> str:
-    return (f"null: {null or NULL} (each model against its own K ≥ {int(long['n_controls'].min())} controls); "
+    return (f"null: {null or NULL}\n(each model against its own K ≥ {int(long['n_controls'].min())} controls); "
             f"n = {int(long['n_prompts'].min())} prompts per model")
 
 
