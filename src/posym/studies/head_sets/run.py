@@ -43,6 +43,10 @@ from posym.studies.head_sets.tables import Evaluate, ReadHeads, cell_rows, id_co
 from posym.verbs import Outputs, VerbResult, figure_paths
 
 
+#: Default ``--readout-n`` of a trained model (an LLM's: :data:`~posym.studies.head_sets.llm.LLM_READOUT_N`).
+READOUT_N = 64
+
+
 def default_doses(n_freq: int) -> tuple[int, ...]:
     """1, 2, 4, … up to half the rotary pairs."""
     out, k = [], 1
@@ -220,10 +224,10 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
     (``layer``: as many heads per layer, ``count``: as many heads in all, ``ids``: the same heads with k
     random frequency IDs dropped — no ``random`` direction and no ``intervene`` part there);
     ``directions`` / ``intervene``: None = all three directions and the log-n temperature
-    (:func:`match_settings`); ``readout_n``: prompts of the
-    head readout under each dose (0 = off; None: 64 for a trained model — data seed ``READOUT_SEED_OFFSET + seed``,
+    (:func:`match_settings`); ``readout_n``: prompts of the head readout under each dose (0 = off; None:
+    :data:`READOUT_N` (64) for a trained model — data seed ``READOUT_SEED_OFFSET + seed``,
     :func:`posym.heads.tracking.lengthened_score_table` — and :data:`~posym.studies.head_sets.llm.LLM_READOUT_N`
-    for an LLM — ``posym head-types``' repeated prompts with the readout's settings,
+    (8) for an LLM — ``posym head-types``' repeated prompts with the readout's settings,
     :func:`~posym.studies.head_sets.llm.readout_prompts`); ``n``: prompts per length;
     ``llm_seed``: the 1-hop samples' run index. Every option is checked before the model loads or a file
     is written."""
@@ -238,7 +242,7 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
     directions, intervene, notes = match_settings(match, directions, intervene)
     sets, temps = check_settings(sets=sets, controls=controls, directions=directions, temperature=intervene,
                                  lengths=lengths, temperature_lengths=temperature_lengths, doses=doses, n=n)
-    readout_n = (64 if llm is None else LLM_READOUT_N) if readout_n is None else check_int(readout_n, "--readout-n", lo=0)
+    readout_n = (READOUT_N if llm is None else LLM_READOUT_N) if readout_n is None else check_int(readout_n, "--readout-n", lo=0)
     check_int(llm_seed, "--llm-seed", lo=0)
     if llm is not None:
         if task not in TASKS:
@@ -343,5 +347,5 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
     return VerbResult(table=t, files=list(outputs.written), summary=summary, data={"notes": notes, "measured": measured[0]})
 
 
-__all__ = ["OutcomeCache", "check_settings", "default_doses", "head_sets", "match_settings", "measure_head_sets",
+__all__ = ["OutcomeCache", "READOUT_N", "check_settings", "default_doses", "head_sets", "match_settings", "measure_head_sets",
            "resolve_sets"]
