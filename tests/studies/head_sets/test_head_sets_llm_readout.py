@@ -90,7 +90,9 @@ def test_untouched_readout_equals_head_types_and_the_dose_readout_a_direct_score
     assert abs(dose["s_pos"] - dose["s_pos_none"]) + abs(dose["s_sym"] - dose["s_sym_none"]) > 1e-6  # it did change
     assert t.loc[t["part"] == "temperature", ["s_pos", "s_sym", "s_pos_none", "s_sym_none"]].isna().all().all()
     # (3) a rerun measures nothing: no readout, no outcome
-    monkeypatch.setattr(hs_llm, "repeated_head_reader",
+    import posym.studies.head_sets.run as run
+
+    monkeypatch.setattr(run, "repeated_head_reader",
                         lambda *a, **k: (lambda iv, layers: pytest.fail(f"re-read the heads under {iv}")))
     assert _study(directory, ht / "typed.csv", out, "--readout-n", "4", "--force") == 0
     assert json.loads((out / "head_sets.json").read_text())["measured_now"] == 0
