@@ -42,11 +42,12 @@ def test_llm_outcomes_equal_llm_eval_choice(llm_dir, tmp_path):
     out = tmp_path / "study"
     assert main(["head-sets", "--model", str(directory), "--readout", str(readout), "--task", "letter", "--sets",
                  "positional", "--controls", "1", "--doses", "1", "--directions", "high", "--intervene",
-                 "temperature:beta=1", "--lengths", "6", "--n", "3", "--quiet", "--out", str(out)]) == 0
+                 "temperature:beta=1", "--lengths", "6", "--n", "3", "--readout-n", "0", "--quiet", "--out",
+                 str(out)]) == 0
     t = pd.read_csv(out / "head_sets.csv")
     assert len(t) == 2 and set(t["extra_tokens"]) == {6} and t["s_pos"].isna().all()
     record = json.loads((out / "head_sets.json").read_text())
-    assert record["protocol"] == "choice" and record["readout_n"] == 0 and "LLM: the head readout" in record["notes"][-1]
+    assert record["protocol"] == "choice" and record["readout_n"] == 0 and record["notes"] == []
     cached = {(r["intervention"], r["extra_tokens"]): r for r in map(json.loads, (out / "head_sets_outcomes.jsonl")
                                                                      .read_text().splitlines())}
     ivs = ["none", *t["intervention"]]  # the set's freq-mask (KV cache) and temperature (full forwards)

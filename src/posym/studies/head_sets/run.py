@@ -33,13 +33,18 @@ from posym.runs import layout
 from posym.tasks.prompts import TASKS
 from posym.runs.resolve import check_model_folder, resolve_model
 from posym.studies.head_sets.cache import READOUT, OutcomeCache
-from posym.studies.head_sets.llm import choice_evaluator, load_offline_llm
+from posym.studies.head_sets.llm import LLM_READOUT_N, REPEATED, cached_llm_readout, choice_evaluator, load_offline_llm, \
+    readout_prompts, repeated_head_reader
 from posym.studies.head_sets.figures import plot_dose_curves, plot_temperature_curve
 from posym.studies.head_sets.study import DEFAULT_SETS, DEFAULT_TEMPERATURE, DIRECTIONS, IDS, TEMPERATURE_LENGTHS, \
     null_text
 from posym.studies.head_sets.tables import Evaluate, ReadHeads, cell_rows, id_control_draws, plan_cells, readout_row, \
     study_table, table_markdown
 from posym.verbs import Outputs, VerbResult, figure_paths
+
+
+#: Default ``--readout-n`` of a trained model (an LLM's: :data:`~posym.studies.head_sets.llm.LLM_READOUT_N`).
+READOUT_N = 64
 
 
 def default_doses(n_freq: int) -> tuple[int, ...]:
@@ -207,7 +212,7 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
               seed: int = 0, doses: Sequence[int] | None = None, directions: Sequence[str] | None = None,
               intervene: Sequence[str] | None = None, lengths: Sequence[int] = (0,),
               temperature_lengths: Sequence[int] | None = None, n: int = 200, task: str | None = None,
-              match: str = "layer", readout_n: int = 64, llm_seed: int = 0, force: bool = False,
+              match: str = "layer", readout_n: int | None = None, llm_seed: int = 0, force: bool = False,
               progress: bool = True) -> VerbResult:
     """The head-set study of one trained posym ``model`` (run, Trainer output or model folder; module doc)
     or of an offline ``llm`` (``smollm2``, ``gemma3-270m`` or a model folder with its tokenizer; the
@@ -219,9 +224,11 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
     (``layer``: as many heads per layer, ``count``: as many heads in all, ``ids``: the same heads with k
     random frequency IDs dropped — no ``random`` direction and no ``intervene`` part there);
     ``directions`` / ``intervene``: None = all three directions and the log-n temperature
-    (:func:`match_settings`); ``readout_n``: prompts of the
-    head readout under each dose (0 = off; data seed ``READOUT_SEED_OFFSET + seed``,
-    :func:`posym.heads.tracking.lengthened_score_table`; trained models only); ``n``: prompts per length;
+    (:func:`match_settings`); ``readout_n``: prompts of the head readout under each dose (0 = off; None:
+    :data:`READOUT_N` (64) for a trained model — data seed ``READOUT_SEED_OFFSET + seed``,
+    :func:`posym.heads.tracking.lengthened_score_table` — and :data:`~posym.studies.head_sets.llm.LLM_READOUT_N`
+    (8) for an LLM — ``posym head-types``' repeated prompts with the readout's settings,
+    :func:`~posym.studies.head_sets.llm.readout_prompts`); ``n``: prompts per length;
     ``llm_seed``: the 1-hop samples' run index. Every option is checked before the model loads or a file
     is written."""
     from tqdm.auto import tqdm
@@ -235,7 +242,7 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
     directions, intervene, notes = match_settings(match, directions, intervene)
     sets, temps = check_settings(sets=sets, controls=controls, directions=directions, temperature=intervene,
                                  lengths=lengths, temperature_lengths=temperature_lengths, doses=doses, n=n)
-    check_int(readout_n, "--readout-n", lo=0)
+    readout_n = (READOUT_N if llm is None else LLM_READOUT_N) if readout_n is None else check_int(readout_n, "--readout-n", lo=0)
     check_int(llm_seed, "--llm-seed", lo=0)
     if llm is not None:
         if task not in TASKS:
@@ -244,10 +251,19 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
         if short:
             raise PosymError(f"--lengths: {short[0]} is not a target-window length of the 1-hop prompts (SPEC §1.5); "
                              "give lengths >= 1 for an LLM, e.g. --lengths 32")
-        if readout_n:
-            notes.append("LLM: the head readout under the ablation is not measured (trained models only)")
-            readout_n = 0
     table = read_readout(readout)
+    prompts = None
+    if llm is not None and readout_n:
+        prompts = readout_prompts(readout, table, readout_n)
+        if prompts.source != REPEATED:
+            notes.append(f"LLM: the readout was made on {prompts.source} prompts; the head readout under the ablation "
+                         "reads repeated ones (posym head-types --prompts repeated): not measured")
+            prompts, readout_n = None, 0
+        else:
+            from posym.heads.swaps import parse_swap_exclude
+
+            check_int(prompts.repeat_length, "head_types.json repeat_length", lo=2)
+            parse_swap_exclude(prompts.swap_exclude)
     for s in sets:
         typed_heads(table, s)  # a readout lacking the type's columns: one line, before any work
     if llm is None:
@@ -269,9 +285,10 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
     if k_max >= n_freq:
         raise PosymError(f"--doses: k = {k_max} drops every rotary pair or more (the model has {n_freq} frequency IDs); "
                          f"give k from 1 to {n_freq - 1}")
-    resolve_sets(table, sets, n_layers, n_heads, controls, seed, match)  # unmatched sets: one line before any measurement
+    typed = resolve_sets(table, sets, n_layers, n_heads, controls, seed, match)[0]  # unmatched sets: one line, no work
     cache = OutcomeCache(out / layout.HEAD_SETS_OUTCOMES, key)
-    rcache = OutcomeCache(out / layout.HEAD_SETS_OUTCOMES, {**key, "n": int(readout_n)}, kind=READOUT)
+    rkey = {**key, "n": int(readout_n)} if prompts is None else {"model": label, **prompts.key()}
+    rcache = OutcomeCache(out / layout.HEAD_SETS_OUTCOMES, rkey, kind=READOUT)
     bar = tqdm(desc=f"head-sets {task}", disable=not progress, unit="iv")
     measured = [0]
     if llm is not None:
@@ -284,12 +301,22 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
         with intervened(net, canon):
             return lengthened_score_table(net, task, readout_n, extra, seed)
 
+    if prompts is not None:
+        def counted(canon: str) -> None:
+            measured[0] += 1
+            bar.update(1)
+            bar.set_postfix_str(f"readout {canon[:40]}")
+
+        read_heads = cached_llm_readout(repeated_head_reader(lm, tok, prompts), rcache,
+                                        sorted({h[0] for hs in typed.values() for h in hs}), counted)
+    else:
+        read_heads = _cached(heads_under, rcache, bar, measured) if readout_n else None
     t, c, skipped = measure_head_sets(_cached(outcomes, cache, bar, measured), table, n_layers=n_layers, n_heads=n_heads,
                                       n_freq=n_freq, sets=sets, controls=controls, seed=seed, doses=doses,
                                       directions=directions, lengths=lengths, temperature=temps,
                                       temperature_lengths=temperature_lengths, readout_name=str(Path(readout)),
                                       task=task, match=match,
-                                      read_heads=_cached(heads_under, rcache, bar, measured) if readout_n else None)
+                                      read_heads=read_heads)
     bar.close()
     notes = skipped + notes
     k_eff = {str(k): int(v) for k, v in t.groupby("set")["n_controls"].max().items()}
@@ -301,7 +328,10 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
                   "control_seeds": {str(k): sorted(int(x) for x in set(v)) for k, v in c.groupby("set")["control_seed"]},
                   "seed": seed, "doses": sorted(set(int(k) for k in t.loc[t["part"] == "dose", "k"])),
                   "directions": list(directions), "temperature": temps, "lengths": list(lengths),
-                  "temperature_lengths": list(temperature_lengths), "n": n, "readout_n": readout_n, "match": match,
+                  "temperature_lengths": list(temperature_lengths), "n": n, "readout_n": readout_n,
+                  **({"readout_prompts": {**prompts.key(), "from": layout.HEAD_TYPES_JSON if prompts.from_file else
+                                          "posym head-types' defaults"}} if prompts is not None else {}),
+                  "match": match,
                   "null": null_text(match), "notes": notes, "measured_now": measured[0],
                   **({"llm": str(llm), "protocol": "choice", "llm_seed": llm_seed} if llm is not None else {})},
                  out / layout.HEAD_SETS_JSON)
@@ -317,5 +347,5 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
     return VerbResult(table=t, files=list(outputs.written), summary=summary, data={"notes": notes, "measured": measured[0]})
 
 
-__all__ = ["OutcomeCache", "check_settings", "default_doses", "head_sets", "match_settings", "measure_head_sets",
+__all__ = ["OutcomeCache", "READOUT_N", "check_settings", "default_doses", "head_sets", "match_settings", "measure_head_sets",
            "resolve_sets"]
