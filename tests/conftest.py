@@ -44,6 +44,8 @@ SLURM_GROUP = "slurm"
 #: ``file name: test functions`` (every parametrization) or ``function[param id]`` (that one); a test
 #: function that no longer exists is an error.
 MEDIUM_TESTS: dict[str, tuple[str, ...]] = {
+    "test_head_sets_llm_readout.py": ("test_untouched_readout_equals_head_types_and_the_dose_readout_a_direct_score_call",
+                                      "test_readout_n_zero_writes_nan_columns_and_no_note"),
     "test_ablate.py": ("test_ablation_for_run_and_plot",),
     "test_ablate_batched.py": ("test_batched_table_equals_the_loop",),
     "test_ablate_flow_families.py": ("test_ablate_cli_on_a_llama_folder",),

@@ -23,4 +23,11 @@ TEST_SEED_OFFSET: int = 1_000_000
 #: The data seed of the interventions study's head readouts is ``READOUT_SEED_OFFSET + seed``.
 READOUT_SEED_OFFSET: int = 2_000_000
 
-__all__ = ["GAMMA", "READOUT_SEED_OFFSET", "REACH_THRESHOLD", "TASKS", "TEST_SEED_OFFSET"]
+#: ``posym head-types``' default swap exclusion on real LLMs and the length of the random sequence each of its
+#: ``repeated`` prompts repeats (``1 + 2·64`` tokens); docs/llm.md, "Head types side by side". Here, not in the
+#: study, because the head-set study reads an LLM's heads on the same prompts.
+DEFAULT_SWAP_EXCLUDE: str = "bos"
+DEFAULT_REPEAT_LENGTH: int = 64
+
+__all__ = ["DEFAULT_REPEAT_LENGTH", "DEFAULT_SWAP_EXCLUDE", "GAMMA", "READOUT_SEED_OFFSET", "REACH_THRESHOLD", "TASKS",
+           "TEST_SEED_OFFSET"]

@@ -184,7 +184,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                          "or the same heads with k random frequency IDs dropped (ids: which frequencies the set uses; "
                          "no random direction, no --intervene part)")
     hs.add_argument("--readout-n", type=nonneg_int, default=SUPPRESS,
-                    help="prompts of the typed set's head readout (s_POS/s_SYM) under each dose (default 64; 0 = off)")
+                    help="prompts of the typed set's head readout (s_POS/s_SYM) under each dose (default 64, an LLM 8; 0 = off)")
     add_force(hs, "replace existing tables and figures (the outcome cache is kept)")
     add_quiet(hs, "no progress bar")
     hs.set_defaults(func=_cmd_head_sets)

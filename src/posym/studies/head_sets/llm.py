@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from posym.constants import DEFAULT_REPEAT_LENGTH, DEFAULT_SWAP_EXCLUDE
 from posym.errors import PosymError
 from posym.heads.scores import DEFAULT_TAU
 from posym.interventions import describe, holds_under_kv_cache, intervened, parse_intervention
@@ -52,7 +53,8 @@ LLM_READOUT_N = 8
 REPEATED = "repeated"
 #: ``posym head-types``' defaults, used when the readout has no ``head_types.json`` beside it: repeat length
 #: (``1 + 2·64`` tokens), seed, τ (SPEC §3), swap exclusion (docs/llm.md). A test keeps them equal to the verb's.
-HEAD_TYPES_DEFAULTS: dict[str, Any] = {"repeat_length": 64, "seed": 0, "tau": DEFAULT_TAU, "swap_exclude": "bos"}
+HEAD_TYPES_DEFAULTS: dict[str, Any] = {"repeat_length": DEFAULT_REPEAT_LENGTH, "seed": 0, "tau": DEFAULT_TAU,
+                                       "swap_exclude": DEFAULT_SWAP_EXCLUDE}
 #: The readout's records in the cache do not depend on the cell's length: stored under this ``extra_tokens``.
 READOUT_LENGTH = 0
 

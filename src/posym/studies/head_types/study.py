@@ -4,12 +4,10 @@ width of the printed summary."""
 
 from __future__ import annotations
 
+from posym.constants import DEFAULT_REPEAT_LENGTH, DEFAULT_SWAP_EXCLUDE  # noqa: F401 (re-exported)
+
 #: Prompt sources of ``posym head-types`` (module doc), in table order.
 PROMPT_SOURCES: tuple[str, ...] = ("repeated", "binding", "number", "letter")
-#: Default swap exclusion of ``posym head-types`` (real LLMs; docs/llm.md, "Head types side by side").
-DEFAULT_SWAP_EXCLUDE = "bos"
-#: Default length of the random sequence that each ``repeated`` prompt repeats (``1 + 2·64`` tokens).
-DEFAULT_REPEAT_LENGTH = 64
 #: Root of the default output folders: ``runs/head-types/<model>/``.
 HEAD_TYPES_OUT_ROOT = "runs/head-types"
 #: Longest line of the printed summary.
