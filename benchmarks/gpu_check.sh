@@ -19,7 +19,7 @@
 #              (50 steps, dropout 0.1: max |d loss| of every step, max |d weight|, RNG states; PASS at 1e-5)
 #   g-repro1   posym reproduce --preset paper --device cuda --no-llm (1 seed) with REPRO_SET
 #              (default --set train.cuda_graph=auto; REPRO_SET= for today's eager steps)
-#   h-repro3   the same with --seeds 3, if REPRO3=1 and the budget has room
+#   h-repro3   the same with --seeds 3 --set train_batched=true (the batched engine) while the budget has room (REPRO3=0: off)
 #              then each reproduction's stage seconds per kind, read from its markers (the analyses: issue 39 point 3)
 # GPU_CHECK_DRY=1 runs every stage on the CPU with tiny step counts, a 2-layer model and the tiny
 # reproduction (the captured arm is then the graph step's body run eagerly), in 5-8 minutes on a loaded 2-core CPU
@@ -156,7 +156,7 @@ EQUAL_STEPS="${EQUAL_STEPS:-200}"
 EQUAL_TOL="${EQUAL_TOL:-1e-5}"
 ENGINE_PRECISION="${ENGINE_PRECISION:-fp32}"
 REPRO_SET="${REPRO_SET-train.cuda_graph=auto}"
-REPRO3="${REPRO3:-0}"
+REPRO3="${REPRO3:-1}"
 REPRO_PRESET=paper
 REPRO_DRY=()
 ENGINE_ARGS=()
@@ -427,9 +427,10 @@ read -r t rc <"$OUT/logs/g-repro1.time" || true
 REPRO_LINES+=("reproduce --preset $REPRO_PRESET --device $DEVICE --no-llm ${REPRO_SET:+--set $REPRO_SET }(1 seed): $t s, rc=$rc (goal <= 60 s; 284 s eager on an H200 before issue 39)")
 if [[ "$REPRO3" == 1 ]]; then
   if [[ "$(left)" -gt 60 ]]; then
-    stage h-repro3 "$(left)" "${POSYM[@]}" "${REPRO_ARGS[@]}" --seeds 3 --out "$RUNS/repro3"
+    # the batched engine (issue 39 point 1: each task's 3 seeds as one stacked model, dropout drawn per run)
+    stage h-repro3 "$(left)" "${POSYM[@]}" "${REPRO_ARGS[@]}" --set train_batched=true --seeds 3 --out "$RUNS/repro3"
     read -r t rc <"$OUT/logs/h-repro3.time" || true
-    REPRO_LINES+=("reproduce ... --seeds 3: $t s, rc=$rc (goal <= 90 s)")
+    REPRO_LINES+=("reproduce ... --set train_batched=true --seeds 3: $t s, rc=$rc (goal <= 90 s)")
   else
     REPRO_LINES+=("reproduce ... --seeds 3: skipped, $(left) s of the ${BUDGET_S} s budget left")
   fi
