@@ -106,8 +106,10 @@ def plot_combined_doses(long: pd.DataFrame, set_name: str, null: str = ""):
     axes[0][0].set_ylabel("accuracy")
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     n_models = t["label"].nunique()
-    fig.suptitle(f"{set_name} heads of {n_models} models: frequency dose curves, +{int(t['extra_tokens'].min()) if len(t) else 0} "
-                 f"tokens\n{_combined_subtitle(t, null) if len(t) else NULL}", fontsize=9)
+    task = f"{t['task'].iloc[0]} task, " if len(t) and "task" in t.columns else ""
+    extra = int(t["extra_tokens"].min()) if len(t) else 0
+    fig.suptitle(f"{task}{set_name} heads of {n_models} models: frequency dose curves, +{extra} tokens\n"
+                 f"{_combined_subtitle(t, null) if len(t) else NULL}", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -125,7 +127,8 @@ def plot_combined_intervention(long: pd.DataFrame, set_name: str, null: str = ""
     axes[0][0].set_ylabel("accuracy")
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     kinds = ", ".join(dict.fromkeys(s.split(":", 1)[0] for s in settings)) or "intervention"
-    fig.suptitle(f"{set_name} heads of {t['label'].nunique()} models: {kinds} on the set only\n"
+    task = f"{t['task'].iloc[0]} task, " if len(t) and "task" in t.columns else ""
+    fig.suptitle(f"{task}{set_name} heads of {t['label'].nunique()} models: {kinds} on the set only\n"
                  f"{_combined_subtitle(t, null) if len(t) else NULL}", fontsize=9)
     fig.tight_layout()
     return fig
