@@ -6,31 +6,19 @@ import json
 
 import pandas as pd
 import pytest
-import torch
 
 from posym.cli import main
 from posym.lengthgen.llm_answers import load_cache
 from posym.lengthgen.outcomes import choice_outcomes
 
-from tiny_tokenizer import word_tokenizer
+from tiny_chat_llama import save_tiny_chat_llama
 
-TEMPLATE = ("{% for m in messages %}<s> {{ m['role'] }} {{ m['content'] }} </s> {% endfor %}"
-            "{% if add_generation_prompt %}<s> assistant {% endif %}")
 
 
 @pytest.fixture(scope="module")
 def llm_dir(tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
     root = tmp_path_factory.mktemp("hs-llm")
-    tok = word_tokenizer(["system", "user", "assistant"], chat_template=TEMPLATE)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, bos_token_id=2,
-                      eos_token_id=3, pad_token_id=1, tie_word_embeddings=False, initializer_range=0.2)
-    LlamaForCausalLM(cfg).save_pretrained(root / "model")
-    tok.save_pretrained(root / "model")
+    save_tiny_chat_llama(root / "model")
     readout = root / "head_types.csv"
     pd.DataFrame([{"layer": ly, "head": h, "posym_type": "positional" if (ly, h) in ((0, 1), (1, 3)) else "mixed"}
                   for ly in range(2) for h in range(4)]).to_csv(readout, index=False)

@@ -18,10 +18,8 @@ from posym.model.llm import load_llm
 from posym.studies.head_sets import llm as hs_llm
 from posym.tasks.repeated import repeated_ids
 
-from tiny_tokenizer import word_tokenizer
+from tiny_chat_llama import save_tiny_chat_llama
 
-TEMPLATE = ("{% for m in messages %}<s> {{ m['role'] }} {{ m['content'] }} </s> {% endfor %}"
-            "{% if add_generation_prompt %}<s> assistant {% endif %}")
 #: The set: L1H1 and L1H3 (layer 1 only: layer 0 is never scored under the set's freq-mask).
 SET = ((1, 1), (1, 3))
 
@@ -30,17 +28,8 @@ SET = ((1, 1), (1, 3))
 def rep_dir(tmp_path_factory):
     """A tiny Llama folder, its ``posym head-types --prompts repeated`` readout (n 4, length 6, seed 3, τ 1e-3,
     no swap exclusion) and a typed readout beside its head_types.json (positional = :data:`SET`)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
     root = tmp_path_factory.mktemp("hs-llm-readout")
-    tok = word_tokenizer(["system", "user", "assistant"], chat_template=TEMPLATE)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, bos_token_id=2,
-                      eos_token_id=3, pad_token_id=1, tie_word_embeddings=False, initializer_range=0.2)
-    LlamaForCausalLM(cfg).save_pretrained(root / "model")
-    tok.save_pretrained(root / "model")
+    save_tiny_chat_llama(root / "model")
     ht = root / "ht"
     assert main(["head-types", "--model", str(root / "model"), "--prompts", "repeated", "--n", "4", "--length", "6",
                  "--seed", "3", "--tau", "1e-3", "--swap-exclude", "none", "--n-boot", "10", "--n-null", "10",
