@@ -10,9 +10,9 @@ import pytest
 from posym.cli import main
 from posym.lengthgen.llm_answers import load_cache
 from posym.lengthgen.outcomes import choice_outcomes
+from posym.studies.head_sets.figures import heads_title, plot_dose_curves, plot_temperature_curve
 
 from tiny_chat_llama import save_tiny_chat_llama
-
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +36,11 @@ def test_llm_outcomes_equal_llm_eval_choice(llm_dir, tmp_path):
     assert len(t) == 2 and set(t["extra_tokens"]) == {6} and t["s_pos"].isna().all()
     record = json.loads((out / "head_sets.json").read_text())
     assert record["protocol"] == "choice" and record["readout_n"] == 0 and record["notes"] == []
+    # an LLM's lengths are target windows (SPEC §1.5), not added tokens, in the table and the figures
+    assert "| k | window | heads |" in (out / "head_sets.md").read_text()
+    dose, iv = plot_dose_curves(t, "positional", window=True), plot_temperature_curve(t, "positional", window=True)
+    assert "target window 6" in dose._suptitle.get_text() and "+6 tokens" not in dose._suptitle.get_text()
+    assert iv.axes[0].get_xlabel() == "target window (tokens)" and "(L0H1+L1H3)" in iv._suptitle.get_text()
     cached = {(r["intervention"], r["extra_tokens"]): r for r in map(json.loads, (out / "head_sets_outcomes.jsonl")
                                                                      .read_text().splitlines())}
     ivs = ["none", *t["intervention"]]  # the set's freq-mask (KV cache) and temperature (full forwards)
@@ -62,3 +67,10 @@ def test_llm_bad_input_is_one_line(llm_dir, tmp_path, capsys):
         err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
         assert len(err) == 1 and msg in err[0], err
     assert not (tmp_path / "o").exists()
+
+
+def test_heads_title_names_a_long_set_by_size_and_span():
+    assert heads_title("L0H1+L1H3") == "L0H1+L1H3"
+    many = "+".join(f"L{ly}H{h}" for ly in (1, 2, 22) for h in range(3))
+    assert heads_title(many) == "9 heads in 3 layers, L1–L22"
+    assert heads_title(many, limit=9) == many and heads_title("") == ""

@@ -184,7 +184,7 @@ def combine_head_sets(studies: Sequence[str | os.PathLike], out: str | os.PathLi
     outputs = Outputs(files + [p for s in stems for p in figure_paths(s)], force).check()
     models = [str(m.get("llm") or m["model"]) for m in metas]
     combined, long = combine_tables(tables, labels, models, alpha)
-    null = str(metas[0].get("null", ""))
+    null, window = str(metas[0].get("null", "")), metas[0].get("llm") is not None
     outputs.csv(combined, out / layout.HEAD_SETS_COMBINED)
     outputs.csv(long, out / layout.HEAD_SETS_COMBINED_MODELS)
     outputs.text(combined_markdown(combined, len(tables), null, labels)
@@ -192,9 +192,10 @@ def combine_head_sets(studies: Sequence[str | os.PathLike], out: str | os.PathLi
                  out / layout.HEAD_SETS_COMBINED_MD)
     for s in sets:
         if ((long["set"] == s) & (long["part"] == "dose")).any():
-            outputs.figure(plot_combined_doses(long, s, null), out / layout.FIG_HEAD_SETS_COMBINED_DOSES.format(set=s))
+            outputs.figure(plot_combined_doses(long, s, null, window=window),
+                           out / layout.FIG_HEAD_SETS_COMBINED_DOSES.format(set=s))
         if ((long["set"] == s) & (long["part"] == "temperature")).any():
-            outputs.figure(plot_combined_intervention(long, s, null),
+            outputs.figure(plot_combined_intervention(long, s, null, window=window),
                            out / layout.FIG_HEAD_SETS_COMBINED_INTERVENTION.format(set=s))
     partial = combined[combined["n_models"] < len(tables)]
     summary = (f"head-sets-combine: {len(combined)} cells of {len(tables)} models ({', '.join(labels)}); "

@@ -12,6 +12,25 @@ from posym.report.figures import new_figure
 from posym.studies.head_sets.study import DOSE, NULL, TEMPERATURE, null_text
 
 TYPED, CONTROL, UNTOUCHED, ALL_HEADS = "C0", "grey", "black", "C3"
+#: Sets of more heads than this are named by their size and layer span in a title (the list is in ``head_sets.csv``).
+TITLE_HEADS = 6
+
+
+def heads_title(heads: str, limit: int = TITLE_HEADS) -> str:
+    """A head list (``L1H0+L2H1``) short enough for a figure title: itself up to ``limit`` heads, else
+    ``"22 heads in 14 layers, L1–L22"``."""
+    names = [h for h in str(heads).split("+") if h]
+    if len(names) <= limit:
+        return "+".join(names)
+    layers = sorted({int(h[1:].split("H", 1)[0]) for h in names})
+    return f"{len(names)} heads in {len(layers)} layers, L{layers[0]}–L{layers[-1]}"
+
+
+def length_words(window: bool) -> tuple[str, str]:
+    """(axis label, title phrase format) of a cell's length: added tokens for a trained posym model, the 1-hop
+    prompts' target window for an offline LLM (SPEC §1.5)."""
+    return (("target window (tokens)", "target window {}") if window else
+            ("added target-window tokens", "+{} tokens"))
 
 
 def _null(t: pd.DataFrame) -> str:
@@ -34,9 +53,9 @@ def _panel(ax, g: pd.DataFrame, x: str, name: str) -> None:
     ax.plot(g[x], g["acc_none"], color=UNTOUCHED, ls=":", label="untouched")
 
 
-def plot_dose_curves(table: pd.DataFrame, set_name: str):
+def plot_dose_curves(table: pd.DataFrame, set_name: str, window: bool = False):
     """Accuracy vs k (frequency IDs dropped inside the set) per direction, for one set at its smallest
-    added length: one panel per direction."""
+    added length: one panel per direction. ``window``: the lengths are an LLM's target windows (SPEC §1.5)."""
     t = table[(table["part"] == DOSE) & (table["set"] == set_name)]
     t = t[t["extra_tokens"] == t["extra_tokens"].min()]
     dirs = list(dict.fromkeys(t["what"]))
@@ -48,16 +67,17 @@ def plot_dose_curves(table: pd.DataFrame, set_name: str):
         ax.set(xlabel=f"k ({what})", title=d, ylim=(-0.02, 1.02))
     axes[0][0].set_ylabel("accuracy")
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    heads = t["heads"].iloc[0] if len(t) else ""
-    fig.suptitle(f"{set_name} heads ({heads}): frequency dose curves, +{int(t['extra_tokens'].min()) if len(t) else 0} "
-                 f"tokens\n{_subtitle(t) if len(t) else NULL}", fontsize=9)
+    heads = heads_title(t["heads"].iloc[0]) if len(t) else ""
+    at = length_words(window)[1].format(int(t["extra_tokens"].min()) if len(t) else 0)
+    fig.suptitle(f"{set_name} heads ({heads}): frequency dose curves, {at}\n{_subtitle(t) if len(t) else NULL}", fontsize=9)
     fig.tight_layout()
     return fig
 
 
-def plot_temperature_curve(table: pd.DataFrame, set_name: str):
+def plot_temperature_curve(table: pd.DataFrame, set_name: str, window: bool = False):
     """Accuracy vs added length under each per-head intervention setting (temperature, …) applied to the
-    set only (one panel per setting), the same setting on every head beside it; titled by the intervention."""
+    set only (one panel per setting), the same setting on every head beside it; titled by the intervention.
+    ``window``: the lengths are an LLM's target windows (SPEC §1.5)."""
     t = table[(table["part"] == TEMPERATURE) & (table["set"] == set_name)]
     settings = list(dict.fromkeys(t["what"]))
     fig, axes = new_figure((4.2 * max(1, len(settings)) + 1.6, 3.2), 1, max(1, len(settings)), squeeze=False,
@@ -66,11 +86,12 @@ def plot_temperature_curve(table: pd.DataFrame, set_name: str):
         g = t[t["what"] == s].sort_values("extra_tokens")
         _panel(ax, g, "extra_tokens", set_name)
         ax.plot(g["extra_tokens"], g["acc_all_heads"], color=ALL_HEADS, ls="-.", label="all heads")
-        ax.set(xlabel="added target-window tokens", title=s, ylim=(-0.02, 1.02))
+        ax.set(xlabel=length_words(window)[0], title=s, ylim=(-0.02, 1.02))
     axes[0][0].set_ylabel("accuracy")
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     kinds = ", ".join(dict.fromkeys(s.split(":", 1)[0] for s in settings)) or "intervention"
-    fig.suptitle(f"{set_name} heads: {kinds} on the set only\n{_subtitle(t) if len(t) else NULL}", fontsize=9)
+    heads = f" ({heads_title(t['heads'].iloc[0])})" if len(t) else ""
+    fig.suptitle(f"{set_name} heads{heads}: {kinds} on the set only\n{_subtitle(t) if len(t) else NULL}", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -79,9 +100,8 @@ def _model_lines(ax, long: pd.DataFrame, x: str) -> None:
     """Each model's typed set (solid) and its controls' mean (dashed, same colour); the untouched models dotted."""
     for i, (label, g) in enumerate(long.groupby("label", sort=False)):
         g = g.sort_values(x)
-        heads = str(g["heads"].iloc[0]).split("+")
         ax.plot(g[x], g["acc"], color=f"C{i}", marker="o", ms=3.5,
-                label=f"{label}: set ({'+'.join(heads) if len(heads) <= 3 else f'{len(heads)} heads'})")
+                label=f"{label}: set ({heads_title(g['heads'].iloc[0], limit=3)})")
         ax.plot(g[x], g["ctrl_acc_mean"], color=f"C{i}", ls="--", lw=1, alpha=0.8, label=f"{label}: controls mean")
         ax.plot(g[x], g["acc_none"], color=f"C{i}", ls=":", lw=1, alpha=0.6, label=f"{label}: untouched")
 
@@ -91,9 +111,10 @@ def _combined_subtitle(long: pd.DataFrame, null: str) -> str:
             f"n = {int(long['n_prompts'].min())} prompts per model")
 
 
-def plot_combined_doses(long: pd.DataFrame, set_name: str, null: str = ""):
+def plot_combined_doses(long: pd.DataFrame, set_name: str, null: str = "", window: bool = False):
     """Several models' dose curves for one set (``head_sets_combined_models.csv``): accuracy vs k per
-    direction at the smallest added length, one colour per model (its set solid, its controls' mean dashed)."""
+    direction at the smallest added length, one colour per model (its set solid, its controls' mean dashed).
+    ``window``: the lengths are an LLM's target windows (SPEC §1.5)."""
     t = long[(long["part"] == DOSE) & (long["set"] == set_name)]
     t = t[t["extra_tokens"] == t["extra_tokens"].min()]
     dirs = list(dict.fromkeys(t["what"]))
@@ -107,23 +128,24 @@ def plot_combined_doses(long: pd.DataFrame, set_name: str, null: str = ""):
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     n_models = t["label"].nunique()
     task = f"{t['task'].iloc[0]} task, " if len(t) and "task" in t.columns else ""
-    extra = int(t["extra_tokens"].min()) if len(t) else 0
-    fig.suptitle(f"{task}{set_name} heads of {n_models} models: frequency dose curves, +{extra} tokens\n"
+    at = length_words(window)[1].format(int(t["extra_tokens"].min()) if len(t) else 0)
+    fig.suptitle(f"{task}{set_name} heads of {n_models} models: frequency dose curves, {at}\n"
                  f"{_combined_subtitle(t, null) if len(t) else NULL}", fontsize=9)
     fig.tight_layout()
     return fig
 
 
-def plot_combined_intervention(long: pd.DataFrame, set_name: str, null: str = ""):
+def plot_combined_intervention(long: pd.DataFrame, set_name: str, null: str = "", window: bool = False):
     """Several models' accuracy vs added length under each per-head intervention on one set, one colour
-    per model (its set solid, its controls' mean dashed, untouched dotted)."""
+    per model (its set solid, its controls' mean dashed, untouched dotted). ``window``: the lengths are an
+    LLM's target windows (SPEC §1.5)."""
     t = long[(long["part"] == TEMPERATURE) & (long["set"] == set_name)]
     settings = list(dict.fromkeys(t["what"]))
     fig, axes = new_figure((4.2 * max(1, len(settings)) + 2.2, 3.3), 1, max(1, len(settings)), squeeze=False,
                            sharey=True)
     for ax, s in zip(axes[0], settings):
         _model_lines(ax, t[t["what"] == s], "extra_tokens")
-        ax.set(xlabel="added target-window tokens", title=s, ylim=(-0.02, 1.02))
+        ax.set(xlabel=length_words(window)[0], title=s, ylim=(-0.02, 1.02))
     axes[0][0].set_ylabel("accuracy")
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     kinds = ", ".join(dict.fromkeys(s.split(":", 1)[0] for s in settings)) or "intervention"
@@ -137,5 +159,5 @@ def plot_combined_intervention(long: pd.DataFrame, set_name: str, null: str = ""
 #: A neutral name of :func:`plot_temperature_curve` (any per-head intervention).
 plot_intervention_curve = plot_temperature_curve
 
-__all__ = ["plot_combined_doses", "plot_combined_intervention", "plot_dose_curves", "plot_intervention_curve",
-           "plot_temperature_curve"]
+__all__ = ["heads_title", "length_words", "plot_combined_doses", "plot_combined_intervention", "plot_dose_curves",
+           "plot_intervention_curve", "plot_temperature_curve"]

@@ -322,7 +322,8 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
     k_eff = {str(k): int(v) for k, v in t.groupby("set")["n_controls"].max().items()}
     outputs.csv(t, out / layout.HEAD_SETS)
     outputs.csv(c, out / layout.HEAD_SETS_CONTROLS)
-    outputs.text(table_markdown(t, null_text(match)) + "".join(f"\nNote: {x}\n" for x in notes), out / layout.HEAD_SETS_MD)
+    outputs.text(table_markdown(t, null_text(match), window=llm is not None) + "".join(f"\nNote: {x}\n" for x in notes),
+                 out / layout.HEAD_SETS_MD)
     outputs.json({"model": str(model if llm is None else llm), "task": task, "readout": str(Path(readout)),
                   "sets": sorted(set(t["set"])), "controls": controls, "n_controls": k_eff,
                   "control_seeds": {str(k): sorted(int(x) for x in set(v)) for k, v in c.groupby("set")["control_seed"]},
@@ -337,9 +338,10 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
                  out / layout.HEAD_SETS_JSON)
     for s in sorted(set(t["set"])):
         if ((t["set"] == s) & (t["part"] == "dose")).any():
-            outputs.figure(plot_dose_curves(t, s), out / layout.FIG_HEAD_SETS_DOSES.format(set=s))
+            outputs.figure(plot_dose_curves(t, s, window=llm is not None), out / layout.FIG_HEAD_SETS_DOSES.format(set=s))
         if ((t["set"] == s) & (t["part"] == "temperature")).any():
-            outputs.figure(plot_temperature_curve(t, s), out / layout.FIG_HEAD_SETS_TEMPERATURE.format(set=s))
+            outputs.figure(plot_temperature_curve(t, s, window=llm is not None),
+                           out / layout.FIG_HEAD_SETS_TEMPERATURE.format(set=s))
     summary = (f"head-sets {task}: {len(t)} cells over {', '.join(sorted(set(t['set'])))} (K = {controls} controls asked, "
                f"{', '.join(f'{k} {v}' for k, v in k_eff.items())} distinct; "
                f"null: {null_text(match)}; n = {n}); {measured[0]} interventions measured now, the rest from the cache\n"

@@ -203,12 +203,14 @@ def study_table(rows: list[dict], *, readout: str, task: str, seed: int, all_hea
     return t
 
 
-def table_markdown(t: pd.DataFrame, null: str) -> str:
-    """``head_sets.md``: one line per cell (effect [CI], controls' mean effect, p, BH p)."""
+def table_markdown(t: pd.DataFrame, null: str, window: bool = False) -> str:
+    """``head_sets.md``: one line per cell (effect [CI], controls' mean effect, p, BH p). ``window``: the
+    length column holds an LLM's target windows (SPEC §1.5), not added tokens."""
     from posym.stats import format_p
 
     lines = [f"Null: {null}. Effect = untouched − intervened accuracy, paired over the same prompts.", "",
-             "| part | set | what | k | +len | heads | n | effect [95% CI] | controls (mean ± sd) | p | p (BH) |",
+             f"| part | set | what | k | {'window' if window else '+len'} | heads | n | effect [95% CI] | controls (mean ± sd) "
+             "| p | p (BH) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in t.itertuples(index=False):
         lines.append(f"| {r.part} | {r.set} | {r.what} | {r.k} | {r.extra_tokens} | {r.heads} | {r.n_prompts} | "
