@@ -122,3 +122,14 @@ def build_family(name: str, vocab_size: int = 128, seed: int = 0, std: float = 0
             if pname.endswith(("q_proj.weight", "k_proj.weight", "qkv_proj.weight", "query_key_value.weight")):
                 p.copy_(torch.randn(p.shape, generator=g) * std)
     return model
+
+
+def intervention_models() -> dict:
+    """Builders of the tiny models the per-head intervention tests run on: GPT-J (posym's, interleaved pairs,
+    partial rotary), Llama with and without GQA, Qwen3 (q/k norms, GQA), Gemma-3 (two bases, one key/value
+    head), GPT-NeoX (fused per-head qkv, partial rotary)."""
+    from model_state import tiny_gptj
+
+    return {"gptj": tiny_gptj, "llama_mha": lambda: build_family("llama", vocab_size=31, num_key_value_heads=4).eval(),
+            **{f: (lambda f=f: build_family(f, vocab_size=31).eval()) for f in ("llama", "qwen3", "gemma3_text")},
+            "gpt_neox": lambda: build_family("gpt_neox", vocab_size=31, rotary_pct=0.5).eval()}

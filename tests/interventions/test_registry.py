@@ -65,7 +65,8 @@ def test_per_layer_and_kv_cache_are_class_properties():
     every = {"temperature", "rope-base", "ntk", "interpolate", "freq-mask", "yarn"}
     assert {n for n, c in REGISTRY.items() if c.per_layer} == every
     assert {n for n, c in REGISTRY.items() if c.per_head} == every
-    assert {n for n, c in REGISTRY.items() if c.exact_under_kv_cache} == {"rope-base", "ntk", "freq-mask", "yarn"}
+    assert {n for n, c in REGISTRY.items() if c.exact_under_kv_cache} == {"rope-base", "ntk", "freq-mask", "yarn",
+                                                                            "temperature"}
     assert holds_under_kv_cache(None) and holds_under_kv_cache(Ntk(kappa=2.0))
     assert not holds_under_kv_cache(Interpolate(n_train=17))
     assert with_layers(FreqMask((1,)), [2]) == FreqMask((1,), (2,))

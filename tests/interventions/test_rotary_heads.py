@@ -15,22 +15,11 @@ from posym.errors import PosymError
 from posym.heads.scores import scores_fast, scores_reference
 from posym.interventions import describe, intervened, ntk, parse_intervention, rope_base, with_layers
 from posym.interventions.registry import format_head_pairs
-from posym.model import build_model, model_config
 
-from family_models import build_family
-
-
-def _gptj():
-    m = build_model(model_config("quick", 31, n_layer=2, n_embd=32, n_head=2, n_inner=64, rotary_dim=16,
-                                 initializer_range=0.3), seed=0)
-    return m.eval()
+from family_models import intervention_models
 
 
-#: GPT-J (interleaved pairs, partial rotary), Llama with and without GQA, Qwen3 (q/k norms, GQA),
-#: Gemma-3 (two bases, one key/value head), GPT-NeoX (fused per-head qkv, partial rotary)
-MODELS = {"gptj": _gptj, "llama_mha": lambda: build_family("llama", vocab_size=31, num_key_value_heads=4).eval(),
-          **{f: (lambda f=f: build_family(f, vocab_size=31).eval()) for f in ("llama", "qwen3", "gemma3_text")},
-          "gpt_neox": lambda: build_family("gpt_neox", vocab_size=31, rotary_pct=0.5).eval()}
+MODELS = intervention_models()
 SPECS = ("rope-base:theta=500", "ntk:kappa=4", "interpolate:factor=3", "interpolate:n_train=5", "yarn:factor=4,original=5")
 
 

@@ -56,7 +56,7 @@ def test_llm_eval_two_interventions_none_rows_equal_plain_and_cache_keyed(protoc
     assert set(csv["intervention"]) == {"none", TEMP} and list(csv.columns[-3:]) == ["model", "protocol",
                                                                                       "intervention"]
     meta = json.loads((out / "llm_eval.json").read_text())
-    assert meta["interventions"] == [TEMP, "none"] and meta["full_forwards"] == [TEMP]
+    assert meta["interventions"] == [TEMP, "none"] and meta["full_forwards"] == []  # the temperature holds under a cache
     # choice: the paired contrast table against none on the same prompts; generate has none
     assert (out / "llm_interventions.csv").is_file() == (protocol == "choice")
     if protocol == "choice":
@@ -68,16 +68,17 @@ def test_llm_eval_two_interventions_none_rows_equal_plain_and_cache_keyed(protoc
 
 
 def test_identity_intervention_through_the_cache_free_path_answers_as_none(tiny_dirs, tmp_path):
-    """temperature β = 0 is an exact no-op, so its cache-free (reference) log-probs match the cached none ones."""
+    """interpolate:factor=1 is an exact no-op, so its cache-free (reference) log-probs match the cached none ones."""
     res = llm_eval(str(tiny_dirs["chat"]), out=tmp_path / "o", protocol="choice",
-                   intervene=["none", "temperature:beta=0"], **GRID).data["result"]
+                   intervene=["none", "interpolate:factor=1"], **GRID).data["result"]
+    assert json.loads((tmp_path / "o" / "llm_eval.json").read_text())["full_forwards"] == ["interpolate:factor=1"]
     recs = list(load_cache(tmp_path / "o" / "answers.jsonl").values())
     by = {}
     for r in recs:
         by.setdefault((r["task"], r["length"], r["index"]), {})[r["intervention"]] = r
     assert len(by) == 8
     for pair in by.values():
-        a, b = pair["none"], pair["temperature:beta=0,n_train=17,floor=1"]
+        a, b = pair["none"], pair["interpolate:factor=1"]
         assert a["prediction"] == b["prediction"]
         assert a["logprobs"] == pytest.approx(b["logprobs"], abs=1e-4)
     assert res.n_new == 16
@@ -148,9 +149,10 @@ def test_cache_free_choice_scores_equal_the_reference(spec, tiny_dirs):
 
 
 def test_kv_cache_safe_interventions_use_the_cached_path_and_agree_with_full_forwards(tiny_dirs, tmp_path):
-    """rope-base / ntk / freq-mask act at absolute positions: measured with the KV cache, their
-    log-probs equal the cache-free scorer's under the same intervention; temperature and interpolate
-    read the forward's length and are never measured with a cache."""
+    """rope-base / ntk / freq-mask act at absolute positions and the temperature reads each query's key count
+    from the padding mask and the cache: measured with the KV cache, their log-probs equal the cache-free
+    scorer's under the same intervention; interpolate reads the forward's length and is never measured with
+    a cache."""
     from posym.interventions import holds_under_kv_cache, intervened, parse_intervention
     from posym.lengthgen.hf_llm import HFChoice
     from posym.model.llm import load_llm
@@ -158,8 +160,8 @@ def test_kv_cache_safe_interventions_use_the_cached_path_and_agree_with_full_for
 
     assert [holds_under_kv_cache(parse_intervention(t)) for t in
             ("none", "ntk:kappa=2", "rope-base:theta=500", "freq-mask:keep=1", "temperature:beta=0",
-             "interpolate:factor=2", "interpolate:n_train=17")] == [True] * 4 + [False] * 3
-    ivs = ["ntk:kappa=2", "freq-mask:keep=1+2"]
+             "interpolate:factor=2", "interpolate:n_train=17")] == [True] * 5 + [False] * 2
+    ivs = ["ntk:kappa=2", "freq-mask:keep=1+2", "temperature:beta=1,n_train=5", "temperature:beta=1,n_train=5,heads=L0H1"]
     res = llm_eval(str(tiny_dirs["chat"]), out=tmp_path / "o", protocol="choice", intervene=ivs, **GRID)
     assert json.loads((tmp_path / "o" / "llm_eval.json").read_text())["full_forwards"] == []
     recs = list(load_cache(tmp_path / "o" / "answers.jsonl").values())
@@ -172,7 +174,40 @@ def test_kv_cache_safe_interventions_use_the_cached_path_and_agree_with_full_for
                                                    [candidates(x) for x in samples])
         for r, f in zip(mine, full):
             assert list(r["logprobs"].values()) == pytest.approx(f, abs=1e-4)
-    assert res.data["result"].n_new == 16
+    assert res.data["result"].n_new == 32
+
+
+def test_temperature_generates_the_same_answers_with_a_cache_and_left_padding(tiny_dirs):
+    """generate with its KV cache and left-padded batches under a temperature answers as the cache-free,
+    one-prompt-at-a-time decoding does, and each step's scores agree (the temperature reads the mask)."""
+    from posym.interventions import intervened
+    from posym.lengthgen.hf_llm import HFChat, format_prompts
+    from posym.model.llm import load_llm
+    from posym.tasks.prompts import build_messages, make_sample
+
+    lm, tok = load_llm(str(tiny_dirs["chat"]), dtype="float32")
+    prompts = [build_messages(make_sample(t, n, 0, i), 1) for t in ("number", "letter") for n, i in ((4, 0), (9, 1))]
+    spec = "temperature:beta=1,n_train=5,heads=L0H1+L1H0"
+    with intervened(lm, spec):
+        assert HFChat(lm, tok, batch_size=4)(prompts) == HFChat(lm, tok, batch_size=1, cache=False)(prompts)
+    enc = tok(format_prompts(tok, prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+    assert (enc["attention_mask"][:, 0] == 0).any()  # prompts of different lengths: left padding is exercised
+    kw = dict(max_new_tokens=3, do_sample=False, output_scores=True, return_dict_in_generate=True,
+              pad_token_id=tok.pad_token_id)
+
+    def scores(ids, mask, **extra):
+        with torch.no_grad():
+            return torch.stack(lm.generate(input_ids=ids, attention_mask=mask, **kw, **extra).scores, dim=1)
+
+    plain = scores(enc["input_ids"], enc["attention_mask"])
+    with intervened(lm, spec):
+        batched = scores(enc["input_ids"], enc["attention_mask"])
+        for r in range(len(prompts)):
+            keep = enc["attention_mask"][r] == 1
+            ids = enc["input_ids"][r, keep][None]
+            alone = scores(ids, torch.ones_like(ids), use_cache=False)
+            assert torch.allclose(batched[r], alone[0], atol=1e-4), r
+    assert not torch.allclose(batched, plain, atol=1e-3)  # the temperature acts
 
 
 def test_cache_free_prefix_forwards_compute_only_the_scored_logits(tiny_dirs):

@@ -32,7 +32,8 @@ from torch import Tensor, nn
 
 from posym.errors import PosymError
 from posym.interventions.registry import format_head_pairs
-from posym.interventions.rope import _family, _gptj_tables, _rope_modules, model_theta, model_thetas
+from posym.interventions.positions import ForwardPositions
+from posym.interventions.rope import _family, model_theta, model_thetas
 from posym.interventions.sites import PER_HEAD, head_sites, hook_qk
 from posym.model.adapters import POSITION_TIED_QK, RopeAdapter, get_adapter, heads_first_layout
 from posym.model.pe import PositionalEncoding, config_pe
@@ -93,20 +94,6 @@ def _layer_freqs(inner: nn.Module, mt: str, ad: RopeAdapter, layers: Sequence[in
     return out
 
 
-def _position_ids(args: tuple, kwargs: dict) -> Tensor | None:
-    pos = kwargs.get("position_ids")
-    if pos is None and len(args) >= 2 and isinstance(args[1], Tensor):
-        pos = args[1]
-    return pos if isinstance(pos, Tensor) else None
-
-
-def _input_length(args: tuple, kwargs: dict) -> int | None:
-    for x in (kwargs.get("input_ids"), args[0] if args else None, kwargs.get("inputs_embeds")):
-        if isinstance(x, Tensor):
-            return int(x.shape[1]) if x.ndim >= 2 else int(x.shape[-1])
-    return None
-
-
 def _is_capture_hook(hook) -> bool:
     """True for the q/k capture hooks of :mod:`posym.model.adapters` (``qk_hooks``)."""
     qual = getattr(hook, "__qualname__", "")
@@ -127,22 +114,8 @@ def rotary_heads(model: nn.Module, heads: Sequence[tuple[int, int]], name: str, 
     ad, per_layer = head_sites(inner, heads, name)
     check_whole_groups(ad, heads, name)
     freqs = _layer_freqs(inner, mt, ad, [site[0] for site, _ in per_layer], new_inv_freq)
-    state: dict = {"pos": None, "n": None}
+    track = ForwardPositions(inner, name)
     conv, r, g = ad.pair_convention, ad.rotary_dim, ad.n_heads // ad.n_kv_heads
-
-    def positions(T: int, B: int, device) -> Tensor:
-        pos = state["pos"]
-        if pos is None:
-            return torch.arange(T, device=device, dtype=torch.float64)[None]
-        pos = pos.reshape(-1, pos.shape[-1])
-        if pos.shape[-1] != T:
-            raise PosymError(f"{name}: a forward of {T} tokens ran with the positions of {pos.shape[-1]} tokens; "
-                             "run the model's own forward")
-        if pos.shape[0] not in (1, B):
-            if not bool((pos == pos[:1]).all()):
-                raise PosymError(f"{name}: cannot match {pos.shape[0]} rows of position ids to a batch of {B}")
-            pos = pos[:1]
-        return pos.to(device=device, dtype=torch.float64)
 
     def rotate_fn(omega: Tensor, omega_new: Tensor, sel: tuple[int, ...]):
         def fn(out: Tensor, n: int, heads_first: bool) -> Tensor:
@@ -150,8 +123,8 @@ def rotary_heads(model: nn.Module, heads: Sequence[tuple[int, int]], name: str, 
             x = out.reshape(*out.shape[:2], n, -1) if out.ndim == 3 else out
             x = x.transpose(1, 2) if hf else x  # [B, T, n, hd]
             B, T = x.shape[:2]
-            c = 1.0 if position_scale is None or state["n"] is None else float(position_scale(state["n"]))
-            delta = positions(T, B, out.device)[..., None] * (c * omega_new - omega).to(out.device)  # [B|1, T, r/2]
+            c = 1.0 if position_scale is None or track.n is None else float(position_scale(track.n))
+            delta = track.positions(T, B, out.device)[..., None] * (c * omega_new - omega).to(out.device)  # [B|1, T, r/2]
             cos = expand_pairs(delta.cos() * attention_factor, conv)[:, :, None].to(out.dtype)
             sin = expand_pairs(delta.sin() * attention_factor, conv)[:, :, None].to(out.dtype)
             idx = torch.tensor(sel, device=out.device)
@@ -161,27 +134,16 @@ def rotary_heads(model: nn.Module, heads: Sequence[tuple[int, int]], name: str, 
             return new.reshape(out.shape)
         return fn
 
-    def grab_length(module, args, kwargs):
-        state["n"] = _input_length(args, kwargs)
-        state["pos"] = None  # a new forward: its rotary module gives the positions
-
-    def grab_positions(module, args, kwargs):
-        pos = _position_ids(args, kwargs)
-        if pos is not None:
-            state["pos"] = pos.detach()
-
     def refuse_capture(module, args):
         if any(_is_capture_hook(h) for h in module._forward_hooks.values()):
             raise PosymError(f"{name}: the captured q/k carry a per-head rotation at their own positions, which an "
                              "analysis of captured q/k (the frequency analyses) would misread; apply it to all heads "
                              "or measure this without heads=/layers=")
 
-    rotaries = _gptj_tables(inner) if mt == "gptj" else _rope_modules(inner)
-    handles = [inner.register_forward_pre_hook(grab_length, with_kwargs=True)]
+    handles = track.attach()
     marked = getattr(inner, POSITION_TIED_QK, None)
     setattr(inner, POSITION_TIED_QK, name)
     try:
-        handles += [m.register_forward_pre_hook(grab_positions, with_kwargs=True) for m in rotaries]
         for site, hs in per_layer:
             layer = site[0]
             if layer not in freqs:

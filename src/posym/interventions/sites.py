@@ -108,12 +108,18 @@ def time_axis(out: Tensor, n: int, heads_first: bool) -> int:
     return 1
 
 
-def scale_tokens(out: Tensor, s: Tensor, n: int, heads_first: bool) -> Tensor:
-    """``out`` with token ``t``'s vectors (every head) multiplied by ``s[t]``."""
-    axis = time_axis(out, n, heads_first)
-    shape = [1] * out.ndim
-    shape[axis] = -1
-    return out * s.to(out.device, out.dtype).reshape(shape)
+def scale_token_heads(out: Tensor, f: Tensor, n: int, heads_first: bool) -> Tensor:
+    """``out`` with row ``b``'s token ``t`` of head ``h`` times ``f[b, t, h]`` (``f``: ``[B or 1, T or 1, n or 1]``,
+    or with a fourth axis ``[hd or 1]`` for per-dim factors), in any site layout (``[B, T, n·hd]``,
+    ``[B, T, n, hd]``, ``[B, n, T, hd]``); a factor of exactly 1.0 leaves a head's values bit-identical."""
+    f = f.to(out.device, out.dtype)
+    f = f[..., None] if f.ndim == 3 else f  # [B|1, T|1, n|1, hd|1]
+    if out.ndim == 3:
+        B, T, D = out.shape
+        return (out.reshape(B, T, n, D // n) * f).reshape(out.shape)
+    if heads_first_layout(out, n, heads_first):
+        return out * f.transpose(1, 2)
+    return out * f
 
 
 def scale_dims(out: Tensor, per_head: Tensor, n: int) -> Tensor:
@@ -124,16 +130,9 @@ def scale_dims(out: Tensor, per_head: Tensor, n: int) -> Tensor:
 
 def scale_heads(out: Tensor, m: Tensor, n: int, heads_first: bool) -> Tensor:
     """``out`` with token ``t``'s head ``h`` times ``m[t, h]`` (``m``: ``[T or 1, n, hd or 1]``), in any
-    site layout (``[B, T, n·hd]``, ``[B, T, n, hd]``, ``[B, n, T, hd]``): the per-query-head form of
-    :func:`scale_tokens` and :func:`scale_dims` (``heads=``). A factor of exactly 1.0 leaves a head's
-    values bit-identical."""
-    m = m.to(out.device, out.dtype)
-    if out.ndim == 3:
-        B, T, D = out.shape
-        return (out.reshape(B, T, n, D // n) * m).reshape(out.shape)
-    if heads_first_layout(out, n, heads_first):
-        return out * m.transpose(0, 1)
-    return out * m
+    site layout: the per-query-head form of :func:`scale_dims` (``heads=``), every row alike
+    (:func:`scale_token_heads`). A factor of exactly 1.0 leaves a head's values bit-identical."""
+    return scale_token_heads(out, m[None], n, heads_first)
 
 
 def prepend_hook(module: nn.Module, hook) -> torch.utils.hooks.RemovableHandle:
@@ -154,5 +153,5 @@ def with_full_forward(context: Callable[..., ContextManager[T]]) -> Callable[...
     return wrapped
 
 
-__all__ = ["LINEAR_QK_FAMILIES", "PER_HEAD", "hook_qk", "linear_sites", "head_sites", "time_axis", "scale_tokens",
-           "scale_dims", "scale_heads", "prepend_hook", "with_full_forward"]
+__all__ = ["LINEAR_QK_FAMILIES", "PER_HEAD", "hook_qk", "linear_sites", "head_sites", "time_axis",
+           "scale_token_heads", "scale_dims", "scale_heads", "prepend_hook", "with_full_forward"]

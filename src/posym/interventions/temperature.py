@@ -21,8 +21,10 @@ the logit; :mod:`posym.interventions.sites`). RoPE rotates q linearly and the lo
 the row of logits of that query is multiplied by ``s`` and nothing else changes; the hook runs before
 the capture hook of :mod:`posym.heads.scores`, so the fast and the reference score paths see the same
 change. This holds only where nothing non-linear acts on q after that point (no q clipping, no logit
-soft-capping): :data:`TEMPERATURE_FAMILIES`. Positions are the token indices of the forward's input
-(a full sequence, no KV cache, no left padding), as posym's scoring and length-generalisation runs use.
+soft-capping): :data:`TEMPERATURE_FAMILIES`. ``n`` is the number of keys the query attends, read from the
+forward's call (:class:`posym.interventions.positions.ForwardPositions`): the running sum of its 2-D padding mask,
+or the KV cache's length plus the token index plus 1 — so the temperature is exact under a KV cache and padding
+(``exact_under_kv_cache``); on a full forward without padding it is the token index plus 1.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ from posym.checks import check_float
 from posym.errors import PosymError
 from posym.interventions.registry import (DEFAULT_N_TRAIN, MAX_N_TRAIN, Intervention, check_heads_arg, format_head_pairs,
                                           format_ids, format_number, parse_heads_key, parse_ids, register)
-from posym.interventions.sites import (LINEAR_QK_FAMILIES, head_sites, hook_qk, linear_sites, scale_heads, scale_tokens,
-                                       time_axis, with_full_forward)
+from posym.interventions.positions import ForwardPositions
+from posym.interventions.sites import (LINEAR_QK_FAMILIES, head_sites, hook_qk, linear_sites, scale_token_heads, time_axis,
+                                       with_full_forward)
 
 #: model_type values whose attention logit is linear in the captured q (:mod:`posym.interventions.sites`).
 TEMPERATURE_FAMILIES: tuple[str, ...] = LINEAR_QK_FAMILIES
@@ -68,6 +71,7 @@ class Temperature(Intervention):
     example = "temperature:beta=1"
     per_layer = True
     per_head = True
+    exact_under_kv_cache = True  # n read from the forward's padding mask and KV cache (module docstring)
 
     @classmethod
     def parse(cls, kv: Mapping[str, str]) -> Temperature:
@@ -186,24 +190,19 @@ def temperature_scale(n: Tensor, beta: float, n_train: int, form: str = "log", f
     return s.clamp(min=1.0) if floor else s
 
 
-def _scale_q(beta: float, n_train: int, form: str, floor: bool):
-    """``q_fn`` of :func:`~posym.interventions.sites.hook_qk`: each token's query times ``s(t + 1)``."""
+def _scale_q(beta: float, n_train: int, form: str, floor: bool, track: ForwardPositions,
+             heads: tuple[int, ...] | None = None):
+    """``q_fn`` of :func:`~posym.interventions.sites.hook_qk`: each query (of ``heads`` only, None = all;
+    every other head's times exactly 1.0, bit-identical) times ``s(n)``, ``n`` the keys it attends
+    (:meth:`~posym.interventions.positions.ForwardPositions.key_counts`: padding and a KV cache included)."""
     def scale(out: Tensor, n_heads: int, heads_first: bool) -> Tensor:
         T = out.shape[time_axis(out, n_heads, heads_first)]
-        s = temperature_scale(torch.arange(1, T + 1, device=out.device), beta, n_train, form, floor)
-        return scale_tokens(out, s, n_heads, heads_first)
-    return scale
-
-
-def _scale_q_heads(beta: float, n_train: int, form: str, floor: bool, heads: tuple[int, ...]):
-    """``q_fn`` of :func:`~posym.interventions.sites.hook_qk` for some query ``heads`` of a layer: their
-    query at token ``t`` times ``s(t + 1)``, every other head's times exactly 1.0 (bit-identical)."""
-    def scale(out: Tensor, n_heads: int, heads_first: bool) -> Tensor:
-        T = out.shape[time_axis(out, n_heads, heads_first)]
-        s = temperature_scale(torch.arange(1, T + 1, device=out.device), beta, n_train, form, floor)
-        m = torch.ones(T, n_heads, 1, dtype=s.dtype, device=s.device)
-        m[:, list(heads), 0] = s[:, None]
-        return scale_heads(out, m, n_heads, heads_first)
+        s = temperature_scale(track.key_counts(T, out.shape[0], out.device), beta, n_train, form, floor)  # [B|1, T]
+        if heads is None:
+            return scale_token_heads(out, s[..., None], n_heads, heads_first)
+        m = torch.ones(*s.shape, n_heads, dtype=s.dtype, device=s.device)
+        m[..., list(heads)] = s[..., None]
+        return scale_token_heads(out, m, n_heads, heads_first)
     return scale
 
 
@@ -227,13 +226,14 @@ def temperature(model: nn.Module, beta: float, *, n_train: int, layers: Sequence
     else:
         ad, sites = linear_sites(model, layers, "temperature")
     applied = Temperature(beta, n_train, form, None if layers is None else tuple(int(l) for l in layers), floor, heads)
-    handles = []
+    track = ForwardPositions(model, "temperature")
+    handles = track.attach()
     try:
         if heads is None:
-            handles = hook_qk(ad, sites, _scale_q(beta, n_train, form, floor), None)
+            handles += hook_qk(ad, sites, _scale_q(beta, n_train, form, floor, track), None)
         else:
             for site, hs in per_layer:
-                handles += hook_qk(ad, [site], _scale_q_heads(beta, n_train, form, floor, hs), None)
+                handles += hook_qk(ad, [site], _scale_q(beta, n_train, form, floor, track, hs), None)
         yield applied
     finally:
         for h in handles:

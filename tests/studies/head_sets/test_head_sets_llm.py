@@ -1,6 +1,6 @@
 """The LLM path of ``posym head-sets`` (``--model FOLDER``): on a tiny random Llama folder with its tokenizer,
 each cell's per-prompt outcomes equal what ``posym llm eval --protocol choice`` records for the same prompts —
-untouched, under the set's freq-mask (KV-cached scoring) and under its temperature (full forwards)."""
+untouched, under the set's freq-mask and under its temperature (both KV-cached scoring)."""
 
 import json
 
@@ -43,7 +43,7 @@ def test_llm_outcomes_equal_llm_eval_choice(llm_dir, tmp_path):
     assert iv.axes[0].get_xlabel() == "target window (tokens)" and "(L0H1+L1H3)" in iv._suptitle.get_text()
     cached = {(r["intervention"], r["extra_tokens"]): r for r in map(json.loads, (out / "head_sets_outcomes.jsonl")
                                                                      .read_text().splitlines())}
-    ivs = ["none", *t["intervention"]]  # the set's freq-mask (KV cache) and temperature (full forwards)
+    ivs = ["none", *t["intervention"]]  # the set's freq-mask and temperature (both through the KV cache)
     ev = tmp_path / "eval"
     assert main(["llm", "eval", "--model", str(directory), "--protocol", "choice", "--tasks", "letter", "--lengths",
                  "6", "--runs", "1", "--n", "3", "--quiet", "--out", str(ev), *[a for iv in ivs for a in
