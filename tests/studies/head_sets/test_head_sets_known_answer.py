@@ -61,6 +61,11 @@ def test_the_study_finds_the_answer_head_and_its_pair(family, pair):
     assert set(layer_t["n_controls"]) == {3} and np.allclose(layer_t.loc[hit, "p"], 1 / (1 + 3))
     assert sorted(set(layer_c["heads"])) == ["L1H0", "L1H1", "L1H3"]
     assert (table["rank"][hit] > table["rank_none"][hit]).all()
+    # the rank test: the answer's rank rises in the hit cells only, above every control, and BH keeps that order
+    assert np.allclose(table.loc[hit, "rank_effect"], table.loc[hit, "rank"] - table.loc[hit, "rank_none"])
+    assert (table.loc[hit, "rank_effect"] > 0).all() and (table.loc[~hit, "rank_effect"] == 0).all()
+    assert np.allclose(table.loc[hit, "p_rank"], 1 / (1 + K)) and (table.loc[~hit, "p_rank"] == 1).all()
+    assert (table.loc[hit, "ctrl_rank_effect_mean"] == 0).all() and table["p_rank_bh"].notna().all()
 
 
 def test_candidate_rank_rule():

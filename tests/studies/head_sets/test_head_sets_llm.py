@@ -37,10 +37,12 @@ def test_llm_outcomes_equal_llm_eval_choice(llm_dir, tmp_path):
     record = json.loads((out / "head_sets.json").read_text())
     assert record["protocol"] == "choice" and record["readout_n"] == 0 and record["notes"] == []
     # an LLM's lengths are target windows (SPEC §1.5), not added tokens, in the table and the figures
-    assert "| k | window | heads |" in (out / "head_sets.md").read_text()
-    dose, iv = plot_dose_curves(t, "positional", window=True), plot_temperature_curve(t, "positional", window=True)
+    assert "| k | window | heads |" in (out / "head_sets.md").read_text() and "| p (rank) |" in (out / "head_sets.md").read_text()
+    dose, iv = (plot_dose_curves(t, "positional", window=True, rank=True),
+                plot_temperature_curve(t, "positional", window=True, rank=True))
+    assert [a.get_ylabel().split("\n")[0] for a in dose.axes] == ["accuracy", "answer's normalised rank"]
     assert "target window 6" in dose._suptitle.get_text() and "+6 tokens" not in dose._suptitle.get_text()
-    assert iv.axes[0].get_xlabel() == "target window (tokens)" and "(L0H1+L1H3)" in iv._suptitle.get_text()
+    assert iv.axes[-1].get_xlabel() == "target window (tokens)" and "(L0H1+L1H3)" in iv._suptitle.get_text()
     cached = {(r["intervention"], r["extra_tokens"]): r for r in map(json.loads, (out / "head_sets_outcomes.jsonl")
                                                                      .read_text().splitlines())}
     ivs = ["none", *t["intervention"]]  # the set's freq-mask and temperature (both through the KV cache)

@@ -44,28 +44,50 @@ def _subtitle(t: pd.DataFrame) -> str:
     return f"null: {_null(t)} (K = {ks}, band 5–95 %); n = {n} prompts"
 
 
-def _panel(ax, g: pd.DataFrame, x: str, name: str) -> None:
+#: A panel's measures: (the set's column, the controls' 5 % and 95 % quantiles and mean, the untouched model's, axis label).
+METRICS = {"acc": ("acc", "ctrl_acc_q05", "ctrl_acc_q95", "ctrl_acc_mean", "acc_none", "accuracy"),
+           "rank": ("rank", "ctrl_rank_q05", "ctrl_rank_q95", "ctrl_rank_mean", "rank_none",
+                    "answer's normalised rank\n(0 = first candidate)")}
+
+
+def _panel(ax, g: pd.DataFrame, x: str, name: str, metric: str = "acc") -> None:
+    col, q05, q95, mean, none, _ = METRICS[metric]
     g = g.sort_values(x)
-    ax.fill_between(g[x], g["ctrl_acc_q05"], g["ctrl_acc_q95"], color=CONTROL, alpha=0.25, lw=0,
-                    label="controls 5–95 %")
-    ax.plot(g[x], g["ctrl_acc_mean"], color=CONTROL, ls="--", marker=".", label="controls mean")
-    ax.plot(g[x], g["acc"], color=TYPED, marker="o", ms=4, label=f"{name} heads")
-    ax.plot(g[x], g["acc_none"], color=UNTOUCHED, ls=":", label="untouched")
+    one = g[x].nunique() == 1  # a single dose or length: the band as a range bar, the untouched model as a line
+    if q05 in g.columns and one:  # tables written before the rank's quantiles existed draw no rank band
+        ax.errorbar(g[x], g[mean], yerr=[g[mean] - g[q05], g[q95] - g[mean]], fmt="none", color=CONTROL, capsize=5,
+                    lw=2, alpha=0.6, label="controls 5–95 %")
+    elif q05 in g.columns:
+        ax.fill_between(g[x], g[q05], g[q95], color=CONTROL, alpha=0.25, lw=0, label="controls 5–95 %")
+    ax.plot(g[x], g[mean], color=CONTROL, ls="--", marker=".", label="controls mean")
+    ax.plot(g[x], g[col], color=TYPED, marker="o", ms=4, label=f"{name} heads")
+    if one:
+        ax.axhline(float(g[none].iloc[0]), color=UNTOUCHED, ls=":", label="untouched")
+    else:
+        ax.plot(g[x], g[none], color=UNTOUCHED, ls=":", label="untouched")
 
 
-def plot_dose_curves(table: pd.DataFrame, set_name: str, window: bool = False):
+def _metrics(rank: bool) -> list[str]:
+    return ["acc", "rank"] if rank else ["acc"]
+
+
+def plot_dose_curves(table: pd.DataFrame, set_name: str, window: bool = False, rank: bool = False):
     """Accuracy vs k (frequency IDs dropped inside the set) per direction, for one set at its smallest
-    added length: one panel per direction. ``window``: the lengths are an LLM's target windows (SPEC §1.5)."""
+    added length: one panel per direction. ``window``: the lengths are an LLM's target windows (SPEC §1.5);
+    ``rank``: a second row of panels with the answer's normalised rank (the reading near chance)."""
     t = table[(table["part"] == DOSE) & (table["set"] == set_name)]
     t = t[t["extra_tokens"] == t["extra_tokens"].min()]
     dirs = list(dict.fromkeys(t["what"]))
-    fig, axes = new_figure((3.4 * max(1, len(dirs)) + 1.6, 3.2), 1, max(1, len(dirs)), squeeze=False, sharey=True)
-    for ax, d in zip(axes[0], dirs):
-        _panel(ax, t[t["what"] == d], "k", set_name)
-        ax.set_xticks(sorted(set(int(k) for k in t["k"])))
-        what = {"low": "k slowest IDs dropped", "high": "k fastest IDs dropped"}.get(d, "k random IDs dropped")
-        ax.set(xlabel=f"k ({what})", title=d, ylim=(-0.02, 1.02))
-    axes[0][0].set_ylabel("accuracy")
+    rows = _metrics(rank)
+    fig, axes = new_figure((3.4 * max(1, len(dirs)) + 1.6, 0.4 + 2.8 * len(rows)), len(rows), max(1, len(dirs)),
+                           squeeze=False, sharey="row")
+    for i, metric in enumerate(rows):
+        for ax, d in zip(axes[i], dirs):
+            _panel(ax, t[t["what"] == d], "k", set_name, metric)
+            ax.set_xticks(sorted(set(int(k) for k in t["k"])))
+            what = {"low": "k slowest IDs dropped", "high": "k fastest IDs dropped"}.get(d, "k random IDs dropped")
+            ax.set(xlabel=f"k ({what})" if i == len(rows) - 1 else "", title=d if i == 0 else "", ylim=(-0.02, 1.02))
+        axes[i][0].set_ylabel(METRICS[metric][5])
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     heads = heads_title(t["heads"].iloc[0]) if len(t) else ""
     at = length_words(window)[1].format(int(t["extra_tokens"].min()) if len(t) else 0)
@@ -74,20 +96,28 @@ def plot_dose_curves(table: pd.DataFrame, set_name: str, window: bool = False):
     return fig
 
 
-def plot_temperature_curve(table: pd.DataFrame, set_name: str, window: bool = False):
+def plot_temperature_curve(table: pd.DataFrame, set_name: str, window: bool = False, rank: bool = False):
     """Accuracy vs added length under each per-head intervention setting (temperature, …) applied to the
     set only (one panel per setting), the same setting on every head beside it; titled by the intervention.
-    ``window``: the lengths are an LLM's target windows (SPEC §1.5)."""
+    ``window``: the lengths are an LLM's target windows (SPEC §1.5); ``rank``: a second row with the answer's
+    normalised rank."""
     t = table[(table["part"] == TEMPERATURE) & (table["set"] == set_name)]
     settings = list(dict.fromkeys(t["what"]))
-    fig, axes = new_figure((4.2 * max(1, len(settings)) + 1.6, 3.2), 1, max(1, len(settings)), squeeze=False,
-                           sharey=True)
-    for ax, s in zip(axes[0], settings):
-        g = t[t["what"] == s].sort_values("extra_tokens")
-        _panel(ax, g, "extra_tokens", set_name)
-        ax.plot(g["extra_tokens"], g["acc_all_heads"], color=ALL_HEADS, ls="-.", label="all heads")
-        ax.set(xlabel=length_words(window)[0], title=s, ylim=(-0.02, 1.02))
-    axes[0][0].set_ylabel("accuracy")
+    rows = _metrics(rank)
+    fig, axes = new_figure((4.2 * max(1, len(settings)) + 1.6, 0.4 + 2.8 * len(rows)), len(rows), max(1, len(settings)),
+                           squeeze=False, sharey="row")
+    for i, metric in enumerate(rows):
+        for ax, s in zip(axes[i], settings):
+            g = t[t["what"] == s].sort_values("extra_tokens")
+            _panel(ax, g, "extra_tokens", set_name, metric)
+            whole = {"acc": "acc_all_heads", "rank": "rank_all_heads"}[metric]
+            if whole in g.columns:
+                ax.plot(g["extra_tokens"], g[whole], color=ALL_HEADS, ls="-.", label="all heads")
+            ax.set(xlabel=length_words(window)[0] if i == len(rows) - 1 else "", title=s if i == 0 else "",
+                   ylim=(-0.02, 1.02))
+            if g["extra_tokens"].nunique() <= 4:
+                ax.set_xticks(sorted(set(int(e) for e in g["extra_tokens"])))
+        axes[i][0].set_ylabel(METRICS[metric][5])
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     kinds = ", ".join(dict.fromkeys(s.split(":", 1)[0] for s in settings)) or "intervention"
     heads = f" ({heads_title(t['heads'].iloc[0])})" if len(t) else ""

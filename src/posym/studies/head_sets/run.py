@@ -187,8 +187,10 @@ def measure_head_sets(evaluate: Evaluate, readout: pd.DataFrame, *, n_layers: in
         row, c = cell_rows(cell, heads, cc, n_freq, evaluate)
         rows.append({**row, **readout_row(cell, typed[cell.set], n_freq, read_heads)})
         crows += c
-    all_heads = {(t, int(e)): float(evaluate(t, int(e))["correct"].mean()) for t in temps for e in temperature_lengths}
-    table = study_table(rows, readout=readout_name, task=task, seed=seed, all_heads=all_heads, match=match)
+    whole = {(t, int(e)): evaluate(t, int(e)) for t in temps for e in temperature_lengths}
+    table = study_table(rows, readout=readout_name, task=task, seed=seed, match=match,
+                        all_heads={k: float(v["correct"].mean()) for k, v in whole.items()},
+                        all_heads_rank={k: float(v["rank"].mean()) for k, v in whole.items()})
     return table, pd.DataFrame(crows), notes + match_notes
 
 
@@ -338,9 +340,10 @@ def head_sets(model: str | os.PathLike | None = None, *, readout: str | os.PathL
                  out / layout.HEAD_SETS_JSON)
     for s in sorted(set(t["set"])):
         if ((t["set"] == s) & (t["part"] == "dose")).any():
-            outputs.figure(plot_dose_curves(t, s, window=llm is not None), out / layout.FIG_HEAD_SETS_DOSES.format(set=s))
+            outputs.figure(plot_dose_curves(t, s, window=llm is not None, rank=llm is not None),
+                           out / layout.FIG_HEAD_SETS_DOSES.format(set=s))
         if ((t["set"] == s) & (t["part"] == "temperature")).any():
-            outputs.figure(plot_temperature_curve(t, s, window=llm is not None),
+            outputs.figure(plot_temperature_curve(t, s, window=llm is not None, rank=llm is not None),
                            out / layout.FIG_HEAD_SETS_TEMPERATURE.format(set=s))
     summary = (f"head-sets {task}: {len(t)} cells over {', '.join(sorted(set(t['set'])))} (K = {controls} controls asked, "
                f"{', '.join(f'{k} {v}' for k, v in k_eff.items())} distinct; "

@@ -147,8 +147,9 @@ def cell_rows(cell: Cell, heads: Sequence[Head], controls: Sequence[tuple[int, S
                           "control_seed": j_seed, "heads": format_heads(c_heads), "intervention": iv, "acc": acc,
                           "rank": ctrl_rank[-1], "effect": ctrl_eff[-1], "n_prompts": len(out),
                           **({"dropped": "+".join(map(str, ids[0]))} if ids else {})})
-    e, a = np.asarray(ctrl_eff), np.asarray(ctrl_acc)
+    e, a, r = np.asarray(ctrl_eff), np.asarray(ctrl_acc), np.asarray(ctrl_rank)
     two = cell.part == TEMPERATURE
+    rank_none = float(base["rank"].mean())
     row = {"part": cell.part, "set": cell.set, "what": cell.what, "intervention_kind": cell.kind, "k": cell.k,
            "dropped": "+".join(map(str, cell.dropped)), "extra_tokens": cell.length, "intervention": typed_iv,
            "heads": format_heads(heads), "n_heads": len(heads), "n_prompts": len(base), "n_controls": len(controls),
@@ -158,8 +159,13 @@ def cell_rows(cell: Cell, heads: Sequence[Head], controls: Sequence[tuple[int, S
            "rank_none": float(base["rank"].mean()), "rank": float(typed["rank"].mean()),
            "ctrl_effect_mean": float(e.mean()), "ctrl_effect_sd": float(e.std(ddof=1)) if e.size > 1 else float("nan"),
            "ctrl_acc_mean": float(a.mean()), "ctrl_acc_min": float(a.min()), "ctrl_acc_max": float(a.max()),
-           "ctrl_acc_q05": _q(a, 0.05), "ctrl_acc_q95": _q(a, 0.95), "ctrl_rank_mean": float(np.mean(ctrl_rank)),
-           "alternative": "two-sided" if two else "greater", "p": control_p_value(effect, e, two_sided=two)}
+           "ctrl_acc_q05": _q(a, 0.05), "ctrl_acc_q95": _q(a, 0.95), "ctrl_rank_mean": float(r.mean()),
+           "alternative": "two-sided" if two else "greater", "p": control_p_value(effect, e, two_sided=two),
+           # the answer's normalised rank (0 = first of the candidates; the reading near chance): its rise
+           # against the controls' rises, the same test
+           "rank_effect": float(typed["rank"].mean()) - rank_none, "ctrl_rank_effect_mean": float(r.mean()) - rank_none,
+           "ctrl_rank_q05": _q(r, 0.05), "ctrl_rank_q95": _q(r, 0.95),
+           "p_rank": control_p_value(float(typed["rank"].mean()) - rank_none, r - rank_none, two_sided=two)}
     return row, ctrl_rows
 
 
@@ -184,16 +190,20 @@ def readout_row(cell: Cell, heads: Sequence[Head], n_freq: int, read_heads: Read
 
 
 def study_table(rows: list[dict], *, readout: str, task: str, seed: int, all_heads: dict[tuple[str, int], float],
-                match: str = "layer") -> pd.DataFrame:
+                match: str = "layer", all_heads_rank: dict[tuple[str, int], float] | None = None) -> pd.DataFrame:
     """The study table from :func:`cell_rows`' rows: BH over every cell (``p_bh``), the readout, task and
     seeds recorded, the all-heads accuracy of each intervention cell (``acc_all_heads``: the same setting on
-    every head, keyed by (setting, length)), the controls' ``match`` (layer | count | ids) and the written prediction."""
+    every head, keyed by (setting, length); ``rank_all_heads`` from ``all_heads_rank``), the controls' ``match``
+    (layer | count | ids) and the written prediction; ``p_rank_bh``: BH over the cells' rank p."""
     t = pd.DataFrame(rows)
     if t.empty:
         return t
     t["p_bh"] = benjamini_hochberg(t["p"].to_numpy())
-    t["acc_all_heads"] = [all_heads.get((w, int(e)), float("nan")) if p == TEMPERATURE else float("nan")
-                          for p, w, e in zip(t["part"], t["what"], t["extra_tokens"])]
+    if "p_rank" in t.columns:
+        t["p_rank_bh"] = benjamini_hochberg(t["p_rank"].to_numpy())
+    for col, got in (("acc_all_heads", all_heads), ("rank_all_heads", all_heads_rank or {})):
+        t[col] = [got.get((w, int(e)), float("nan")) if p == TEMPERATURE else float("nan")
+                  for p, w, e in zip(t["part"], t["what"], t["extra_tokens"])]
     t["prediction"] = [prediction(s, kind if p == TEMPERATURE else w, task)
                        for s, p, w, kind in zip(t["set"], t["part"], t["what"], t["intervention_kind"])]
     t.insert(0, "task", task)
@@ -204,18 +214,21 @@ def study_table(rows: list[dict], *, readout: str, task: str, seed: int, all_hea
 
 
 def table_markdown(t: pd.DataFrame, null: str, window: bool = False) -> str:
-    """``head_sets.md``: one line per cell (effect [CI], controls' mean effect, p, BH p). ``window``: the
+    """``head_sets.md``: one line per cell (effect [CI], controls' mean effect, p, BH p; the answer's normalised
+    rank's rise against the controls', its p and BH p). ``window``: the
     length column holds an LLM's target windows (SPEC §1.5), not added tokens."""
     from posym.stats import format_p
 
     lines = [f"Null: {null}. Effect = untouched − intervened accuracy, paired over the same prompts.", "",
              f"| part | set | what | k | {'window' if window else '+len'} | heads | n | effect [95% CI] | controls (mean ± sd) "
-             "| p | p (BH) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| p | p (BH) | rank rise (controls' mean) | p (rank) | p (rank, BH) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in t.itertuples(index=False):
         lines.append(f"| {r.part} | {r.set} | {r.what} | {r.k} | {r.extra_tokens} | {r.heads} | {r.n_prompts} | "
                      f"{r.effect:+.3f} [{r.effect_lo:+.3f}, {r.effect_hi:+.3f}] | {r.ctrl_effect_mean:+.3f} ± "
-                     f"{r.ctrl_effect_sd:.3f} (K={r.n_controls}) | {format_p(r.p, r.n_controls)} | {r.p_bh:.3g} |")
+                     f"{r.ctrl_effect_sd:.3f} (K={r.n_controls}) | {format_p(r.p, r.n_controls)} | {r.p_bh:.3g} | "
+                     f"{r.rank_effect:+.3f} ({r.ctrl_rank_effect_mean:+.3f}) | {format_p(r.p_rank, r.n_controls)} | "
+                     f"{r.p_rank_bh:.3g} |")
     return "\n".join(lines) + "\n"
 
 
