@@ -42,7 +42,7 @@ def test_llm_outcomes_equal_llm_eval_choice(llm_dir, tmp_path):
                 plot_temperature_curve(t, "positional", window=True, rank=True))
     assert [a.get_ylabel().split("\n")[0] for a in dose.axes] == ["accuracy", "answer's normalised rank"]
     assert "target window 6" in dose._suptitle.get_text() and "+6 tokens" not in dose._suptitle.get_text()
-    assert iv.axes[-1].get_xlabel() == "target window (tokens)" and "(L0H1+L1H3)" in iv._suptitle.get_text()
+    assert iv.axes[-1].get_xlabel() == "target-window size (SPEC §1.5)" and "(L0H1+L1H3)" in iv._suptitle.get_text()
     cached = {(r["intervention"], r["extra_tokens"]): r for r in map(json.loads, (out / "head_sets_outcomes.jsonl")
                                                                      .read_text().splitlines())}
     ivs = ["none", *t["intervention"]]  # the set's freq-mask and temperature (both through the KV cache)

@@ -29,7 +29,7 @@ def heads_title(heads: str, limit: int = TITLE_HEADS) -> str:
 def length_words(window: bool) -> tuple[str, str]:
     """(axis label, title phrase format) of a cell's length: added tokens for a trained posym model, the 1-hop
     prompts' target window for an offline LLM (SPEC §1.5)."""
-    return (("target window (tokens)", "target window {}") if window else
+    return (("target-window size (SPEC §1.5)", "target window {}") if window else
             ("added target-window tokens", "+{} tokens"))
 
 
