@@ -211,12 +211,13 @@ def _uses_slurm(item) -> bool:
     return hasattr(module, "slurm_cluster") and "cluster" in getattr(item, "fixturenames", ())
 
 
-# tryfirst: xdist's worker hook (registered after this conftest, so called before it) turns each
-# ``xdist_group`` mark into the test's scope; the mark must be there by then
-@pytest.hookimpl(tryfirst=True)
+# a wrapper: the marks are added before every other implementation (xdist's worker hook, which turns each
+# ``xdist_group`` mark into the test's scope, included) and the group ids set after all of them
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
     """Tier the suite: a test that uses a reproduction fixture is ``integration``; one named in
-    ``MEDIUM_TESTS`` is ``medium`` (see pyproject); one on the real Slurm joins the xdist group ``SLURM_GROUP``."""
+    ``MEDIUM_TESTS`` is ``medium`` (see pyproject); one on the real Slurm joins the xdist group ``SLURM_GROUP``
+    (:func:`_xdist_group_ids` makes the group hold)."""
     _check_medium({Path(item.path) for item in items})
     for item in items:
         if _uses_slurm(item):
@@ -225,3 +226,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.integration)
         if _is_medium(item):
             item.add_marker(pytest.mark.medium)
+    result = yield
+    _xdist_group_ids(config, items)
+    return result
+
+
+def _xdist_group_ids(config, items) -> None:
+    """On an xdist worker under ``--dist loadgroup``: give each test with an ``xdist_group`` mark the
+    ``@group`` suffix of its node id, as pytest-xdist itself does by assigning ``item._nodeid`` — which
+    pytest >= 9.2 no longer reads (the node id is ``str(item._id)``), so the groups were silently ignored:
+    the real-Slurm tests ran on both workers, two clusters at once, each module's fixtures set up twice.
+    The scheduler groups tests by that suffix. A no-op where the suffix is already there or on older pytest."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # pytest < 9.2: xdist's own ``_nodeid`` assignment works
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if names and "@" not in item.nodeid.rpartition("]")[2] and hasattr(item, "_id"):
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
