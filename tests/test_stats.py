@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from posym.errors import PosymError
-from posym.stats import benjamini_hochberg, bh_reject, control_p_value, fisher_combined, format_p, paired_bootstrap
+from posym.stats import (benjamini_hochberg, bh_reject, control_p_value, distinct_draws, fisher_combined, format_p,
+                         paired_bootstrap)
 
 #: Benjamini & Hochberg (1995), section 4: the 15 p-values of the worked example; at q = 0.05 the
 #: step-up rule rejects the four smallest (Bonferroni only three).
@@ -169,3 +170,12 @@ def test_fisher_combined_known_answers():
     assert abs((draws <= 0.05).mean() - 0.05) < 0.012
     with pytest.raises(PosymError):
         fisher_combined([1.5])
+
+
+def test_distinct_draws_skip_repeats_and_the_seen_and_stop_at_the_guard():
+    assert distinct_draws(lambda s: s % 3, 3, 0) == [(0, 0), (1, 1), (2, 2)]
+    assert distinct_draws(lambda s: s % 3, 2, 5, seen=[2]) == [(6, 0), (7, 1)]  # 5 draws 2: seen
+    assert distinct_draws(lambda s: s // 2, 2, 0) == [(0, 0), (2, 1)]  # seed 1 repeats 0
+    with pytest.raises(PosymError, match="only three"):
+        distinct_draws(lambda s: s % 3, 4, 0, error="only three")
+

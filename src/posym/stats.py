@@ -24,7 +24,7 @@ NumPy only; floor 2 (docs/architecture.md), above the ``checks`` it uses. Bad in
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, Callable, Hashable, Iterable, TypeVar
 
 import numpy as np
 
@@ -168,4 +168,28 @@ def format_p(p: float, n_null: int, at_floor: bool | None = None) -> str:
     return f"< {1 / int(n_null):.3g}" if at_floor else f"{float(p):.3g}"
 
 
-__all__ = ["benjamini_hochberg", "bh_reject", "control_p_value", "fisher_combined", "format_p", "paired_bootstrap"]
+H = TypeVar("H", bound=Hashable)
+
+
+def distinct_draws(draw: Callable[[int], H], want: int, seed: int, *, seen: Iterable[H] = (), limit: int | None = None,
+                   error: str = "could not draw enough distinct controls") -> list[tuple[int, H]]:
+    """The first ``want`` distinct values of ``draw(seed), draw(seed + 1), …``, each with the seed that drew it
+    (a value in ``seen`` or drawn before is skipped): the controls of a matched-control test, which must be
+    distinct so that the p floor is the exact one (:func:`control_p_value`). One-line PosymError ``error`` after
+    ``1000·max(limit or want, 10)`` seeds (a guard: unreachable when ``want`` is at most the number of values)."""
+    out: list[tuple[int, H]] = []
+    taken = set(seen)
+    s = seed
+    while len(out) < want:
+        value = draw(s)
+        if value not in taken:
+            taken.add(value)
+            out.append((s, value))
+        s += 1
+        if s - seed > 1000 * max(limit or want, 10):
+            raise PosymError(error)
+    return out
+
+
+__all__ = ["benjamini_hochberg", "bh_reject", "control_p_value", "distinct_draws", "fisher_combined", "format_p",
+           "paired_bootstrap"]

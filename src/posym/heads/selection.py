@@ -37,6 +37,7 @@ from posym.constants import GAMMA
 from posym.errors import PosymError
 from posym.heads.head_types import DIFFUSE_ENTROPY, posym_types
 from posym.reading import MIN_MASS
+from posym.stats import distinct_draws
 
 #: posym types (SPEC §3 / §7): read from ``posym_type`` or typed from ``s_pos`` / ``s_sym``.
 POSYM_TYPE_NAMES: tuple[str, ...] = ("positional", "symbolic", "mixed", "diffuse", "uninformative")
@@ -252,18 +253,8 @@ def control_draws(typed: tuple[Head, ...] | list[Head], n_layers: int, n_heads: 
     k = check_int(k, "controls", lo=1)
     seed = check_int(seed, "heads: seed", lo=0)
     want = min(k, n_matched_sets(typed, n_layers, n_heads, match))
-    out: list[tuple[int, tuple[Head, ...]]] = []
-    seen: set[tuple[Head, ...]] = set()
-    s = seed
-    while len(out) < max(want, 1):
-        heads = matched_control(typed, n_layers, n_heads, s, type_name, match)
-        if heads not in seen:
-            seen.add(heads)
-            out.append((s, heads))
-        s += 1
-        if s - seed > 1000 * max(k, 10):  # unreachable for want <= the number of sets; a guard, not a rule
-            raise PosymError(f"could not draw {want} distinct {RANDOM}:{type_name} controls; give fewer --controls")
-    return out
+    return distinct_draws(lambda s: matched_control(typed, n_layers, n_heads, s, type_name, match), max(want, 1), seed,
+                          limit=k, error=f"could not draw {want} distinct {RANDOM}:{type_name} controls; give fewer --controls")
 
 
 def resolve_heads(selection: HeadSelection | str, readout: pd.DataFrame | None, n_layers: int,

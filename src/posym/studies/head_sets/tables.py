@@ -25,7 +25,7 @@ from posym.checks import check_int
 from posym.errors import PosymError
 from posym.heads.selection import Head, format_heads
 from posym.interventions import describe, parse_intervention
-from posym.stats import benjamini_hochberg, control_p_value, paired_bootstrap
+from posym.stats import benjamini_hochberg, control_p_value, distinct_draws, paired_bootstrap
 from posym.studies.head_sets.study import DIRECTIONS, DOSE, TEMPERATURE, prediction
 
 #: Per-prompt outcomes of one (intervention string, added length): a table with ``correct`` and ``rank``.
@@ -95,18 +95,8 @@ def id_control_draws(k: int, n_freq: int, K: int, seed: int,
     skip = tuple(sorted(int(i) for i in exclude)) if exclude is not None else None
     own = skip is not None and len(set(skip)) == k and all(1 <= i <= n_freq for i in skip)
     want = min(K, math.comb(n_freq, k) - int(own))
-    out: list[tuple[int, tuple[int, ...]]] = []
-    seen: set[tuple[int, ...]] = {skip} if own else set()
-    s = seed
-    while len(out) < want:
-        ids = dropped_ids("random", k, n_freq, s)
-        if ids not in seen:
-            seen.add(ids)
-            out.append((s, ids))
-        s += 1
-        if s - seed > 1000 * max(K, 10):  # unreachable for want <= the number of subsets; a guard, not a rule
-            raise PosymError(f"could not draw {want} distinct sets of {k} frequency IDs; give fewer --controls")
-    return out
+    return distinct_draws(lambda s: dropped_ids("random", k, n_freq, s), want, seed, seen=[skip] if own else [], limit=K,
+                          error=f"could not draw {want} distinct sets of {k} frequency IDs; give fewer --controls")
 
 
 def plan_cells(sets: Sequence[str], *, doses: Sequence[int], directions: Sequence[str], lengths: Sequence[int],
