@@ -73,19 +73,23 @@ class ForwardPositions:
         self._offset = 0
         self._mask: Tensor | None = None
         self._unread: str | None = None  # why the key counts of this forward cannot be read
+        self._counts: Tensor | None = None  # this forward's key counts, computed once for all its layers
 
-    def attach(self) -> list[RemovableHandle]:
-        """Register the hooks (a pre-hook of the model's forward, one per :func:`rotary_callees`); the caller
-        removes the returned handles."""
+    def attach(self, positions: bool = True) -> list[RemovableHandle]:
+        """Register the hooks (a pre-hook of the model's forward and, for :meth:`positions`, one per
+        :func:`rotary_callees`; ``positions=False``: key counts only); the caller removes the returned handles."""
         handles = [self.inner.register_forward_pre_hook(self._forward, with_kwargs=True)]
+        if not positions:
+            return handles
         return handles + [m.register_forward_pre_hook(self._rotary, with_kwargs=True) for m in rotary_callees(self.inner)]
 
     def _forward(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
-        self.n, self.pos = input_length(args, kwargs), None  # a new forward: its rotary module gives the positions
-        given = kwargs.get("position_ids")
-        given = kwargs.get("cache_position") if given is None else given
-        self.pos = given.detach() if isinstance(given, Tensor) else None
+        # a new forward: its rotary module (if any) overrides these positions
+        self.n, self._counts = input_length(args, kwargs), None
         cache_pos = kwargs.get("cache_position")
+        given = kwargs.get("position_ids")
+        given = cache_pos if given is None else given
+        self.pos = given.detach() if isinstance(given, Tensor) else None
         self._offset = int(cache_pos.reshape(-1)[0]) if isinstance(cache_pos, Tensor) and cache_pos.numel() \
             else _cache_length(kwargs)
         mask, self._unread = kwargs.get("attention_mask"), None
@@ -124,14 +128,19 @@ class ForwardPositions:
         masked). One-line PosymError when the forward's call hides them (a 4-D mask, positional arguments)."""
         if self._unread is not None:
             raise PosymError(f"{self.name}: {self._unread}")
+        c = self._counts
+        if c is not None and c.shape[-1] == T and c.shape[0] in (1, B) and c.device == torch.device(device):
+            return c
         if self._mask is None:
-            return torch.arange(self._offset + 1, self._offset + T + 1, device=device, dtype=torch.float64)[None]
-        m = self._mask
-        if m.shape[-1] != self._offset + T or m.shape[0] not in (1, B):
-            raise PosymError(f"{self.name}: an attention mask of shape {tuple(m.shape)} does not cover {self._offset} cached "
-                             f"+ {T} new tokens of a batch of {B}; pass the mask of the cached and the new tokens")
-        counts = m.to(device=device, dtype=torch.float64).cumsum(-1)[:, self._offset:]
-        return counts.clamp(min=1.0)
+            c = torch.arange(self._offset + 1, self._offset + T + 1, device=device, dtype=torch.float64)[None]
+        else:
+            m = self._mask
+            if m.shape[-1] != self._offset + T or m.shape[0] not in (1, B):
+                raise PosymError(f"{self.name}: an attention mask of shape {tuple(m.shape)} does not cover {self._offset} "
+                                 f"cached + {T} new tokens of a batch of {B}; pass the mask of the cached and the new tokens")
+            c = m.to(device=device, dtype=torch.float64).cumsum(-1)[:, self._offset:].clamp(min=1.0)
+        self._counts = c
+        return c
 
 
 __all__ = ["ForwardPositions", "input_length", "position_ids_arg", "rotary_callees"]

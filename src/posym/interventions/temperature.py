@@ -227,7 +227,7 @@ def temperature(model: nn.Module, beta: float, *, n_train: int, layers: Sequence
         ad, sites = linear_sites(model, layers, "temperature")
     applied = Temperature(beta, n_train, form, None if layers is None else tuple(int(l) for l in layers), floor, heads)
     track = ForwardPositions(model, "temperature")
-    handles = track.attach()
+    handles = track.attach(positions=False)
     try:
         if heads is None:
             handles += hook_qk(ad, sites, _scale_q(beta, n_train, form, floor, track), None)
